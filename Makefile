@@ -1,0 +1,31 @@
+# Fixflow: `make demo` and `make test` are all a fresh machine needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint demo bench clean
+
+install: $(STAMP)
+
+# Re-install only when the project's dependencies change.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+lint: install
+	$(BIN)/ruff check src tests bench
+
+test: install lint
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+demo: install
+	$(BIN)/fixflow demo
+
+bench: install
+	$(BIN)/python bench/run_eval_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,63 @@
+"""The `fixflow` command line. Each subcommand lives in ``pipeline/commands/<name>.py`` and
+exposes ``HELP: str``, ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported
+lazily so that `fixflow check` never pays for starting Spark."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+COMMANDS: dict[str, str] = {
+    "check": "analyze a program and report the MRA condition check",
+    "eval": "evaluate a program once over fact files, writing Delta tables",
+    "run": "run the streaming pipeline: Kafka -> incremental maintenance -> Delta",
+    "publish": "publish facts from a CSV/TSV file to Kafka",
+    "query": "run SQL over the result tables",
+    "show": "print a result relation",
+    "broker": "start/stop/status of the embedded development Kafka broker",
+    "demo": "the main job on the embedded default, end to end",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fixflow", description="Fixflow: a continuous Datalog engine on Apache Spark."
+    )
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, help_text in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module = _command_module(name)
+        if module is not None:
+            module.add_arguments(command_parser)
+    return parser
+
+
+def _command_module(name: str):  # type: ignore[no-untyped-def]
+    try:
+        return importlib.import_module(f"fixflow.pipeline.commands.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"fixflow.pipeline.commands.{name}":
+            return None
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    module = _command_module(args.command)
+    if module is None:
+        print(f"fixflow {args.command}: not available in this build", file=sys.stderr)
+        return 2
+    try:
+        return int(module.run(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `fixflow` subcommand (see ``fixflow.pipeline.cli``)."""
