@@ -1,0 +1,555 @@
+"""A small, deliberately naive evaluator of Fixflow programs: the test oracle.
+
+It interprets the AST (``fixflow.checker.ast``) directly and favours obviousness over speed.
+It never imports pyspark and never uses Python eval/exec. Semantics (docs/language.md,
+"Semantics of aggregates"; ``MraSpec`` in ``fixflow.checker.model``):
+
+- Strata: strongly connected components of the IDB dependency graph, in topological order.
+- A body denotes the set of its *distinct* satisfying variable assignments; alternative
+  bodies of a rule each contribute their own assignments.
+- Set relations (no aggregate rule): iterate to the least fixpoint (inflationary union).
+- Aggregate relations: every rule of the relation contributes values to one aggregate,
+  grouped by the other head arguments. ``count`` in a recursive stratum adds up the
+  contributed values (``count[*]`` contributes 1 per assignment); outside recursion it counts
+  assignments.
+- Non-indexed recursion: naive Jacobi-style rounds S ← T(S) from S = ∅ for all relations of
+  the stratum, until S does not change, or every termination clause holds (and relations
+  without a clause are unchanged), or the iteration cap is reached.
+- Iteration-indexed recursion (``r(i+1, ...) :- ... r(i, ...)``): X⁰ from the rules whose
+  index argument is the literal ``0``; X^{n+1} = G(C ∪ F(X^n)) until X^{n+1} = X^n, the
+  termination clause holds, or the cap. The result keeps the last X^n, index dropped.
+- Termination clause ``{agg[Δv] op bound}``: ``agg`` over keys of |X^{n+1}(k) − X^n(k)|
+  (a key missing on one side counts as 0 there), compared with ``bound``.
+- Division of two ``number`` values truncates toward zero (int64 semantics); otherwise
+  true division.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from fixflow.checker.ast import (
+    Aggregate,
+    Atom,
+    BinOp,
+    Body,
+    Call,
+    Comparison,
+    Expr,
+    FloatLit,
+    Head,
+    Neg,
+    Negation,
+    NumberLit,
+    Program,
+    Rule,
+    StringLit,
+    Termination,
+    Var,
+    Wildcard,
+    expr_vars,
+)
+
+Value = int | float | str
+Row = tuple[Value, ...]
+Binding = dict[str, Value]
+Database = dict[str, set[Row]]
+
+
+class EvaluationError(Exception):
+    """The program uses something this oracle does not interpret."""
+
+
+@dataclass
+class StratumStats:
+    relations: tuple[str, ...]
+    iterations: int
+    capped: bool
+    """True when the iteration cap stopped the stratum (the result is then unconverged)."""
+
+
+@dataclass
+class Stats:
+    strata: list[StratumStats] = field(default_factory=list)
+
+    @property
+    def capped(self) -> bool:
+        return any(s.capped for s in self.strata)
+
+
+def evaluate(
+    program: Program, facts: Mapping[str, list[tuple]], max_iterations: int = 1000
+) -> dict[str, set[Row]]:
+    """Every relation's rows (EDB and IDB) in declared column order, iteration index dropped."""
+    return evaluate_with_stats(program, facts, max_iterations)[0]
+
+
+def evaluate_with_stats(
+    program: Program, facts: Mapping[str, list[tuple]], max_iterations: int = 1000
+) -> tuple[dict[str, set[Row]], Stats]:
+    evaluator = _Evaluator(program, max_iterations)
+    return evaluator.run(facts)
+
+
+# ---------------------------------------------------------------- expressions
+
+
+def _arith(op: str, left: Value, right: Value) -> Value:
+    if isinstance(left, str) or isinstance(right, str):
+        raise EvaluationError(f"arithmetic on a symbol: {left!r} {op} {right!r}")
+    if op == "+":
+        return left + right
+    if op == "-":
+        return left - right
+    if op == "*":
+        return left * right
+    if isinstance(left, int) and isinstance(right, int):
+        # int64 division truncates toward zero, unlike Python's floor division
+        quotient = abs(left) // abs(right)
+        return quotient if (left >= 0) == (right >= 0) else -quotient
+    return left / right
+
+
+def _call(func: str, args: list[Value]) -> Value:
+    if func == "min":
+        return min(args[0], args[1])
+    if func == "max":
+        return max(args[0], args[1])
+    if func == "abs":
+        return abs(args[0])
+    if func == "exp":
+        return math.exp(args[0])
+    if func == "log":
+        return math.log(args[0])
+    if func == "relu":
+        return args[0] if args[0] > 0 else 0 * args[0]
+    raise EvaluationError(f"unknown function {func}")
+
+
+def eval_expr(expr: Expr, binding: Mapping[str, Value]) -> Value:
+    match expr:
+        case NumberLit(value=v) | FloatLit(value=v) | StringLit(value=v):
+            return v
+        case Var(name=name):
+            if name not in binding:
+                raise EvaluationError(f"unbound variable {name}")
+            return binding[name]
+        case BinOp(op=op, left=left, right=right):
+            return _arith(op, eval_expr(left, binding), eval_expr(right, binding))
+        case Neg(operand=operand):
+            return -eval_expr(operand, binding)  # type: ignore[operator]
+        case Call(func=func, args=args):
+            return _call(func, [eval_expr(a, binding) for a in args])
+        case Wildcard():
+            raise EvaluationError("_ used as a value")
+    raise EvaluationError(f"not an expression: {expr!r}")
+
+
+def _compare(op: str, left: Value, right: Value) -> bool:
+    if op == "=":
+        return left == right
+    if op == "!=":
+        return left != right
+    if op == "<":
+        return left < right  # type: ignore[operator]
+    if op == "<=":
+        return left <= right  # type: ignore[operator]
+    if op == ">":
+        return left > right  # type: ignore[operator]
+    return left >= right  # type: ignore[operator]
+
+
+# ---------------------------------------------------------------- bodies
+
+
+class _Indexes:
+    """Hash indexes over one database snapshot, built on demand (the snapshot never changes
+    while it is being read)."""
+
+    def __init__(self, db: Mapping[str, set[Row]]) -> None:
+        self.db = db
+        self.cache: dict[tuple[str, tuple[int, ...]], dict[Row, list[Row]]] = {}
+
+    def lookup(self, relation: str, positions: tuple[int, ...], key: Row) -> list[Row]:
+        index = self.cache.get((relation, positions))
+        if index is None:
+            index = defaultdict(list)
+            for row in self.db.get(relation, ()):
+                index[tuple(row[p] for p in positions)].append(row)
+            self.cache[(relation, positions)] = index
+        return index.get(key, [])
+
+
+def _is_bound(expr: Expr, binding: Mapping[str, Value]) -> bool:
+    return expr_vars(expr) <= binding.keys()
+
+
+def _ready(literal: object, binding: Mapping[str, Value]) -> bool:
+    """Whether a literal can be evaluated now: atoms need every non-variable argument bound,
+    negations and tests need everything bound, ``X = e`` needs one side bound."""
+    match literal:
+        case Atom(args=args):
+            return all(isinstance(a, Var | Wildcard) or _is_bound(a, binding) for a in args)
+        case Negation(atom=atom):
+            return all(isinstance(a, Wildcard) or _is_bound(a, binding) for a in atom.args)
+        case Comparison(op=op, left=left, right=right):
+            if _is_bound(left, binding) and _is_bound(right, binding):
+                return True
+            if op != "=":
+                return False
+            return (isinstance(left, Var) and _is_bound(right, binding)) or (
+                isinstance(right, Var) and _is_bound(left, binding)
+            )
+    raise EvaluationError(f"unknown literal {literal!r}")
+
+
+def _match_atom(atom: Atom, binding: Binding, indexes: _Indexes) -> Iterator[Binding]:
+    bound_positions = tuple(
+        p for p, a in enumerate(atom.args) if not isinstance(a, Wildcard) and _is_bound(a, binding)
+    )
+    key = tuple(eval_expr(atom.args[p], binding) for p in bound_positions)
+    for row in indexes.lookup(atom.relation, bound_positions, key):
+        if len(row) != len(atom.args):
+            raise EvaluationError(f"arity mismatch for {atom.relation}")
+        extended = dict(binding)
+        if _unify_free(atom, row, extended):
+            yield extended
+
+
+def _unify_free(atom: Atom, row: Row, binding: Binding) -> bool:
+    """Bind the atom's still-free variables to ``row``; a repeated variable must agree."""
+    for arg, value in zip(atom.args, row, strict=True):
+        if isinstance(arg, Var):
+            if arg.name in binding and binding[arg.name] != value:
+                return False
+            binding[arg.name] = value
+    return True
+
+
+def _apply(literal: object, binding: Binding, indexes: _Indexes) -> Iterator[Binding]:
+    match literal:
+        case Atom():
+            yield from _match_atom(literal, binding, indexes)
+        case Negation(atom=atom):
+            # every variable is bound (see _ready), so a match only tests presence
+            if next(_match_atom(atom, binding, indexes), None) is None:
+                yield binding
+        case Comparison(op=op, left=left, right=right):
+            yield from _apply_comparison(op, left, right, binding)
+
+
+def _apply_comparison(op: str, left: Expr, right: Expr, binding: Binding) -> Iterator[Binding]:
+    if _is_bound(left, binding) and _is_bound(right, binding):
+        if _compare(op, eval_expr(left, binding), eval_expr(right, binding)):
+            yield binding
+        return
+    # an assignment: exactly one side is a free variable (checked by _ready)
+    var, expr = (
+        (left, right)
+        if isinstance(left, Var) and not _is_bound(left, binding)
+        else (
+            right,
+            left,
+        )
+    )
+    assert isinstance(var, Var)
+    yield {**binding, var.name: eval_expr(expr, binding)}
+
+
+def _solve(literals: tuple, binding: Binding, indexes: _Indexes) -> Iterator[Binding]:
+    if not literals:
+        yield binding
+        return
+    # filters and assignments first (cheap), then the first evaluable atom
+    order = sorted(range(len(literals)), key=lambda k: isinstance(literals[k], Atom))
+    pick = next((k for k in order if _ready(literals[k], binding)), None)
+    if pick is None:
+        raise EvaluationError(f"no literal can be evaluated with {sorted(binding)} bound")
+    rest = literals[:pick] + literals[pick + 1 :]
+    for extended in _apply(literals[pick], binding, indexes):
+        yield from _solve(rest, extended, indexes)
+
+
+def solve_body(body: Body, indexes: _Indexes, initial: Binding | None = None) -> list[Binding]:
+    """The distinct satisfying assignments of a body's variables (extending ``initial``)."""
+    seen: dict[frozenset, Binding] = {}
+    for binding in _solve(body.literals, dict(initial or {}), indexes):
+        seen.setdefault(frozenset(binding.items()), binding)
+    return list(seen.values())
+
+
+# ---------------------------------------------------------------- program structure
+
+
+@dataclass(frozen=True)
+class _AggInfo:
+    func: str
+    value_pos: int
+
+
+def _index_var(head: Head) -> str | None:
+    """``i`` when the head's first argument is ``i+1`` (an iteration-indexed head)."""
+    if not head.args:
+        return None
+    first = head.args[0]
+    if (
+        isinstance(first, BinOp)
+        and first.op == "+"
+        and isinstance(first.left, Var)
+        and isinstance(first.right, NumberLit)
+        and first.right.value == 1
+    ):
+        return first.left.name
+    return None
+
+
+def _body_relations(rule: Rule) -> set[str]:
+    names: set[str] = set()
+    for body in rule.bodies:
+        for literal in body.literals:
+            if isinstance(literal, Atom):
+                names.add(literal.relation)
+            elif isinstance(literal, Negation):
+                names.add(literal.atom.relation)
+    return names
+
+
+def _sccs(nodes: list[str], edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components in topological order (dependencies first), via
+    reachability: small programs only, so the quadratic closure is fine and obvious."""
+    reach = {n: _reachable(n, edges) for n in nodes}
+    components: list[list[str]] = []
+    assigned: set[str] = set()
+    for n in nodes:
+        if n not in assigned:
+            component = [m for m in nodes if m == n or (m in reach[n] and n in reach[m])]
+            assigned.update(component)
+            components.append(component)
+    ordered: list[list[str]] = []
+    while components:
+        # pick a component none of whose dependencies is still pending
+        pending = {m for c in components for m in c}
+        for c in components:
+            deps = {d for m in c for d in edges.get(m, ()) if d not in c}
+            if not deps & pending:
+                ordered.append(c)
+                components.remove(c)
+                break
+    return ordered
+
+
+def _reachable(start: str, edges: dict[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(edges.get(start, ()))
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(edges.get(n, ()))
+    return seen
+
+
+# ---------------------------------------------------------------- the evaluator
+
+
+class _Evaluator:
+    def __init__(self, program: Program, max_iterations: int) -> None:
+        self.program = program
+        self.max_iterations = max_iterations
+        self.rules: dict[str, list[Rule]] = defaultdict(list)
+        for rule in program.rules:
+            self.rules[rule.head.relation].append(rule)
+        self.aggs: dict[str, _AggInfo] = {}
+        for rel, rules in self.rules.items():
+            for rule in rules:
+                for pos, arg in enumerate(rule.head.args):
+                    if isinstance(arg, Aggregate):
+                        self.aggs[rel] = _AggInfo(arg.func, pos)
+        self.indexed = {
+            rel
+            for rel, rules in self.rules.items()
+            if rel in self.aggs and any(_index_var(r.head) for r in rules)
+        }
+
+    # -- driver
+
+    def run(self, facts: Mapping[str, list[tuple]]) -> tuple[dict[str, set[Row]], Stats]:
+        db: Database = {d.relation: set() for d in self.program.declarations}
+        for rel, rows in facts.items():
+            db[rel] = {tuple(r) for r in rows}
+        stats = Stats()
+        idb = list(self.rules)
+        deps = {rel: _body_relations_all(self.rules[rel]) & set(idb) for rel in idb}
+        for component in _sccs(idb, deps):
+            recursive = len(component) > 1 or component[0] in deps[component[0]]
+            stats.strata.append(self._stratum(component, recursive, db))
+        return {rel: self._strip(rel, rows) for rel, rows in db.items()}, stats
+
+    def _strip(self, rel: str, rows: set[Row]) -> set[Row]:
+        return {r[1:] for r in rows} if rel in self.indexed else rows
+
+    def _stratum(self, component: list[str], recursive: bool, db: Database) -> StratumStats:
+        if not recursive:
+            db[component[0]] = self._derive(component[0], db, recursive=False)
+            return StratumStats(tuple(component), 1, False)
+        if not any(rel in self.aggs for rel in component):
+            return self._set_fixpoint(component, db)
+        if any(rel in self.indexed for rel in component):
+            if len(component) != 1:
+                raise EvaluationError("iteration-indexed mutual recursion is not supported")
+            return self._indexed(component[0], db)
+        return self._naive(component, db)
+
+    # -- rule firing
+
+    def _contributions(
+        self, rules: list[Rule], db: Database, recursive: bool, iteration: int | None = None
+    ) -> Iterator[Row]:
+        """One head row per distinct body assignment of every body of ``rules``; the
+        aggregate position holds the contributed value (1 for ``count[*]``). ``iteration``
+        binds the index variable of iteration-indexed heads, also in bodies that do not
+        mention it (PageRank's ``node(Y), r = 0.15``)."""
+        indexes = _Indexes(db)
+        for rule in rules:
+            index_var = _index_var(rule.head)
+            initial = {index_var: iteration} if index_var and iteration is not None else {}
+            for body in rule.bodies:
+                for binding in solve_body(body, indexes, initial):
+                    yield self._head_row(rule.head, binding, recursive)
+
+    def _head_row(self, head: Head, binding: Binding, recursive: bool) -> Row:
+        row: list[Value] = []
+        for arg in head.args:
+            if isinstance(arg, Aggregate):
+                counts_assignments = arg.func == "count" and (arg.arg is None or not recursive)
+                value = 1 if counts_assignments else eval_expr(arg.arg, binding)  # type: ignore[arg-type]
+                row.append(value)
+            else:
+                row.append(eval_expr(arg, binding))
+        return tuple(row)
+
+    def _derive(self, rel: str, db: Database, recursive: bool) -> set[Row]:
+        rows = list(self._contributions(self.rules[rel], db, recursive))
+        info = self.aggs.get(rel)
+        if info is None:
+            return set(rows)
+        return _group(rows, info)
+
+    # -- strategies
+
+    def _set_fixpoint(self, component: list[str], db: Database) -> StratumStats:
+        for n in range(1, self.max_iterations + 1):
+            changed = False
+            new = {rel: self._derive(rel, db, recursive=True) for rel in component}
+            for rel in component:
+                if not new[rel] <= db[rel]:
+                    db[rel] = db[rel] | new[rel]
+                    changed = True
+            if not changed:
+                return StratumStats(tuple(component), n, False)
+        return StratumStats(tuple(component), self.max_iterations, True)
+
+    def _naive(self, component: list[str], db: Database) -> StratumStats:
+        for rel in component:
+            db[rel] = set()
+        clauses = {rel: c for rel in component if (c := self._clause(rel)) is not None}
+        for n in range(1, self.max_iterations + 1):
+            new = {rel: self._derive(rel, db, recursive=True) for rel in component}
+            unchanged = {rel for rel in component if new[rel] == db[rel]}
+            done = len(unchanged) == len(component) or (
+                bool(clauses)
+                and all(self._clause_holds(rel, c, db[rel], new[rel]) for rel, c in clauses.items())
+                and all(rel in unchanged for rel in component if rel not in clauses)
+            )
+            db.update(new)
+            if done:
+                return StratumStats(tuple(component), n, False)
+        return StratumStats(tuple(component), self.max_iterations, True)
+
+    def _indexed(self, rel: str, db: Database) -> StratumStats:
+        base = [r for r in self.rules[rel] if _index_var(r.head) is None]
+        step = [r for r in self.rules[rel] if _index_var(r.head) is not None]
+        info = self.aggs[rel]
+        # X⁰: the base rules (index literal 0), combined by G like every contribution
+        initial = list(self._contributions(base, db, recursive=True))
+        current = _group([row[1:] for row in initial], _shift(info))
+        clause = self._clause(rel)
+        for n in range(self.max_iterations):
+            db[rel] = {(n, *row) for row in current}
+            produced = list(self._contributions(step, db, recursive=True, iteration=n))
+            nxt = _group([row[1:] for row in produced], _shift(info))
+            stop = nxt == current or (
+                clause is not None and self._clause_holds(rel, clause, current, nxt, shift=1)
+            )
+            current = nxt
+            if stop:
+                db[rel] = {(n + 1, *row) for row in current}
+                return StratumStats((rel,), n + 1, False)
+        db[rel] = {(self.max_iterations, *row) for row in current}
+        return StratumStats((rel,), self.max_iterations, True)
+
+    # -- termination
+
+    def _clause(self, rel: str) -> Termination | None:
+        return next((r.termination for r in self.rules[rel] if r.termination), None)
+
+    def _clause_holds(
+        self, rel: str, clause: Termination, old: set[Row], new: set[Row], shift: int = 0
+    ) -> bool:
+        pos = self.aggs[rel].value_pos - shift
+        before, after = _by_key(old, pos), _by_key(new, pos)
+        deltas = [abs(after.get(k, 0) - before.get(k, 0)) for k in before.keys() | after.keys()]
+        measured = _aggregate_deltas(clause.func, deltas)
+        return _compare(clause.op, measured, eval_expr(clause.bound, {}))
+
+
+def _body_relations_all(rules: list[Rule]) -> set[str]:
+    return set().union(*(_body_relations(r) for r in rules))
+
+
+def _shift(info: _AggInfo) -> _AggInfo:
+    """The aggregate position once the iteration index column is removed."""
+    return _AggInfo(info.func, info.value_pos - 1)
+
+
+def _by_key(rows: set[Row], pos: int) -> dict[Row, Value]:
+    return {r[:pos] + r[pos + 1 :]: r[pos] for r in rows}
+
+
+def _aggregate_deltas(func: str, deltas: list[Value]) -> Value:
+    if func == "sum":
+        return sum(deltas)
+    if func == "max":
+        return max(deltas, default=0)
+    if func == "min":
+        return min(deltas, default=0)
+    if func == "count":
+        return sum(1 for d in deltas if d != 0)
+    return sum(deltas) / len(deltas) if deltas else 0  # mean
+
+
+def _group(rows: list[Row], info: _AggInfo) -> set[Row]:
+    """Combine contributed values per group (the head's other arguments) with G."""
+    groups: dict[Row, list[Value]] = defaultdict(list)
+    pos = info.value_pos
+    for row in rows:
+        groups[row[:pos] + row[pos + 1 :]].append(row[pos])
+    result: set[Row] = set()
+    for key, values in groups.items():
+        value = _combine(info.func, values)
+        result.add((*key[:pos], value, *key[pos:]))
+    return result
+
+
+def _combine(func: str, values: list[Value]) -> Value:
+    if func == "min":
+        return min(values)
+    if func == "max":
+        return max(values)
+    if func in ("sum", "count"):
+        # count contributions are 1 per assignment, or partial counts inside recursion
+        return math.fsum(values) if any(isinstance(v, float) for v in values) else sum(values)
+    return math.fsum(values) / len(values)  # mean
