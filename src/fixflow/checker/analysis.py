@@ -1,0 +1,600 @@
+"""Semantic analysis: declarations, types, safety, dependency graph, strata, structural classes.
+
+``analyze(program) -> Analysis`` collects every diagnostic it can in one pass; the strata
+are computed even when there are errors, so that later errors can still be found.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from fixflow.checker.ast import (
+    NO_SPAN,
+    Aggregate,
+    Atom,
+    Attribute,
+    BinOp,
+    Body,
+    Call,
+    Comparison,
+    Declaration,
+    Expr,
+    Head,
+    InputDirective,
+    Neg,
+    Negation,
+    NumberLit,
+    OutputDirective,
+    Program,
+    Rule,
+    Span,
+    Var,
+    Wildcard,
+    body_atoms,
+    expr_vars,
+)
+from fixflow.checker.diagnostics import Diagnostic
+from fixflow.checker.model import Analysis, EvalClass, Stratum
+from fixflow.checker.types import assignment_sides, infer_body
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------- shared helpers
+
+
+def index_var(rule: Rule) -> str | None:
+    """``i`` when the rule is iteration-indexed: aggregate head ``r(i+1, ...)`` with a body
+    atom of ``r`` (PowerLog Programs 2, 4–7)."""
+    head = rule.head
+    if head.aggregate is None or not head.args:
+        return None
+    first = head.args[0]
+    if not (
+        isinstance(first, BinOp)
+        and first.op == "+"
+        and isinstance(first.left, Var)
+        and isinstance(first.right, NumberLit)
+        and first.right.value == 1
+    ):
+        return None
+    recursive = any(a.relation == head.relation for b in rule.bodies for a in body_atoms(b))
+    return first.left.name if recursive else None
+
+
+def bindings(body: Body, pre_bound: Iterable[str] = ()) -> tuple[set[str], list[Comparison]]:
+    """The variables a body binds (positive atoms, then assignments whose right side is
+    bound, to a fixpoint) and its assignments in binding order."""
+    bound = set(pre_bound)
+    for atom in body_atoms(body):
+        bound |= {a.name for a in atom.args if isinstance(a, Var)}
+    assignments: list[Comparison] = []
+    pending = [lit for lit in body.literals if isinstance(lit, Comparison) and lit.op == "="]
+    progress = True
+    while progress:
+        progress = False
+        for comparison in list(pending):
+            target, value = assignment_sides(comparison, bound)
+            if target is not None and expr_vars(value) <= bound:
+                bound.add(target.name)
+                assignments.append(comparison)
+                pending.remove(comparison)
+                progress = True
+    return bound, assignments
+
+
+def rule_variables(rule: Rule) -> set[str]:
+    names: set[str] = set()
+    for arg in rule.head.args:
+        names |= expr_vars(arg)
+    for body in rule.bodies:
+        for literal in body.literals:
+            names |= _literal_vars(literal)
+    return names
+
+
+def _literal_vars(literal: object) -> set[str]:
+    match literal:
+        case Atom(args=args):
+            return set().union(*(expr_vars(a) for a in args))
+        case Negation(atom=atom):
+            return _literal_vars(atom)
+        case Comparison(left=left, right=right):
+            return expr_vars(left) | expr_vars(right)
+    return set()
+
+
+def _var_occurrences(expr: Expr | Aggregate | None) -> Iterator[Var]:
+    match expr:
+        case Var():
+            yield expr
+        case BinOp(left=left, right=right):
+            yield from _var_occurrences(left)
+            yield from _var_occurrences(right)
+        case Aggregate(arg=arg):
+            yield from _var_occurrences(arg)
+        case Neg(operand=operand):
+            yield from _var_occurrences(operand)
+        case Call(args=args):
+            for arg in args:
+                yield from _var_occurrences(arg)
+
+
+# ---------------------------------------------------------------- the analyzer
+
+
+@dataclass
+class _Analyzer:
+    program: Program
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    schemas: dict[str, tuple[Attribute, ...]] = field(default_factory=dict)
+    decl_spans: dict[str, Span] = field(default_factory=dict)
+    inputs: dict[str, Span] = field(default_factory=dict)
+
+    def error(self, message: str, span: Span, *notes: str) -> None:
+        self.diagnostics.append(Diagnostic(message, span, tuple(notes)))
+
+    def warning(self, message: str, span: Span, *notes: str) -> None:
+        self.diagnostics.append(Diagnostic(message, span, tuple(notes), "warning"))
+
+    # ------------------------------------------------------------ declarations
+
+    def declarations(self) -> None:
+        for item in self.program.items:
+            if isinstance(item, Declaration):
+                self._declare(item)
+        for item in self.program.items:
+            if isinstance(item, InputDirective | OutputDirective):
+                self._directive(item)
+
+    def _declare(self, decl: Declaration) -> None:
+        if decl.relation in self.schemas:
+            self.error(
+                f"relation `{decl.relation}` is declared twice",
+                decl.span,
+                f"first declared at {self.decl_spans[decl.relation]}",
+            )
+            return
+        names: set[str] = set()
+        for attribute in decl.attributes:
+            if attribute.name in names:
+                self.error(
+                    f"attribute `{attribute.name}` of `{decl.relation}` is declared twice",
+                    attribute.span,
+                )
+            names.add(attribute.name)
+        self.schemas[decl.relation] = decl.attributes
+        self.decl_spans[decl.relation] = decl.span
+
+    def _directive(self, item: InputDirective | OutputDirective) -> None:
+        kind = "input" if isinstance(item, InputDirective) else "output"
+        if item.relation not in self.schemas:
+            self.error(
+                f"undeclared {kind} relation `{item.relation}`",
+                item.span,
+                f"declare it with `.decl {item.relation}(...)` before `.{kind} {item.relation}`",
+            )
+        if isinstance(item, InputDirective):
+            self.inputs.setdefault(item.relation, item.span)
+
+    # ------------------------------------------------------------ rules
+
+    def rules(self) -> None:
+        for rule in self.program.rules:
+            self._rule(rule)
+        self._aggregate_agreement()
+        self._index_shapes()
+
+    def _rule(self, rule: Rule) -> None:
+        head = rule.head
+        self._relation_use(head.relation, len(head.args), head.span)
+        if head.relation in self.inputs:
+            self.error(
+                f"`{head.relation}` is an input relation and cannot be defined by rules",
+                head.span,
+                f"`.input {head.relation}` at {self.inputs[head.relation]}: its facts come "
+                "from the input; drop `.input` to define it by rules",
+            )
+        aggregates = [a for a in head.args if isinstance(a, Aggregate)]
+        for extra in aggregates[1:]:
+            self.error(
+                f"more than one aggregate in the head of `{head.relation}`",
+                extra.span,
+                "a head has at most one aggregate; the other arguments are its group-by keys",
+            )
+        for arg in head.args:
+            if isinstance(arg, Wildcard):
+                self.error("`_` in a rule head", arg.span, "a head argument must have a value")
+        index = index_var(rule)
+        for body in rule.bodies:
+            self._body(rule, body, index)
+
+    def _relation_use(self, relation: str, arity: int, span: Span) -> None:
+        schema = self.schemas.get(relation)
+        if schema is None:
+            self.error(
+                f"undeclared relation `{relation}`",
+                span,
+                f"declare it with `.decl {relation}(...)`",
+            )
+        elif len(schema) != arity:
+            self.error(
+                f"arity mismatch: `{relation}` has {len(schema)} attributes "
+                f"but is used with {arity} arguments",
+                span,
+                f"declared at {self.decl_spans[relation]}",
+            )
+
+    def _body(self, rule: Rule, body: Body, index: str | None) -> None:
+        for literal in body.literals:
+            if isinstance(literal, Atom):
+                self._relation_use(literal.relation, len(literal.args), literal.span)
+            elif isinstance(literal, Negation):
+                self._relation_use(literal.atom.relation, len(literal.atom.args), literal.span)
+        pre_bound = [index] if index is not None else []
+        bound, assignments = bindings(body, pre_bound)
+        self._safety(rule, body, bound, assignments)
+        types = infer_body(body, self.schemas, assignments)
+        self._head_types(rule.head, types)
+        self.diagnostics.extend(types.diagnostics)
+
+    def _safety(
+        self, rule: Rule, body: Body, bound: set[str], assignments: list[Comparison]
+    ) -> None:
+        reported: set[str] = set()
+
+        def report(var: Var, where: str) -> None:
+            if var.name in bound or var.name in reported:
+                return
+            reported.add(var.name)
+            self.error(
+                f"unsafe variable `{var.name}` in {where}",
+                var.span,
+                f"bind `{var.name}` in a positive body atom or with an assignment "
+                f"`{var.name} = expr` whose right side is bound",
+            )
+
+        for literal in body.literals:
+            if isinstance(literal, Atom):
+                for arg in literal.args:
+                    if not isinstance(arg, Var):
+                        for var in _var_occurrences(arg):
+                            report(var, "an atom argument")
+            elif isinstance(literal, Negation):
+                for var in _var_occurrences_of_args(literal.atom.args):
+                    report(var, f"negated atom `!{literal.atom.relation}`")
+            elif literal not in assignments:
+                target, value = assignment_sides(literal, bound)
+                if target is not None:
+                    # A failed assignment: blame its right side, not the target again
+                    # wherever the target is used.
+                    reported.add(target.name)
+                    sides = list(_var_occurrences(value))
+                else:
+                    sides = [*_var_occurrences(literal.left), *_var_occurrences(literal.right)]
+                for var in sides:
+                    report(var, "a comparison")
+        for arg in rule.head.args:
+            for var in _var_occurrences(arg):
+                report(var, f"the head of `{rule.head.relation}`")
+
+    def _head_types(self, head: Head, types: object) -> None:
+        schema = self.schemas.get(head.relation)
+        if schema is None or len(schema) != len(head.args):
+            return
+        for arg, attribute in zip(head.args, schema, strict=True):
+            if isinstance(arg, Aggregate):
+                types.check_aggregate(arg, attribute, head.relation)  # type: ignore[attr-defined]
+            elif not isinstance(arg, Wildcard):
+                types.check_value(arg, attribute, head.relation, exact=True)  # type: ignore[attr-defined]
+
+    def _aggregate_agreement(self) -> None:
+        """All rules of a relation contribute to one aggregate (docs/language.md)."""
+        seen: dict[str, tuple[str, int, Span]] = {}
+        for rule in self.program.rules:
+            head = rule.head
+            aggregate = head.aggregate
+            if aggregate is None:
+                continue
+            position = head.args.index(aggregate)
+            first = seen.setdefault(head.relation, (aggregate.func, position, aggregate.span))
+            if first[:2] != (aggregate.func, position):
+                self.error(
+                    f"conflicting aggregates for `{head.relation}`: `{aggregate.func}` "
+                    f"in argument {position + 1} here but `{first[0]}` in argument "
+                    f"{first[1] + 1} at {first[2]}",
+                    aggregate.span,
+                )
+
+    def _index_shapes(self) -> None:
+        indexed = {r.head.relation: r for r in self.program.rules if index_var(r) is not None}
+        for rule in self.program.rules:
+            relation = rule.head.relation
+            if relation not in indexed:
+                continue
+            index = index_var(rule)
+            if index is None:
+                self._base_rule_shape(rule)
+                continue
+            self._recursive_index_shape(rule, index)
+        for relation, rule in indexed.items():
+            schema = self.schemas.get(relation)
+            if schema and schema[0].type != "number":
+                self.error(
+                    f"the iteration index of `{relation}` must be a number column",
+                    schema[0].span,
+                    f"`{relation}` is iteration-indexed at {rule.head.span}",
+                )
+
+    def _base_rule_shape(self, rule: Rule) -> None:
+        first = rule.head.args[0] if rule.head.args else None
+        if isinstance(first, NumberLit) and first.value == 0:
+            if any(a.relation == rule.head.relation for b in rule.bodies for a in body_atoms(b)):
+                self.error(
+                    f"the base rule of iteration-indexed `{rule.head.relation}` "
+                    "cannot read the relation itself",
+                    rule.head.span,
+                )
+            return
+        self.error(
+            f"a rule for iteration-indexed `{rule.head.relation}` must have `0` (base rule) "
+            "or `i+1` (recursive rule) as its first argument",
+            first.span if first is not None else rule.head.span,
+        )
+
+    def _recursive_index_shape(self, rule: Rule, index: str) -> None:
+        for body in rule.bodies:
+            for atom in body_atoms(body):
+                if atom.relation != rule.head.relation or not atom.args:
+                    continue
+                first = atom.args[0]
+                if not (isinstance(first, Var) and first.name == index):
+                    self.error(
+                        f"in an iteration-indexed rule, `{atom.relation}` in the body must "
+                        f"have `{index}` as its first argument",
+                        first.span,
+                        f"the head reads `{index}+1`: each round reads round `{index}`",
+                    )
+
+
+def _var_occurrences_of_args(args: tuple[Expr, ...]) -> Iterator[Var]:
+    for arg in args:
+        yield from _var_occurrences(arg)
+
+
+# ---------------------------------------------------------------- dependency graph
+
+
+@dataclass(frozen=True)
+class Edge:
+    head: str
+    body: str
+    negated: bool
+    span: Span
+
+
+def dependency_edges(rules: Iterable[Rule], idb: frozenset[str]) -> list[Edge]:
+    """``head`` depends on ``body`` for every IDB relation a rule reads."""
+    edges: list[Edge] = []
+    for rule in rules:
+        for body in rule.bodies:
+            for literal in body.literals:
+                if isinstance(literal, Atom) and literal.relation in idb:
+                    edges.append(Edge(rule.head.relation, literal.relation, False, literal.span))
+                elif isinstance(literal, Negation) and literal.atom.relation in idb:
+                    edges.append(
+                        Edge(rule.head.relation, literal.atom.relation, True, literal.span)
+                    )
+    return edges
+
+
+def strongly_connected(nodes: list[str], edges: list[Edge]) -> list[list[str]]:
+    """Tarjan's SCCs over "depends on" edges: dependencies come out before dependents."""
+    successors: dict[str, list[str]] = {n: [] for n in nodes}
+    for edge in edges:
+        if edge.body not in successors[edge.head]:
+            successors[edge.head].append(edge.body)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in successors[node]:
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            components.append(sorted(component, key=nodes.index))
+
+    for node in nodes:
+        if node not in index:
+            visit(node)
+    return components
+
+
+def _cycle_through(start: str, end: str, edges: list[Edge], members: set[str]) -> list[str]:
+    """A path start → … → end along "is used by" edges inside one SCC (BFS, shortest)."""
+    used_by: dict[str, list[str]] = {}
+    for edge in edges:
+        if edge.head in members and edge.body in members:
+            used_by.setdefault(edge.body, []).append(edge.head)
+    previous: dict[str, str | None] = {start: None}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        if node == end:
+            break
+        for nxt in used_by.get(node, []):
+            if nxt not in previous:
+                previous[nxt] = node
+                queue.append(nxt)
+    path = [end]
+    while previous.get(path[-1]) is not None:
+        path.append(previous[path[-1]])  # type: ignore[arg-type]
+    return list(reversed(path))
+
+
+# ---------------------------------------------------------------- strata and classes
+
+
+def structural_class(
+    relations: tuple[str, ...], rules: tuple[Rule, ...], recursive: bool
+) -> tuple[EvalClass | None, str]:
+    """The class the analysis can decide without Z3 (``check`` refines it)."""
+    if not recursive:
+        return None, "not recursive"
+    members = set(relations)
+    aggregated = [r for r in rules if r.head.aggregate is not None and _reads(r, members)]
+    if not any(r.head.aggregate is not None for r in rules):
+        return "set", "recursion without aggregates: semi-naive evaluation"
+    funcs = sorted({r.head.aggregate.func for r in rules if r.head.aggregate is not None})
+    if "mean" in funcs:
+        return "naive", "`mean` is not associative: naive evaluation"
+    linear = all(
+        sum(a.relation in members for a in body_atoms(b)) <= 1
+        for r in rules
+        for b in r.bodies
+    )
+    if len(relations) == 1 and linear and len(aggregated) == 1:
+        return "mra", (
+            f"linear recursive `{funcs[0]}` over one relation: MRA candidate, "
+            "pending the condition check"
+        )
+    if set(funcs) <= {"min", "max"}:
+        return "aggregate-seminaive", (
+            f"`{'/'.join(funcs)}` recursion that is not linear over one relation: "
+            "semi-naive candidate, pending the monotonicity check"
+        )
+    if funcs == ["count"]:
+        return "aggregate-seminaive", (
+            "recursion through `count`: semi-naive candidate, pending the monotonicity check"
+        )
+    return "naive", f"non-linear or mutual recursion through `{'/'.join(funcs)}`"
+
+
+def _reads(rule: Rule, members: set[str]) -> bool:
+    return any(a.relation in members for b in rule.bodies for a in body_atoms(b))
+
+
+def _strata(analyzer: _Analyzer, idb: frozenset[str]) -> tuple[Stratum, ...]:
+    rules = analyzer.program.rules
+    nodes: list[str] = []
+    for rule in rules:
+        if rule.head.relation not in nodes:
+            nodes.append(rule.head.relation)
+    edges = dependency_edges(rules, idb)
+    strata: list[Stratum] = []
+    for component in strongly_connected(nodes, edges):
+        members = set(component)
+        recursive = len(component) > 1 or any(
+            e.head in members and e.body in members for e in edges
+        )
+        _negation_in_recursion(analyzer, edges, members)
+        stratum_rules = tuple(r for r in rules if r.head.relation in members)
+        eval_class, reason = structural_class(tuple(component), stratum_rules, recursive)
+        strata.append(
+            Stratum(len(strata), tuple(component), stratum_rules, recursive, eval_class, reason)
+        )
+    return tuple(strata)
+
+
+def _negation_in_recursion(analyzer: _Analyzer, edges: list[Edge], members: set[str]) -> None:
+    for edge in edges:
+        if edge.negated and edge.head in members and edge.body in members:
+            cycle = _cycle_through(edge.head, edge.body, edges, members)
+            path = " -> ".join([edge.body, *cycle])
+            analyzer.error(
+                f"negation of `{edge.body}` inside its own recursion: {path}",
+                edge.span,
+                "negation must be stratified: a negated relation is computed "
+                "completely before the rule that negates it",
+            )
+
+
+def _termination_checks(analyzer: _Analyzer, strata: tuple[Stratum, ...]) -> None:
+    for stratum in strata:
+        members = set(stratum.relations)
+        for rule in stratum.rules:
+            clause = rule.termination
+            if clause is None:
+                continue
+            recursive = stratum.recursive and _reads(rule, members)
+            if not recursive or rule.head.aggregate is None:
+                analyzer.error(
+                    "termination clause on a rule that is not a recursive aggregate rule",
+                    clause.span,
+                    "only a recursive rule with a head aggregate can have `{...}`",
+                )
+            elif clause.var not in rule_variables(rule):
+                analyzer.error(
+                    f"termination clause names `{clause.var}`, which is not a variable "
+                    "of this rule",
+                    clause.span,
+                    "name the head aggregate's argument or the recursive atom's value variable",
+                )
+
+
+def _empty_relations(analyzer: _Analyzer, idb: frozenset[str]) -> None:
+    """A declared relation that is neither input nor defined is always empty: warn once."""
+    warned: set[str] = set()
+    for rule in analyzer.program.rules:
+        for body in rule.bodies:
+            for literal in body.literals:
+                atom = literal.atom if isinstance(literal, Negation) else literal
+                if not isinstance(atom, Atom):
+                    continue
+                name = atom.relation
+                defined = idb | set(analyzer.inputs)
+                if name in analyzer.schemas and name not in defined and name not in warned:
+                    warned.add(name)
+                    analyzer.warning(
+                        f"relation `{name}` is neither an input nor defined by rules: "
+                        "it is always empty",
+                        atom.span,
+                        f"add `.input {name}` to feed it",
+                    )
+
+
+def analyze(program: Program, source: str | None = None) -> Analysis:
+    """Check a parsed program and compute its strata (see the module docstring)."""
+    analyzer = _Analyzer(program)
+    analyzer.declarations()
+    analyzer.rules()
+    idb = frozenset(r.head.relation for r in program.rules)
+    strata = _strata(analyzer, idb)
+    _termination_checks(analyzer, strata)
+    _empty_relations(analyzer, idb)
+    diagnostics = sorted(analyzer.diagnostics, key=_diagnostic_order)
+    log.debug("analyzed %s: %d strata, %d diagnostics", program.file, len(strata), len(diagnostics))
+    return Analysis(
+        program=program,
+        source=source,
+        schemas=dict(analyzer.schemas),
+        edb=frozenset(analyzer.inputs),
+        idb=idb,
+        strata=strata,
+        diagnostics=tuple(diagnostics),
+    )
+
+
+def _diagnostic_order(diagnostic: Diagnostic) -> tuple[int, int, int]:
+    span = diagnostic.span
+    if span is NO_SPAN:
+        return (1 << 30, 0, 0)
+    return (span.line, span.col, 0 if diagnostic.severity == "error" else 1)

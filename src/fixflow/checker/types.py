@@ -1,0 +1,237 @@
+"""Type inference for rule bodies and heads.
+
+Types are ``number`` (int64), ``float`` and ``symbol``. ``number`` widens to ``float``
+(an int literal or an integer value may land in a float column); the reverse is a
+narrowing and an error, and mixing ``symbol`` with either numeric type is an error.
+Division always yields ``float`` (it does in Spark, where the engine evaluates it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fixflow.checker.ast import (
+    Aggregate,
+    Atom,
+    Attribute,
+    BinOp,
+    Body,
+    Call,
+    Comparison,
+    Expr,
+    FloatLit,
+    Neg,
+    Negation,
+    NumberLit,
+    Span,
+    StringLit,
+    TypeName,
+    Var,
+    Wildcard,
+)
+from fixflow.checker.diagnostics import Diagnostic
+
+NUMERIC = ("number", "float")
+
+
+def join_numeric(left: TypeName, right: TypeName) -> TypeName:
+    """The type of arithmetic on two numeric operands."""
+    return "float" if "float" in (left, right) else "number"
+
+
+def assignable(value: TypeName, column: TypeName) -> bool:
+    """Whether a value of type ``value`` may be stored in a ``column`` (widening only)."""
+    return value == column or (value == "number" and column == "float")
+
+
+def compatible(left: TypeName, right: TypeName) -> bool:
+    """Whether two values may be compared or joined: both numeric, or both symbols."""
+    return (left == "symbol") == (right == "symbol")
+
+
+@dataclass
+class BodyTypes:
+    """The inferred type of every variable of one body, and what was wrong."""
+
+    schemas: dict[str, tuple[Attribute, ...]]
+    types: dict[str, TypeName] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    # ------------------------------------------------------------ variables
+
+    def bind_from_atom(self, atom: Atom) -> None:
+        """Type the variables of a positive atom from its declaration."""
+        schema = self.schemas.get(atom.relation)
+        if schema is None or len(schema) != len(atom.args):
+            return
+        for arg, attribute in zip(atom.args, schema, strict=True):
+            if isinstance(arg, Var):
+                origin = f"column `{attribute.name}` of `{atom.relation}`"
+                self._bind(arg, attribute.type, origin)
+
+    def bind_assignment(self, target: Var, value: Expr) -> None:
+        value_type = self.expr_type(value)
+        if value_type is not None and target.name not in self.types:
+            self._bind(target, value_type, "its assignment")
+
+    def _bind(self, var: Var, type_: TypeName, origin: str) -> None:
+        known = self.types.get(var.name)
+        if known is None:
+            self.types[var.name] = type_
+            self.origins[var.name] = origin
+        elif not compatible(known, type_):
+            self.error(
+                f"type mismatch: `{var.name}` is {type_} here ({origin}) "
+                f"but {known} from {self.origins[var.name]}",
+                var.span,
+            )
+        else:
+            self.types[var.name] = join_numeric(known, type_) if type_ != "symbol" else known
+
+    def error(self, message: str, span: Span, *notes: str) -> None:
+        self.diagnostics.append(Diagnostic(message, span, tuple(notes)))
+
+    # ------------------------------------------------------------ expressions
+
+    def expr_type(self, expr: Expr) -> TypeName | None:
+        """The type of ``expr``; None when a variable is untyped (unbound) or a part is wrong."""
+        match expr:
+            case NumberLit():
+                return "number"
+            case FloatLit():
+                return "float"
+            case StringLit():
+                return "symbol"
+            case Wildcard():
+                return None
+            case Var(name=name):
+                return self.types.get(name)
+            case Neg(operand=operand):
+                return self._numeric(operand, "unary minus")
+            case BinOp(op=op, left=left, right=right):
+                return self._arith(op, left, right)
+            case Call(func=func, args=args):
+                return self._call(func, args)
+        raise TypeError(f"not an expression: {expr!r}")
+
+    def _numeric(self, expr: Expr, what: str) -> TypeName | None:
+        type_ = self.expr_type(expr)
+        if type_ == "symbol":
+            self.error(f"type mismatch: {what} needs a number, found a symbol", expr.span)
+            return None
+        return type_
+
+    def _arith(self, op: str, left: Expr, right: Expr) -> TypeName | None:
+        left_type = self._numeric(left, f"`{op}`")
+        right_type = self._numeric(right, f"`{op}`")
+        if left_type is None or right_type is None:
+            return None
+        return "float" if op == "/" else join_numeric(left_type, right_type)
+
+    def _call(self, func: str, args: tuple[Expr, ...]) -> TypeName | None:
+        arg_types = [self._numeric(a, f"`{func}`") for a in args]
+        if any(t is None for t in arg_types):
+            return None
+        if func in ("exp", "log"):
+            return "float"
+        result: TypeName = "number"
+        for t in arg_types:
+            result = join_numeric(result, t)  # type: ignore[arg-type]
+        return result
+
+    # ------------------------------------------------------------ checks
+
+    def check_comparison(self, comparison: Comparison) -> None:
+        left = self.expr_type(comparison.left)
+        right = self.expr_type(comparison.right)
+        if left is not None and right is not None and not compatible(left, right):
+            self.error(
+                f"type mismatch: cannot compare {left} with {right}",
+                comparison.span,
+            )
+
+    def check_atom_expressions(self, atom: Atom) -> None:
+        """Non-variable arguments of an atom (constants, ``t+1``) must fit their column."""
+        schema = self.schemas.get(atom.relation)
+        if schema is None or len(schema) != len(atom.args):
+            return
+        for arg, attribute in zip(atom.args, schema, strict=True):
+            if isinstance(arg, Var | Wildcard):
+                continue
+            self.check_value(arg, attribute, atom.relation, exact=False)
+
+    def check_value(self, expr: Expr, attribute: Attribute, relation: str, exact: bool) -> None:
+        """``expr`` stored into (``exact``) or matched against a column."""
+        type_ = self.expr_type(expr)
+        if type_ is None:
+            return
+        ok = assignable(type_, attribute.type) if exact else compatible(type_, attribute.type)
+        if not ok:
+            self.error(
+                f"type mismatch: column `{attribute.name}` of `{relation}` is "
+                f"{attribute.type} but this value is {type_}",
+                expr.span,
+            )
+
+    def check_aggregate(self, aggregate: Aggregate, attribute: Attribute, relation: str) -> None:
+        if aggregate.func == "count":
+            result: TypeName | None = "number"
+        elif aggregate.arg is None:
+            result = None
+        elif aggregate.func == "mean":
+            result = "float" if self._numeric(aggregate.arg, "`mean`") else None
+        elif aggregate.func == "sum":
+            result = self._numeric(aggregate.arg, "`sum`")
+        else:
+            result = self.expr_type(aggregate.arg)
+        if result is not None and not assignable(result, attribute.type):
+            self.error(
+                f"type mismatch: column `{attribute.name}` of `{relation}` is "
+                f"{attribute.type} but `{aggregate.func}` yields {result}",
+                aggregate.span,
+            )
+
+
+def infer_body(
+    body: Body, schemas: dict[str, tuple[Attribute, ...]], assignments: list[Comparison]
+) -> BodyTypes:
+    """Type every variable of ``body``; ``assignments`` are its ``X = expr`` literals in the
+    order the safety analysis bound them."""
+    types = BodyTypes(schemas)
+    for literal in body.literals:
+        if isinstance(literal, Atom):
+            types.bind_from_atom(literal)
+    for assignment in assignments:
+        target, value = assignment_sides(assignment, set(types.types))
+        if target is not None:
+            types.bind_assignment(target, value)
+    for literal in body.literals:
+        if isinstance(literal, Atom):
+            types.check_atom_expressions(literal)
+        elif isinstance(literal, Negation):
+            types.check_atom_expressions(literal.atom)
+            _check_negated_vars(types, literal.atom)
+        elif literal not in assignments:
+            types.check_comparison(literal)
+    return types
+
+
+def _check_negated_vars(types: BodyTypes, atom: Atom) -> None:
+    schema = types.schemas.get(atom.relation)
+    if schema is None or len(schema) != len(atom.args):
+        return
+    for arg, attribute in zip(atom.args, schema, strict=True):
+        if isinstance(arg, Var):
+            types.check_value(arg, attribute, atom.relation, exact=False)
+
+
+def assignment_sides(comparison: Comparison, bound: set[str]) -> tuple[Var | None, Expr]:
+    """For ``X = expr`` (or ``expr = X``) with X not in ``bound``: (X, expr)."""
+    if comparison.op != "=":
+        return None, comparison.right
+    if isinstance(comparison.left, Var) and comparison.left.name not in bound:
+        return comparison.left, comparison.right
+    if isinstance(comparison.right, Var) and comparison.right.name not in bound:
+        return comparison.right, comparison.left
+    return None, comparison.right
