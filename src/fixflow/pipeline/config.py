@@ -1,0 +1,254 @@
+"""Fixflow's configuration: TOML files (``conf/local.toml``, ``conf/cluster.toml``) loaded
+into frozen dataclasses and validated on load.
+
+The dataclass defaults *are* the embedded settings of ``conf/local.toml`` (a test keeps the
+two equal), so every command works from any directory without a config file. Unknown
+sections and keys are errors, missing keys take their defaults, and every message names
+the file, the section and the key: ``conf/x.toml: [stream] consistency must be
+"converged" or "async", got "fast"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from dataclasses import MISSING, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SOURCE = "<embedded conf/local.toml>"
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used; the message says where and why."""
+
+
+def _key(default: Any, *, choices: tuple[Any, ...] = (), minimum: float | None = None,
+         maximum: float | None = None, positive: bool = False) -> Any:
+    """A config key with its default and the constraints checked on load."""
+    meta = {"choices": choices, "minimum": minimum, "maximum": maximum, "positive": positive}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConfig:
+    bootstrap_servers: str = "127.0.0.1:19092"
+    embedded: bool = True
+    topic_prefix: str = ""
+    partitions: int = _key(2, positive=True)
+    replication_factor: int = _key(1, positive=True)
+    source: str = _key("python", choices=("python", "native"))
+
+    @property
+    def first_server(self) -> tuple[str, int]:
+        """Host and port of the first bootstrap server (where the embedded broker listens)."""
+        return parse_host_port(self.bootstrap_servers.split(",")[0])
+
+    def topic(self, relation: str) -> str:
+        return f"{self.topic_prefix}{relation}"
+
+
+@dataclass(frozen=True, slots=True)
+class LakeConfig:
+    path: str = "./lake"
+
+
+@dataclass(frozen=True, slots=True)
+class SparkConfig:
+    master: str = "local[2]"
+    conf: dict[str, str] = field(default_factory=dict)
+    """Free-form Spark settings (``[spark.conf]``), passed to the session builder."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    trigger_ms: int = _key(1000, minimum=0)
+    consistency: str = _key("converged", choices=("converged", "async"))
+    max_records_per_trigger: int = _key(10000, positive=True)
+    adaptive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    port: int = _key(9464, minimum=0, maximum=65535)
+
+
+@dataclass(frozen=True, slots=True)
+class BufferConfig:
+    initial: int = _key(1024, positive=True)
+    interval_ms: int = _key(100, positive=True)
+    alpha: float = _key(0.8, positive=True, maximum=1.0)
+    r: float = _key(2.0, minimum=1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    mode: str = _key("sync", choices=("sync", "async", "hybrid"))
+    max_iterations: int = _key(1000, positive=True)
+    priority: bool = False
+    schedule_portion: float = _key(0.2, positive=True, maximum=1.0)
+    check_interval_ms: int = _key(1000, positive=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticConfig:
+    switch_fraction: float = _key(0.2, positive=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    lake: LakeConfig = field(default_factory=LakeConfig)
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
+    source: str = field(default=DEFAULT_SOURCE, compare=False)
+    """Where the settings came from, for messages."""
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(Config)  # type: ignore[misc]
+                             if f.default_factory is not MISSING}
+
+
+def parse_host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"expected HOST:PORT, got {address!r}")
+    return host, int(port)
+
+
+def default_config() -> Config:
+    """The embedded settings (the same as ``conf/local.toml``)."""
+    return Config()
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load and validate a TOML config; ``None`` gives the embedded defaults."""
+    if path is None:
+        return default_config()
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{name}: cannot read config file: {error.strerror}") from error
+    return parse_config(text, name)
+
+
+def parse_config(text: str, source: str = "<string>") -> Config:
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source}: not valid TOML: {error}") from error
+    unknown = sorted(set(document) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown section [{unknown[0]}] (known: {', '.join(SECTIONS)})"
+        )
+    sections = {}
+    for name, cls in SECTIONS.items():
+        table = document.get(name, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: {name} must be a [{name}] section")
+        sections[name] = _load_section(cls, table, f"{source}: [{name}]")
+    config = Config(**sections, source=source)
+    _check_cross_section(config)
+    return config
+
+
+def _load_section(cls: type, table: dict[str, Any], where: str) -> Any:
+    if cls is SparkConfig:
+        return _load_spark(table, where)
+    known = {f.name: f for f in fields(cls)}
+    for key in table:
+        if key not in known:
+            raise ConfigError(f"{where} unknown key {key!r} (known: {', '.join(known)})")
+    values = {key: _check_value(known[key], value, where) for key, value in table.items()}
+    return replace(cls(), **values)
+
+
+def _load_spark(table: dict[str, Any], where: str) -> SparkConfig:
+    extra = set(table) - {"master", "conf"}
+    if extra:
+        raise ConfigError(f"{where} unknown key {sorted(extra)[0]!r} (known: master, conf; "
+                          'put Spark settings under [spark.conf] as "spark.x.y" = value)')
+    master = table.get("master", SparkConfig().master)
+    if not isinstance(master, str) or not master:
+        raise ConfigError(f"{where} master must be a non-empty string, got {master!r}")
+    conf = table.get("conf", {})
+    if not isinstance(conf, dict):
+        raise ConfigError(f"{where} conf must be a table of Spark settings")
+    return SparkConfig(master=master, conf={key: _spark_value(key, v, where)
+                                            for key, v in _flatten(conf).items()})
+
+
+def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Unquoted dotted TOML keys (spark.sql.x = 1) arrive as nested tables: join them back."""
+    flat: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _spark_value(key: str, value: Any, where: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ConfigError(f"{where} conf {key!r} must be a string, number or boolean, got {value!r}")
+
+
+def _check_value(spec: Any, value: Any, where: str) -> Any:
+    name, meta, default = spec.name, spec.metadata, spec.default
+    value = _check_type(name, default, value, where)
+    choices = meta.get("choices") or ()
+    if choices and value not in choices:
+        options = " or ".join(f'"{c}"' for c in choices)
+        raise ConfigError(f'{where} {name} must be {options}, got "{value}"')
+    if meta.get("positive") and value <= 0:
+        raise ConfigError(f"{where} {name} must be > 0, got {value}")
+    if meta.get("minimum") is not None and value < meta["minimum"]:
+        raise ConfigError(f"{where} {name} must be >= {meta['minimum']}, got {value}")
+    if meta.get("maximum") is not None and value > meta["maximum"]:
+        raise ConfigError(f"{where} {name} must be <= {meta['maximum']}, got {value}")
+    return value
+
+
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def _check_type(name: str, default: Any, value: Any, where: str) -> Any:
+    expected = type(default)
+    ok = isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not ok:
+        raise ConfigError(f"{where} {name} must be {_TYPE_NAMES[expected]}, got {value!r}")
+    return value
+
+
+def _check_cross_section(config: Config) -> None:
+    try:
+        for server in config.kafka.bootstrap_servers.split(","):
+            parse_host_port(server)
+    except ConfigError as error:
+        raise ConfigError(f"{config.source}: [kafka] bootstrap_servers: {error}") from None
+    if not config.lake.path:
+        raise ConfigError(f"{config.source}: [lake] path must not be empty")
+
+
+def add_conf_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--conf FILE`` option every command takes."""
+    parser.add_argument(
+        "--conf", metavar="FILE", default=None,
+        help="config file (TOML); default: the embedded settings of conf/local.toml",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    return load_config(getattr(args, "conf", None))
