@@ -208,7 +208,7 @@ class FixflowKafkaDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 (Spark API)
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(dict(self.options))
 
 
@@ -222,17 +222,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.read_timeout_s = float(options.get("read_timeout_s", "60"))
         self.target: Offsets | None = None
 
-    def initialOffset(self) -> dict:  # noqa: N802 (Spark API)
+    def initialOffset(self) -> dict:
         return beginning_offsets(self.bootstrap, self.topics)
 
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 (Spark API)
+    def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (Spark API)
+    def prepareForTriggerAvailableNow(self) -> None:
         # Fix the target now: data published after this call belongs to a later run.
         self.target = end_offsets(self.bootstrap, self.topics, self.probe)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802 (Spark API)
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         latest = self.target or end_offsets(self.bootstrap, self.topics, self.probe)
         start = self._with_new_partitions(normalize(start))
         end = normalize({t: {p: max(latest.get(t, {}).get(p, 0), start[t][p]) for p in start[t]}

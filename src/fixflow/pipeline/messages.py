@@ -70,7 +70,9 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _parse_object(document: dict[str, object], attributes: Sequence[Attribute]) -> Fact | DeadLetter:
+def _parse_object(
+    document: dict[str, object], attributes: Sequence[Attribute]
+) -> Fact | DeadLetter:
     names = [a.name for a in attributes]
     unknown = [k for k in document if k not in names and k != OP_FIELD]
     if unknown:
