@@ -11,11 +11,14 @@ from fixflow.checker.diagnostics import CheckError, Diagnostic
 
 def load(text: str, file: str = "<input>") -> object:
     """Parse, analyze and check ``text``; return the ``Report`` or raise ``CheckError``."""
-    from fixflow.checker.analysis import analyze
-    from fixflow.checker.check import check
     from fixflow.checker.parser import parse
 
+    # Parse before importing the later stages, so that syntax errors are reported by
+    # themselves (and even while a later stage is being worked on).
     program = parse(text, file)
+    from fixflow.checker.analysis import analyze
+    from fixflow.checker.check import check
+
     analysis = analyze(program, text)
     if analysis.errors:
         raise CheckError(list(analysis.diagnostics), text)

@@ -1,0 +1,568 @@
+"""The Fixflow parser: program text → ``Program`` (the grammar is in docs/language.md).
+
+A hand-written recursive-descent parser over the tokens of ``fixflow.checker.lexer``.
+
+Errors come in two strengths:
+- a *syntax* error (an unexpected token) is reported, then the parser skips to the next
+  item boundary (the ``.`` ending a rule, or the next directive) and carries on;
+- a *local* error (an aggregate in a body, a built-in name used as a relation, a wrong
+  number of arguments, an unknown type) is reported and parsing continues in place,
+  because the structure around it is still clear.
+Every diagnostic of the file is raised together in one ``CheckError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Callable
+from typing import TypeVar, cast
+
+from fixflow.checker.ast import (
+    AGGREGATE_FUNCS,
+    BUILTIN_FUNCS,
+    TYPE_NAMES,
+    Aggregate,
+    AggregateFunc,
+    ArithOp,
+    Atom,
+    Attribute,
+    BinOp,
+    Body,
+    BodyLiteral,
+    BuiltinFunc,
+    Call,
+    CompareOp,
+    Comparison,
+    Declaration,
+    Expr,
+    FloatLit,
+    Head,
+    HeadArg,
+    InputDirective,
+    Item,
+    Neg,
+    Negation,
+    NumberLit,
+    OutputDirective,
+    Program,
+    Rule,
+    Span,
+    StringLit,
+    Termination,
+    TypeName,
+    Var,
+    Wildcard,
+)
+from fixflow.checker.diagnostics import CheckError, Diagnostic
+from fixflow.checker.lexer import Kind, Lexer, Token, unescape
+
+log = logging.getLogger(__name__)
+
+COMPARE_OPS: tuple[str, ...] = ("=", "!=", "<", "<=", ">", ">=")
+ARITH_OPS: tuple[str, ...] = ("+", "-", "*", "/")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+BUILTINS_NOTE = ("the built-in functions are `min(a, b)`, `max(a, b)`, `abs(x)`, `exp(x)`, "
+                 "`log(x)` and `relu(x)`")
+LITERAL_NOTE = ("a body literal is an atom `p(X, Y)`, a negated atom `!p(X, Y)` "
+                "or a comparison such as `d = dx + w`")
+TERMINATION_NOTE = ("a termination clause reads `{sum[Δr] < 0.001}` "
+                    "(ASCII: `{sum[delta r] < 0.001}`)")
+TYPES_NOTE = "the types are `number` (int64), `float` (float64) and `symbol` (string)"
+TYPE_SUGGESTIONS = {"int": "number", "integer": "number", "long": "number", "unsigned": "number",
+                    "double": "float", "real": "float", "string": "symbol", "str": "symbol"}
+
+T = TypeVar("T")
+
+
+class _Abort(Exception):
+    """A syntax error has been reported: unwind to the enclosing item and recover."""
+
+
+def _join(first: Span, last: Span) -> Span:
+    """The span from the start of ``first`` to the end of ``last``."""
+    return Span(first.file, first.line, first.col, last.end_line, last.end_col)
+
+
+def _aggregates_in(node: object) -> list[Aggregate]:
+    """Every aggregate inside an expression (the expression itself included)."""
+    match node:
+        case Aggregate(arg=arg):
+            return [cast(Aggregate, node), *_aggregates_in(arg)]
+        case BinOp(left=left, right=right):
+            return _aggregates_in(left) + _aggregates_in(right)
+        case Neg(operand=operand):
+            return _aggregates_in(operand)
+        case Call(args=args):
+            return [a for arg in args for a in _aggregates_in(arg)]
+    return []
+
+
+class Parser:
+    def __init__(self, text: str, file: str) -> None:
+        lexer = Lexer(text, file)
+        self.tokens = lexer.run()
+        self.source_map = lexer.source_map
+        self.text = text
+        self.file = file
+        self.pos = 0
+        self.diagnostics: list[Diagnostic] = [t.error for t in self.tokens if t.error]
+
+    # ------------------------------------------------------------ program and recovery
+
+    def parse_program(self) -> Program:
+        items: list[Item] = []
+        while self._peek().kind is not Kind.EOF:
+            start = self.pos
+            try:
+                items.append(self._item())
+            except _Abort:
+                self._recover(start)
+        if any(d.severity == "error" for d in self.diagnostics):
+            ordered = sorted(self.diagnostics, key=lambda d: (d.span.line, d.span.col))
+            raise CheckError(ordered, self.text)
+        return Program(tuple(items), self.file)
+
+    def _recover(self, item_start: int) -> None:
+        """Skip to the next item boundary after a syntax error in the item at ``item_start``."""
+        in_directive = self.tokens[item_start].kind is Kind.DIRECTIVE
+        if self.pos == item_start:
+            self._advance()
+        while True:
+            token = self._peek()
+            if token.kind in (Kind.EOF, Kind.DIRECTIVE):
+                return
+            if in_directive and token.span.col == 1 and self._starts_line(self.pos):
+                return  # directives are one line: the next line's first word starts an item
+            self._advance()
+            if not in_directive and token.is_punct("."):
+                return
+
+    # ------------------------------------------------------------ token helpers
+
+    def _peek(self, ahead: int = 0) -> Token:
+        return self.tokens[min(self.pos + ahead, len(self.tokens) - 1)]
+
+    def _advance(self) -> Token:
+        token = self._peek()
+        if token.kind is not Kind.EOF:
+            self.pos += 1
+        return token
+
+    def _at(self, *texts: str, ahead: int = 0) -> bool:
+        return self._peek(ahead).is_punct(*texts)
+
+    def _starts_line(self, index: int) -> bool:
+        """Whether token ``index`` is the first token on its line."""
+        return index == 0 or self.tokens[index - 1].span.end_line < self.tokens[index].span.line
+
+    def _report(self, message: str, span: Span, *notes: str) -> None:
+        self.diagnostics.append(Diagnostic(message, span, tuple(notes)))
+
+    def _fail(self, message: str, *notes: str) -> _Abort:
+        """Report a syntax error at the current token; the caller raises the result.
+
+        An error token was already reported by the lexer, so it is not reported twice.
+        """
+        token = self._peek()
+        if token.kind is not Kind.ERROR:
+            self._report(f"{message}, found {token.describe()}", token.span, *notes)
+        return _Abort()
+
+    def _expect(self, text: str, message: str, *notes: str) -> Token:
+        if not self._at(text):
+            raise self._fail(message, *notes)
+        return self._advance()
+
+    def _ident(self, message: str, *notes: str) -> Token:
+        if self._peek().kind is not Kind.IDENT:
+            raise self._fail(message, *notes)
+        return self._advance()
+
+    def _span(self, first: Token, last: Token) -> Span:
+        return self.source_map.span(first.start, last.end)
+
+    # ------------------------------------------------------------ items
+
+    def _item(self) -> Item:
+        token = self._peek()
+        if token.kind is Kind.DIRECTIVE:
+            return self._directive(token)
+        if token.kind is Kind.IDENT:
+            return self._rule()
+        raise self._fail("expected a rule or a directive (`.decl`, `.input`, `.output`)")
+
+    def _directive(self, token: Token) -> Item:
+        if token.text == ".decl":
+            return self._declaration()
+        if token.text in (".input", ".output"):
+            return self._io_directive()
+        self._report(f"unknown directive `{token.text}`", token.span,
+                     "the directives are `.decl`, `.input` and `.output`")
+        raise _Abort()
+
+    def _relation_name(self, after: str) -> Token:
+        name = self._ident(f"expected a relation name after {after}")
+        self._check_relation_name(name)
+        return name
+
+    def _check_relation_name(self, name: Token) -> None:
+        if name.text in BUILTIN_FUNCS:
+            self._report(f"`{name.text}` is a built-in function and cannot name a relation",
+                         name.span, BUILTINS_NOTE, "rename the relation")
+
+    def _declaration(self) -> Declaration:
+        start = self._advance()
+        name = self._relation_name("`.decl`")
+        self._expect("(", f"expected `(` after `.decl {name.text}`",
+                     f"declare the attributes: `.decl {name.text}(src: number, dst: number)`")
+        attributes = self._comma_list(
+            self._attribute, f"expected `,` or `)` after an attribute of `{name.text}`")
+        end = self._advance()  # the `)` that _comma_list stopped at
+        return Declaration(name.text, attributes, self._span(start, end))
+
+    def _comma_list(self, parse_element: Callable[[], T], message: str) -> tuple[T, ...]:
+        """``[element ("," element)*]`` up to (not including) a closing ``)``."""
+        elements: list[T] = []
+        if self._at(")"):
+            return ()
+        while True:
+            elements.append(parse_element())
+            if self._at(")"):
+                return tuple(elements)
+            self._expect(",", message)
+
+    def _attribute(self) -> Attribute:
+        name = self._ident("expected an attribute name")
+        self._expect(":", f"expected `:` after attribute `{name.text}`",
+                     f"an attribute is written `name: type`, e.g. `{name.text}: number`")
+        type_token = self._ident(f"expected a type after `{name.text}:`", TYPES_NOTE)
+        return Attribute(name.text, self._type_name(type_token), self._span(name, type_token))
+
+    def _type_name(self, token: Token) -> TypeName:
+        if token.text in TYPE_NAMES:
+            return cast(TypeName, token.text)
+        notes = [TYPES_NOTE]
+        suggestion = TYPE_SUGGESTIONS.get(token.text.lower())
+        if suggestion:
+            notes.append(f"did you mean `{suggestion}`?")
+        self._report(f"unknown type `{token.text}`", token.span, *notes)
+        return "number"  # a placeholder: the program is rejected anyway
+
+    def _io_directive(self) -> InputDirective | OutputDirective:
+        start = self._advance()
+        name = self._relation_name(f"`{start.text}`")
+        following = self._peek()
+        if following.is_punct("(") and not self._starts_line(self.pos):
+            raise self._fail(
+                f"expected a new line after `{start.text} {name.text}`",
+                f"`{start.text}` takes only a relation name; the Kafka topic and the facts "
+                f"file are named after the relation")
+        node = InputDirective if start.text == ".input" else OutputDirective
+        return node(name.text, self._span(start, name))
+
+    # ------------------------------------------------------------ rules
+
+    def _rule(self) -> Rule:
+        head = self._head()
+        bodies: list[Body] = []
+        termination: Termination | None = None
+        after = f"expected `:-` or `.` after the head of `{head.relation}`"
+        if self._at(":-"):
+            self._advance()
+            bodies.append(self._body())
+            while self._at(";") and not self._at("{", ahead=1):
+                self._advance()
+                bodies.append(self._body())
+            after = "expected `,`, `;` or `.` after a body literal"
+        else:
+            end = head.span
+            bodies.append(Body((), Span(end.file, end.end_line, end.end_col,
+                                        end.end_line, end.end_col)))
+        if self._at(",", ";") and self._at("{", ahead=1):
+            self._advance()
+        if self._at("{"):
+            termination = self._termination()
+            after = "expected `.` after the termination clause"
+        end = self._end_of_rule(after)
+        return Rule(head, tuple(bodies), termination, _join(head.span, end.span))
+
+    def _end_of_rule(self, message: str) -> Token:
+        if self._at("."):
+            return self._advance()
+        token = self._peek()
+        if token.kind is not Kind.ERROR and (token.kind is Kind.EOF or self._starts_line(self.pos)):
+            # A missing `.` before a new line: report it where the `.` belongs and go on
+            # parsing the next line as a new item, instead of skipping it.
+            last = self.tokens[self.pos - 1]
+            where = Span(last.span.file, last.span.end_line, last.span.end_col,
+                         last.span.end_line, last.span.end_col)
+            self._report(f"expected `.` at the end of the rule, found {token.describe()}",
+                         where, "every rule and fact ends with `.`")
+            return last
+        raise self._fail(message)
+
+    def _head(self) -> Head:
+        name = self._advance()
+        self._check_relation_name(name)
+        self._expect("(", f"expected `(` after `{name.text}`",
+                     f"a rule starts with its head, e.g. `{name.text}(X, Y) :- ...`")
+        args = self._comma_list(
+            self._head_arg, f"expected `)` after the arguments of `{name.text}`")
+        end = self._advance()
+        return Head(name.text, args, self._span(name, end))
+
+    def _head_arg(self) -> HeadArg:
+        arg = self._expr()
+        nested = _aggregates_in(arg.arg) if isinstance(arg, Aggregate) else _aggregates_in(arg)
+        for aggregate in nested:
+            self._report(
+                f"aggregate `{aggregate.func}[...]` is not allowed inside an expression",
+                aggregate.span,
+                "an aggregate must be a whole head argument: compute the value in the body, "
+                "e.g. `p(X, sum[v]) :- ..., v = 2 * w.`")
+        return arg
+
+    def _reject_aggregates(self, node: object, where: str, *notes: str) -> None:
+        for aggregate in _aggregates_in(node):
+            self._report(f"aggregate `{aggregate.func}[...]` is not allowed in {where}",
+                         aggregate.span, *notes)
+
+    def _body_expr(self) -> Expr:
+        expr = self._expr()
+        self._reject_aggregates(
+            expr, "a rule body",
+            "aggregates go in the head, as a whole argument: `p(X, sum[v]) :- q(X, v).`")
+        return expr
+
+    def _body(self) -> Body:
+        literals = [self._literal()]
+        while self._at(",") and not self._at("{", ahead=1):
+            self._advance()
+            literals.append(self._literal())
+        return Body(tuple(literals), _join(literals[0].span, literals[-1].span))
+
+    def _literal(self) -> BodyLiteral:
+        token = self._peek()
+        if token.is_punct("!"):
+            self._advance()
+            if not (self._peek().kind is Kind.IDENT and self._at("(", ahead=1)):
+                raise self._fail("expected an atom after `!`",
+                                 "only atoms can be negated, e.g. `!edge(X, Y)`")
+            atom = self._atom()
+            return Negation(atom, _join(token.span, atom.span))
+        starts_atom = token.kind is Kind.IDENT and self._at("(", ahead=1)
+        if starts_atom and (token.text not in BUILTIN_FUNCS or self._builtin_used_as_atom()):
+            return self._atom()
+        if not self._can_start_expr(token):
+            raise self._fail("expected a body literal", LITERAL_NOTE)
+        return self._comparison()
+
+    def _comparison(self) -> Comparison:
+        left = self._body_expr()
+        if not self._at(*COMPARE_OPS):
+            raise self._fail(
+                "expected a comparison operator (`=`, `!=`, `<`, `<=`, `>`, `>=`) "
+                "after the expression", LITERAL_NOTE)
+        op = cast(CompareOp, self._advance().text)
+        right = self._body_expr()
+        return Comparison(op, left, right, _join(left.span, right.span))
+
+    def _builtin_used_as_atom(self) -> bool:
+        """Whether ``min(...)`` etc. at the current token stands alone like an atom rather
+        than starting an expression such as ``min(a, b) < c``."""
+        depth = 0
+        index = self.pos + 1
+        while index < len(self.tokens):
+            token = self.tokens[index]
+            if token.kind is Kind.EOF or token.is_punct("."):
+                return False
+            if token.is_punct("("):
+                depth += 1
+            elif token.is_punct(")"):
+                depth -= 1
+                if depth == 0:
+                    after = self.tokens[index + 1]
+                    return not after.is_punct(*COMPARE_OPS, *ARITH_OPS)
+            index += 1
+        return False
+
+    def _atom(self) -> Atom:
+        name = self._advance()
+        self._check_relation_name(name)
+        self._expect("(", f"expected `(` after `{name.text}`")
+        args = self._comma_list(
+            self._body_expr, f"expected `)` after the arguments of `{name.text}`")
+        end = self._advance()
+        return Atom(name.text, args, self._span(name, end))
+
+    def _termination(self) -> Termination:
+        start = self._advance()
+        func = self._ident("expected an aggregate (`min`, `max`, `sum`, `count`, `mean`) "
+                           "in the termination clause", TERMINATION_NOTE)
+        if func.text not in AGGREGATE_FUNCS:
+            self._report(f"`{func.text}` is not an aggregate", func.span,
+                         "the aggregates are `min`, `max`, `sum`, `count` and `mean`",
+                         TERMINATION_NOTE)
+        self._expect("[", f"expected `[` after `{func.text}`", TERMINATION_NOTE)
+        self._delta_marker()
+        var = self._ident("expected a variable after `Δ`", TERMINATION_NOTE)
+        self._expect("]", f"expected `]` after `Δ{var.text}`", TERMINATION_NOTE)
+        if not self._at(*COMPARE_OPS):
+            raise self._fail(f"expected a comparison operator after `{func.text}[Δ{var.text}]`",
+                             TERMINATION_NOTE)
+        op = cast(CompareOp, self._advance().text)
+        bound = self._expr()
+        self._reject_aggregates(bound, "a termination clause", TERMINATION_NOTE)
+        end = self._expect("}", "expected `}` to close the termination clause")
+        func_name = cast(AggregateFunc, func.text if func.text in AGGREGATE_FUNCS else "sum")
+        return Termination(func_name, var.text, op, bound, self._span(start, end))
+
+    def _delta_marker(self) -> None:
+        """``Δ``, ``∆`` or the ASCII ``delta`` followed by the variable."""
+        token = self._peek()
+        ascii_delta = token.kind is Kind.IDENT and token.text == "delta"
+        if token.kind is Kind.DELTA or (ascii_delta and self._peek(1).kind is Kind.IDENT):
+            self._advance()
+        else:
+            raise self._fail("expected `Δ` before the variable of the termination clause",
+                             TERMINATION_NOTE)
+
+    # ------------------------------------------------------------ expressions
+
+    def _can_start_expr(self, token: Token) -> bool:
+        return token.kind in (Kind.IDENT, Kind.INT, Kind.FLOAT, Kind.STRING) or \
+            token.is_punct("(", "-", "_")
+
+    def _binary(self, ops: tuple[str, ...], operand: Callable[[], Expr]) -> Expr:
+        """A left-associative chain ``operand (op operand)*``."""
+        left = operand()
+        while self._at(*ops):
+            op = cast(ArithOp, self._advance().text)
+            right = operand()
+            left = BinOp(op, left, right, _join(left.span, right.span))
+        return left
+
+    def _expr(self) -> Expr:
+        return self._binary(("+", "-"), self._term)
+
+    def _term(self) -> Expr:
+        return self._binary(("*", "/"), self._unary)
+
+    def _unary(self) -> Expr:
+        """``-`` directly before a number literal makes a negative literal (``-1`` is
+        ``NumberLit(-1)``, which also lets ``-9223372036854775808`` fit in int64);
+        before anything else, including ``(1)`` and ``-1``, it is a ``Neg`` node."""
+        if not self._at("-"):
+            token = self._peek()
+            return self._check_int_range(self._primary(), token)
+        minus = self._advance()
+        token = self._peek()
+        if token.kind in (Kind.INT, Kind.FLOAT):
+            literal = cast(NumberLit | FloatLit, self._primary())
+            span = _join(minus.span, literal.span)
+            negative = dataclasses.replace(literal, value=-literal.value, span=span)
+            return self._check_int_range(negative, token)
+        operand = self._unary()
+        return Neg(operand, _join(minus.span, operand.span))
+
+    def _check_int_range(self, node: Expr, token: Token) -> Expr:
+        if isinstance(node, NumberLit) and not INT64_MIN <= node.value <= INT64_MAX:
+            self._report(f"integer literal `{token.text}` does not fit in a `number` (int64)",
+                         node.span, "write it as a float, e.g. `1e20`")
+        return node
+
+    def _primary(self) -> Expr:
+        token = self._peek()
+        if token.kind is Kind.INT:
+            return self._int_or_dotted_float()
+        if token.kind is Kind.FLOAT:
+            return self._float(self._advance())
+        if token.kind is Kind.STRING:
+            return self._string(self._advance())
+        if token.is_punct("_"):
+            return Wildcard(self._advance().span)
+        if token.is_punct("("):
+            return self._parenthesized()
+        if token.kind is Kind.IDENT:
+            return self._name_expr()
+        raise self._fail("expected an expression")
+
+    def _int_or_dotted_float(self) -> Expr:
+        """``2.`` is a float unless its dot ends the rule, i.e. unless what follows the dot
+        is the end of the file or the start of another item (a name or a directive)."""
+        token = self._advance()
+        dot, following = self._peek(), self._peek(1)
+        if dot.is_punct(".") and dot.start == token.end and \
+                following.kind not in (Kind.EOF, Kind.IDENT, Kind.DIRECTIVE):
+            self._advance()
+            return FloatLit(float(token.text), self._span(token, dot))
+        return NumberLit(int(token.text), token.span)
+
+    def _float(self, token: Token) -> FloatLit:
+        value = float(token.text)
+        if not math.isfinite(value):
+            self._report(f"float literal `{token.text}` is out of range", token.span,
+                         "a `float` is a 64-bit IEEE double (at most about 1.8e308)")
+            value = 0.0
+        return FloatLit(value, token.span)
+
+    def _string(self, token: Token) -> StringLit:
+        value, errors = unescape(token, self.source_map)
+        self.diagnostics.extend(errors)
+        return StringLit(value, token.span)
+
+    def _parenthesized(self) -> Expr:
+        opening = self._advance()
+        inner = self._expr()
+        line, col = opening.span.line, opening.span.col
+        closing = self._expect(")", "expected `)` to close the parenthesis",
+                               f"the `(` opened at {line}:{col}")
+        return dataclasses.replace(inner, span=self._span(opening, closing))
+
+    def _name_expr(self) -> Expr:
+        name = self._peek()
+        if self._at("(", ahead=1) and name.text not in BUILTIN_FUNCS:
+            raise self._fail(f"expected an expression: `{name.text}` is not a built-in function",
+                             BUILTINS_NOTE, "relations can only be used as atoms")
+        self._advance()
+        if self._at("[") and name.text in AGGREGATE_FUNCS:
+            return self._aggregate(name)  # type: ignore[return-value]  # callers reject it
+        if not self._at("("):
+            return Var(name.text, name.span)
+        self._advance()
+        args = self._comma_list(self._expr, f"expected `)` after the arguments of `{name.text}`")
+        end = self._advance()
+        call = Call(cast(BuiltinFunc, name.text), args, self._span(name, end))
+        self._check_arity(call)
+        return call
+
+    def _check_arity(self, call: Call) -> None:
+        expected = BUILTIN_FUNCS[call.func]
+        if len(call.args) != expected:
+            plural = "argument" if expected == 1 else "arguments"
+            self._report(f"`{call.func}` takes {expected} {plural}, found {len(call.args)}",
+                         call.span, BUILTINS_NOTE)
+
+    def _aggregate(self, func: Token) -> Aggregate:
+        self._advance()  # `[`
+        arg: Expr | None = None
+        if self._at("*"):
+            star = self._advance()
+            if func.text != "count":
+                self._report(f"`{func.text}[*]` is not allowed: only `count` takes `*`",
+                             star.span, "`count[*]` counts the satisfying assignments of "
+                             f"the body; `{func.text}` needs a value, e.g. `{func.text}[x]`")
+        else:
+            arg = self._expr()
+        end = self._expect("]", f"expected `]` after the argument of `{func.text}[...]`")
+        return Aggregate(cast(AggregateFunc, func.text), arg, self._span(func, end))
+
+
+def parse(text: str, file: str = "<input>") -> Program:
+    """Parse a whole program; raise ``CheckError`` with every syntax error found."""
+    program = Parser(text, file).parse_program()
+    log.debug("parsed %s: %d items", file, len(program.items))
+    return program
