@@ -1,0 +1,335 @@
+"""The only module that imports Z3: decides the MRA properties by refuting their negation.
+
+Every verb builds ``¬property`` over universally quantified values and asks Z3 for a
+model: ``unsat`` ⇒ the property holds; ``sat`` ⇒ it fails and the model is the
+counterexample; ``unknown`` or a timeout ⇒ unknown (never treated as holds). ``exp`` and
+``log`` are uninterpreted functions with ground monotonicity axioms (and ``exp > 0``), so a
+``sat`` answer that involves them is only "not proven" and reported as unknown.
+
+An F′ application is partial: when a body comparison fails the alternative yields
+nothing. Values are therefore (present, value) pairs and G ignores absent operands.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
+
+import z3
+
+from fixflow.checker.ast import (
+    BinOp,
+    Call,
+    Comparison,
+    Expr,
+    FloatLit,
+    Neg,
+    NumberLit,
+    Var,
+)
+from fixflow.checker.conditions import Sort, ValueMap
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_MS = 1000
+Status = Literal["holds", "fails", "unknown"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    witness: dict[str, Fraction | float] = field(default_factory=dict)
+    """Model values by name: inputs (``x1``…), auxiliaries (``w#1``…) and results."""
+    note: str = ""
+
+
+# ---------------------------------------------------------------- translation
+
+
+@dataclass
+class _Translation:
+    """Expressions over a symbol environment; collects side conditions and UF uses."""
+
+    env: dict[str, z3.ArithRef]
+    side: list[z3.BoolRef] = field(default_factory=list)
+    uf_calls: list[tuple[str, z3.ArithRef, z3.ArithRef]] = field(default_factory=list)
+
+    def expr(self, expr: Expr) -> z3.ArithRef:
+        match expr:
+            case NumberLit(value=value):
+                return z3.IntVal(value)
+            case FloatLit(value=value):
+                fraction = Fraction(value)
+                return z3.Q(fraction.numerator, fraction.denominator)
+            case Var(name=name):
+                return self.env[name]
+            case Neg(operand=operand):
+                return -self.expr(operand)
+            case BinOp(op=op, left=left, right=right):
+                return self._binop(op, self.expr(left), self.expr(right))
+            case Call(func=func, args=args):
+                return self._call(func, [self.expr(a) for a in args])
+        raise ValueError(f"cannot translate {expr!r}")
+
+    def _binop(self, op: str, left: z3.ArithRef, right: z3.ArithRef) -> z3.ArithRef:
+        if op == "+":
+            return left + right
+        if op == "-":
+            return left - right
+        if op == "*":
+            return left * right
+        # Division yields a float (as in Spark); dividing by zero yields no value.
+        left, right = _real(left), _real(right)
+        self.side.append(right != 0)
+        return left / right
+
+    def _call(self, func: str, args: list[z3.ArithRef]) -> z3.ArithRef:
+        if func in ("min", "max"):
+            return binary(func, args[0], args[1])
+        (arg,) = args
+        if func == "abs":
+            return z3.If(arg >= 0, arg, -arg)
+        if func == "relu":
+            return z3.If(arg > 0, arg, z3.IntVal(0) if arg.is_int() else z3.RealVal(0))
+        function = z3.Function(func, z3.RealSort(), z3.RealSort())
+        real_arg = _real(arg)
+        if func == "log":
+            self.side.append(real_arg > 0)
+        result = function(real_arg)
+        self.uf_calls.append((func, real_arg, result))
+        return result
+
+    def comparison(self, comparison: Comparison) -> z3.BoolRef:
+        left, right = self.expr(comparison.left), self.expr(comparison.right)
+        return {
+            "=": lambda: left == right,
+            "!=": lambda: left != right,
+            "<": lambda: left < right,
+            "<=": lambda: left <= right,
+            ">": lambda: left > right,
+            ">=": lambda: left >= right,
+        }[comparison.op]()
+
+    def axioms(self) -> list[z3.BoolRef]:
+        """Ground facts about exp/log over the applications used: monotone, exp > 0."""
+        facts: list[z3.BoolRef] = []
+        for func, _arg, result in self.uf_calls:
+            if func == "exp":
+                facts.append(result > 0)
+        for func, arg, result in self.uf_calls:
+            for other_func, other_arg, other_result in self.uf_calls:
+                if func == other_func and result is not other_result:
+                    facts.append(z3.Implies(arg < other_arg, result < other_result))
+        return facts
+
+
+def _real(term: z3.ArithRef) -> z3.ArithRef:
+    return z3.ToReal(term) if term.is_int() else term
+
+
+def _sort(sort: Sort) -> z3.ArithSortRef:
+    return z3.IntSort() if sort == "int" else z3.RealSort()
+
+
+def binary(operator: str, a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
+    """G as a binary operator (``count`` is passed here as ``sum``)."""
+    if operator == "min":
+        return z3.If(a <= b, a, b)
+    if operator == "max":
+        return z3.If(a >= b, a, b)
+    if operator == "sum":
+        return a + b
+    if operator == "mean":
+        return (_real(a) + _real(b)) / 2
+    raise ValueError(f"unknown aggregate {operator}")
+
+
+# ---------------------------------------------------------------- partial values
+
+
+@dataclass(frozen=True)
+class _Partial:
+    present: z3.BoolRef
+    value: z3.ArithRef
+
+
+def _combine(operator: str, a: _Partial, b: _Partial) -> _Partial:
+    both = z3.And(a.present, b.present)
+    value = z3.If(both, binary(operator, a.value, b.value), z3.If(a.present, a.value, b.value))
+    return _Partial(z3.simplify(z3.Or(a.present, b.present)), value)
+
+
+def _same(a: _Partial, b: _Partial) -> z3.BoolRef:
+    return z3.And(a.present == b.present, z3.Implies(a.present, a.value == b.value))
+
+
+class _Applier:
+    """Applies one ValueMap to given inputs under one group's auxiliary symbols."""
+
+    def __init__(self, value_map: ValueMap, group: str, shared: _Translation) -> None:
+        self.map = value_map
+        self.aux = {
+            s.name: z3.Const(f"{s.name}#{group}", _sort(s.sort)) for s in value_map.aux
+        }
+        self.shared = shared
+
+    def __call__(self, *inputs: z3.ArithRef) -> _Partial:
+        env = dict(self.aux)
+        env.update({s.name: v for s, v in zip(self.map.inputs, inputs, strict=True)})
+        translation = _Translation(env)
+        value = translation.expr(self.map.output)
+        guards = [translation.comparison(c) for c in self.map.constraints] + translation.side
+        self.shared.uf_calls.extend(translation.uf_calls)
+        if self.map.output_sort == "real":
+            value = _real(value)
+        return _Partial(z3.And(*guards) if guards else z3.BoolVal(True), value)
+
+
+# ---------------------------------------------------------------- solving
+
+
+def _solve(
+    negation: z3.BoolRef,
+    shared: _Translation,
+    named: dict[str, z3.ArithRef],
+    simple: tuple[list[z3.BoolRef], ...] = (),
+) -> Verdict:
+    solver = z3.Solver()
+    solver.set("timeout", TIMEOUT_MS)
+    solver.add(negation, *shared.axioms())
+    result = solver.check()
+    if result == z3.unsat:
+        return Verdict("holds")
+    if result == z3.unknown:
+        return Verdict("unknown", note=f"Z3 gave no answer ({solver.reason_unknown()})")
+    model = _simplest_model(solver, simple)
+    witness = {n: _value(model.eval(term, model_completion=True)) for n, term in named.items()}
+    if shared.uf_calls:
+        return Verdict(
+            "unknown", witness, "not proven: exp/log are modelled only by their monotonicity"
+        )
+    return Verdict("fails", witness)
+
+
+def _simplest_model(solver: z3.Solver, tiers: tuple[list[z3.BoolRef], ...]) -> z3.ModelRef:
+    """A model that reads well: try the preference tiers in order (auxiliaries = 1, small
+    whole inputs, ...), keep the first that is still a counterexample."""
+    model = solver.model()
+    solver.set("timeout", TIMEOUT_MS // 4)
+    for tier in tiers:
+        if solver.check(*tier) == z3.sat:
+            return solver.model()
+    return model
+
+
+def _small_whole(terms: list[z3.ArithRef], bound: int = 4) -> list[z3.BoolRef]:
+    facts: list[z3.BoolRef] = []
+    for term in terms:
+        facts += [term >= -bound, term <= bound]
+        if not term.is_int():
+            facts.append(z3.IsInt(term))
+    return facts
+
+
+def _ones(terms: list[z3.ArithRef]) -> list[z3.BoolRef]:
+    return [t == 1 for t in terms]
+
+
+def _value(term: z3.ExprRef) -> Fraction | float:
+    if z3.is_int_value(term):
+        return Fraction(term.as_long())
+    if z3.is_rational_value(term):
+        return Fraction(term.numerator_as_long(), term.denominator_as_long())
+    if z3.is_algebraic_value(term):
+        return float(term.approx(8).as_decimal(8).rstrip("?"))
+    return float("nan")
+
+
+def algebra(operator: str, sort: Sort, law: str) -> Verdict:
+    """Property 1: ``commutativity`` or ``associativity`` of G as a binary operator."""
+    value_sort = z3.RealSort() if operator == "mean" else _sort(sort)
+    a, b, c = (z3.Const(n, value_sort) for n in "abc")
+    if law == "commutativity":
+        left, right = binary(operator, a, b), binary(operator, b, a)
+        named = {"a": a, "b": b, "left": left, "right": right}
+    else:
+        left = binary(operator, binary(operator, a, b), c)
+        right = binary(operator, a, binary(operator, b, c))
+        named = {"a": a, "b": b, "c": c, "left": left, "right": right}
+    return _solve(left != right, _Translation({}), named, (_small_whole([a, b, c]),))
+
+
+def property2(operator: str, value_map: ValueMap) -> Verdict:
+    """G∘F′∘G(X) = G∘F′(X) on PowerLog's Figure 4 template, generalised: two source groups,
+    each with its own auxiliary values and two recursive values."""
+    shared = _Translation({})
+    sort = _sort(value_map.input.sort)
+    x1, y1, x2, y2 = (z3.Const(n, sort) for n in ("x1", "y1", "x2", "y2"))
+    f1, f2 = _Applier(value_map, "1", shared), _Applier(value_map, "2", shared)
+
+    def g(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
+        return binary(operator, a, b)
+
+    lhs = _combine(operator, f1(g(x1, y1)), f2(g(x2, y2)))
+    rhs = _combine(operator, _combine(operator, _combine(operator, f1(x1), f1(y1)), f2(x2)), f2(y2))
+    named: dict[str, z3.ArithRef] = {"x1": x1, "y1": y1, "x2": x2, "y2": y2}
+    named.update(_aux_named(f1, f2))
+    named.update({"lhs": lhs.value, "rhs": rhs.value})
+    named.update({"lhs?": z3.If(lhs.present, 1, 0), "rhs?": z3.If(rhs.present, 1, 0)})
+    aux = list(_aux_named(f1, f2).values())
+    values = [x1, y1, x2, y2]
+    tiers = (
+        _ones(aux) + _small_whole(values),
+        _small_whole(aux + values),
+        _ones(aux),
+    )
+    return _solve(z3.Not(_same(lhs, rhs)), shared, named, tiers)
+
+
+def _aux_named(*appliers: _Applier) -> dict[str, z3.ArithRef]:
+    named: dict[str, z3.ArithRef] = {}
+    for applier in appliers:
+        for term in applier.aux.values():
+            named[str(term)] = term
+    return named
+
+
+def contraction(value_map: ValueMap) -> Verdict:
+    """A3 Theorem 3.9 (eliminable, sufficient): |f(x)| < |x| for every x ≠ 0 the body
+    admits; refuted by a model with x ≠ 0 and |f(x)| ≥ |x|."""
+    shared = _Translation({})
+    x = z3.Const("x1", _sort(value_map.input.sort))
+    f = _Applier(value_map, "1", shared)
+    out = f(x)
+    size_in = z3.If(x >= 0, x, -x)
+    size_out = z3.If(out.value >= 0, out.value, -out.value)
+    negation = z3.And(x != 0, out.present, size_out >= size_in)
+    named = {"x1": x, **_aux_named(f), "lhs": out.value}
+    aux = list(_aux_named(f).values())
+    tiers = (_small_whole([x, *aux]), _ones(aux))
+    return _solve(negation, shared, named, tiers)
+
+
+def monotone(value_map: ValueMap, position: int) -> Verdict:
+    """The combining expression never decreases when input ``position`` grows (others
+    fixed): what min/max semi-naive evaluation with "keep only improved" needs."""
+    shared = _Translation({})
+    f = _Applier(value_map, "1", shared)
+    inputs = [z3.Const(s.name, _sort(s.sort)) for s in value_map.inputs]
+    larger = list(inputs)
+    larger[position] = z3.Const(f"{value_map.inputs[position].name}'", inputs[position].sort())
+    low, high = f(*inputs), f(*larger)
+    negation = z3.And(
+        inputs[position] <= larger[position], low.present, high.present, low.value > high.value
+    )
+    named = {str(t): t for t in [*inputs, larger[position]]}
+    named.update(_aux_named(f))
+    named.update({"lhs": low.value, "rhs": high.value})
+    aux = list(_aux_named(f).values())
+    tiers = (_small_whole([*inputs, larger[position], *aux]),)
+    return _solve(negation, shared, named, tiers)
+
+
+__all__ = ["Verdict", "algebra", "contraction", "monotone", "property2"]
