@@ -1,0 +1,68 @@
+"""Config files: defaults, validation messages, the shipped files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fixflow.pipeline.config import ConfigError, default_config, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_local_toml_equals_the_embedded_defaults() -> None:
+    assert load_config(ROOT / "conf" / "local.toml") == default_config()
+
+
+def test_every_key_of_local_toml_is_documented() -> None:
+    lines = (ROOT / "conf" / "local.toml").read_text().splitlines()
+    for number, line in enumerate(lines):
+        if "=" in line and not line.lstrip().startswith("#"):
+            assert lines[number - 1].lstrip().startswith("#"), f"undocumented: {line}"
+
+
+def test_cluster_toml_selects_native_kafka_and_object_storage() -> None:
+    config = load_config(ROOT / "conf" / "cluster.toml")
+    assert config.kafka.source == "native"
+    assert not config.kafka.embedded
+    assert config.lake.path.startswith("s3a://")
+    assert config.spark.conf["spark.sql.shuffle.partitions"] == "48"
+
+
+def test_missing_keys_take_defaults_and_values_are_typed() -> None:
+    config = parse_config('[stream]\nconsistency = "async"\n[buffer]\nr = 3\n')
+    assert config.stream.consistency == "async"
+    assert config.stream.trigger_ms == default_config().stream.trigger_ms
+    assert config.buffer.r == 3.0 and isinstance(config.buffer.r, float)
+    assert config.kafka.topic("edge") == "edge"
+    assert parse_config('[kafka]\ntopic_prefix = "p."').kafka.topic("edge") == "p.edge"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[stream]\nconsistency = "fast"',
+     'conf/x.toml: [stream] consistency must be "converged" or "async", got "fast"'),
+    ("[stream]\nspeed = 1", "conf/x.toml: [stream] unknown key 'speed'"),
+    ("[streams]\n", "conf/x.toml: unknown section [streams]"),
+    ('[kafka]\npartitions = "2"', "conf/x.toml: [kafka] partitions must be an integer, got '2'"),
+    ("[kafka]\npartitions = 0", "conf/x.toml: [kafka] partitions must be > 0, got 0"),
+    ('[kafka]\nsource = "jvm"', 'conf/x.toml: [kafka] source must be "python" or "native"'),
+    ("[kafka]\nembedded = 1", "conf/x.toml: [kafka] embedded must be a boolean, got 1"),
+    ('[kafka]\nbootstrap_servers = "localhost"',
+     "conf/x.toml: [kafka] bootstrap_servers: expected HOST:PORT, got 'localhost'"),
+    ("[metrics]\nport = 70000", "conf/x.toml: [metrics] port must be <= 65535, got 70000"),
+    ("[buffer]\nalpha = 1.5", "conf/x.toml: [buffer] alpha must be <= 1.0, got 1.5"),
+    ('[engine]\nmode = "fast"', 'conf/x.toml: [engine] mode must be "sync" or "async" or'),
+    ("[spark]\nexecutors = 3", "conf/x.toml: [spark] unknown key 'executors'"),
+    ("[spark.conf]\n\"spark.x\" = [1]", "conf/x.toml: [spark] conf 'spark.x' must be"),
+    ("[stream\n", "conf/x.toml: not valid TOML"),
+])
+def test_invalid_configs_say_where_and_why(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_config(text, "conf/x.toml")
+    assert str(error.value).startswith(message), str(error.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "nope.toml")
