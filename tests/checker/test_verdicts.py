@@ -1,0 +1,275 @@
+"""Verdicts of the condition checker on small programs, decided by real Z3 from structure."""
+
+from __future__ import annotations
+
+import pytest
+
+from fixflow.checker import load
+from fixflow.checker.ast import NumberLit
+from fixflow.checker.model import Report, RuleVerdict
+
+EDGES = """
+.decl e(x: number, y: number, w: float)
+.input e
+"""
+
+
+def report_of(rules: str) -> Report:
+    report = load(EDGES + rules, "t.dl")
+    assert isinstance(report, Report)
+    return report
+
+
+def only_verdict(rules: str) -> RuleVerdict:
+    (verdict,) = report_of(rules).verdicts
+    return verdict
+
+
+def linear(decl: str, agg: str, step: str) -> str:
+    """One relation `v` with a base rule and a linear recursive rule `v(Y, agg[b]) :- v(X, a),
+    e(X, Y, w), step`."""
+    return f"""
+.decl v(x: number, val: {decl})
+v(X, a) :- e(X, _, a).
+v(Y, {agg}[b]) :- v(X, a), e(X, Y, w), {step}.
+"""
+
+
+def test_min_of_a_bound_under_max_holds() -> None:
+    verdict = only_verdict(linear("float", "max", "b = min(a, w)"))
+    assert verdict.properties["property2"] == "holds"
+    assert verdict.eval_class == "mra"
+    assert verdict.counterexample is None
+
+
+def test_square_under_sum_fails_property2_with_counterexample() -> None:
+    verdict = only_verdict(linear("float", "sum", "b = 0.5 * a * a"))
+    assert verdict.properties["property2"] == "fails"
+    assert verdict.eval_class == "naive"
+    assert verdict.counterexample is not None
+    assert "but" in verdict.counterexample and "a = " in verdict.counterexample
+
+
+def test_ten_minus_under_min_fails() -> None:
+    verdict = only_verdict(linear("float", "min", "b = 10 - a"))
+    assert verdict.properties["property2"] == "fails"
+    assert verdict.eval_class == "naive"
+    assert "10 - " in (verdict.counterexample or "")
+
+
+def test_shortest_path_step_under_min_holds() -> None:
+    verdict = only_verdict(linear("float", "min", "b = a + w"))
+    assert [verdict.properties[p] for p in ("commutativity", "associativity", "property2")] == [
+        "holds"
+    ] * 3
+    assert verdict.properties["convergence"] == "n/a"
+    assert verdict.eval_class == "mra"
+
+
+PAGERANK = """
+.decl node(x: number)
+.input node
+.decl degree(x: number, d: number)
+degree(X, count[Y]) :- e(X, Y, _).
+.decl rank(x: number, r: float)
+rank(Y, sum[r]) :- node(Y), r = 0.15 ; rank(X, rx), e(X, Y, _), degree(X, d), r = 0.85 * rx / d.
+"""
+
+
+def test_pagerank_step_holds_and_converges_using_degree_at_least_one() -> None:
+    verdict = only_verdict(PAGERANK)
+    assert verdict.properties["property2"] == "holds"
+    assert verdict.properties["convergence"] == "holds"
+    assert verdict.eval_class == "mra"
+    assert verdict.constant == "node(Y), r = 0.15"
+
+
+def test_without_the_count_fact_the_degree_may_be_small_and_convergence_is_unknown() -> None:
+    # Same step, but the degree is a float input: nothing says d >= 1, so 0.85/d may
+    # exceed 1 (an integer d != 0 would still be at least 1 in magnitude).
+    rules = PAGERANK.replace("degree(X, count[Y]) :- e(X, Y, _).", ".input degree").replace(
+        "degree(x: number, d: number)", "degree(x: number, d: float)"
+    )
+    verdict = only_verdict(rules)
+    assert verdict.properties["property2"] == "holds"
+    assert verdict.properties["convergence"] == "unknown"
+    assert verdict.eval_class == "mra"
+    assert "convergence not proven" in verdict.reason
+
+
+def test_relu_under_sum_fails_like_gcn() -> None:
+    rules = """
+.decl para(p: float)
+.input para
+.decl g(x: number, v: float)
+g(X, v) :- e(X, _, v).
+g(Y, sum[g1]) :- g(X, v), e(X, Y, w), para(p), g1 = relu(v * p) * w.
+"""
+    verdict = only_verdict(rules)
+    assert verdict.properties["property2"] == "fails"
+    assert verdict.eval_class == "naive"
+    text = verdict.counterexample or ""
+    assert "relu(" in text and "v = " in text and "p = " in text and "w = " in text
+
+
+def test_mean_fails_associativity_with_counterexample() -> None:
+    verdict = only_verdict(linear("float", "mean", "b = a + w"))
+    assert verdict.properties["commutativity"] == "holds"
+    assert verdict.properties["associativity"] == "fails"
+    assert verdict.eval_class == "naive"
+    assert (verdict.counterexample or "").startswith("mean(mean(")
+
+
+def test_counting_derivations_with_count_star_is_not_mra() -> None:
+    # count[*] adds 1 per derivation: pre-aggregating two values changes the count.
+    verdict = only_verdict(
+        """
+.decl c(x: number, n: number)
+c(X, 1) :- e(X, _, _).
+c(Y, count[*]) :- c(X, n), e(X, Y, _).
+"""
+    )
+    assert verdict.properties["property2"] == "fails"
+    assert verdict.eval_class == "naive"
+
+
+def test_count_of_path_counts_adds_them_and_is_mra() -> None:
+    verdict = only_verdict(
+        """
+.decl cp(x: number, y: number, c: number)
+cp(X, Y, 1) :- e(X, Y, _).
+cp(X, Y, count[c]) :- cp(X, Z, c), e(Z, Y, _).
+"""
+    )
+    assert verdict.properties["property2"] == "holds"
+    assert verdict.properties["convergence"] == "n/a"
+    assert verdict.eval_class == "mra"
+
+
+def test_exp_is_never_claimed_to_fail_only_unknown() -> None:
+    verdict = only_verdict(linear("float", "sum", "b = exp(a)"))
+    assert verdict.properties["property2"] == "unknown"
+    assert verdict.eval_class == "naive"
+
+
+def test_exp_monotonicity_proves_property2_under_max() -> None:
+    verdict = only_verdict(linear("float", "max", "b = exp(a) + w"))
+    assert verdict.properties["property2"] == "holds"
+    assert verdict.eval_class == "mra"
+
+
+@pytest.mark.parametrize(
+    ("combine", "expected"),
+    [("d = d1 + d2", "aggregate-seminaive"), ("d = d1 - d2", "naive")],
+)
+def test_non_linear_min_needs_a_monotone_combination(combine: str, expected: str) -> None:
+    report = report_of(
+        f"""
+.decl path(x: number, y: number, d: float)
+path(X, Y, d) :- e(X, Y, d).
+path(X, Y, min[d]) :- path(X, Z, d1), path(Z, Y, d2), {combine}.
+"""
+    )
+    (stratum,) = [s for s in report.strata if s.recursive]
+    assert stratum.eval_class == expected
+    assert report.verdicts[0].properties["property2"] == "n/a"
+
+
+def test_max_probability_path_is_monotone_once_probabilities_are_non_negative() -> None:
+    body = "reach(X, Z, P1), reach(Z, Y, P2), P = P1 * P2"
+    program = """
+.decl reach(x: number, y: number, p: float)
+reach(X, Y, P) :- e(X, Y, P).
+reach(X, Y, max[P]) :- {body}.
+"""
+    unguarded = report_of(program.format(body=body))
+    guarded = report_of(program.format(body=body + ", P1 >= 0, P2 >= 0"))
+    assert unguarded.strata[0].eval_class == "naive"
+    assert "P1 = " in (unguarded.verdicts[0].counterexample or "")
+    assert guarded.strata[0].eval_class == "aggregate-seminaive"
+
+
+PARTY = """
+.decl friend(x: number, y: number)
+.input friend
+.decl sure(x: number)
+.input sure
+.decl coming(x: number)
+.decl cnt(x: number, n: number)
+coming(X) :- sure(X).
+coming(X) :- cnt(X, N), N {test} 3.
+cnt(Y, count[*]) :- friend(Y, X), coming(X).
+"""
+
+
+@pytest.mark.parametrize(("test", "expected"), [(">=", "aggregate-seminaive"), ("<", "naive")])
+def test_party_is_monotone_only_through_an_upward_test(test: str, expected: str) -> None:
+    report = load(PARTY.format(test=test), "party.dl")
+    assert isinstance(report, Report)
+    (stratum,) = [s for s in report.strata if s.recursive]
+    assert set(stratum.relations) == {"coming", "cnt"}
+    assert stratum.eval_class == expected
+    assert [v.relation for v in report.verdicts] == ["coming", "cnt"]
+
+
+def test_transitive_closure_is_set_with_na_properties() -> None:
+    report = report_of(
+        """
+.decl tc(x: number, y: number)
+tc(X, Y) :- e(X, Y, _).
+tc(X, Y) :- tc(X, Z), e(Z, Y, _).
+"""
+    )
+    (verdict,) = report.verdicts
+    assert verdict.eval_class == "set"
+    assert set(verdict.properties.values()) == {"n/a"}
+
+
+INDEXED = """
+.decl node(x: number)
+.input node
+.decl degree(x: number, d: number)
+degree(X, count[Y]) :- e(X, Y, _).
+.decl rank(i: number, x: number, r: float)
+rank(0, X, r) :- node(X), r = 0.
+rank(i+1, Y, sum[r]) :- node(Y), r = 0.15 ; rank(i, X, rx), e(X, Y, _), degree(X, d),
+    r = 0.85 * rx / d {sum[Δr] < 0.001}.
+"""
+
+
+def test_indexed_pagerank_gets_an_mra_spec_and_a_rewritten_form() -> None:
+    from fixflow.checker.parser import parse
+    from fixflow.checker.printer import pretty
+
+    report = report_of(INDEXED)
+    spec = report.mra["rank"]
+    assert (spec.index_pos, spec.value_pos, spec.key_positions) == (0, 2, (1,))
+    assert spec.aggregate == "sum" and spec.converges_to_limit
+    assert len(spec.constant_bodies) == 1 and len(spec.recursive_bodies) == 1
+    atom = spec.recursive_bodies[0].literals[spec.recursive_atom_index[0]]
+    assert atom.relation == "rank"  # type: ignore[union-attr]
+    assert [r.head.args[0] for r in spec.init_rules] == [NumberLit(0)]
+    assert spec.rewritten is not None
+    text = pretty(spec.rewritten)
+    assert ".decl rank(x: number, r: float)" in text
+    assert "rank(X, rx)" in text and "rank(0," not in text
+    rewritten = load(text, "rewritten.dl")
+    assert isinstance(rewritten, Report)
+    assert rewritten.mra["rank"].index_pos is None
+    assert parse(text, "r.dl") == spec.rewritten
+
+
+def test_min_spec_for_sssp() -> None:
+    report = report_of(
+        """
+.decl sssp(x: number, d: float)
+sssp(X, d) :- X = 1, d = 0.
+sssp(Y, min[dy]) :- sssp(X, dx), e(X, Y, w), dy = dx + w.
+"""
+    )
+    spec = report.mra["sssp"]
+    assert (spec.key_positions, spec.value_pos, spec.index_pos) == ((0,), 1, None)
+    assert len(spec.init_rules) == 1 and not spec.constant_bodies
+    assert spec.recursive_atom_index == (0,)
+    assert not spec.converges_to_limit
+    assert report.verdicts[0].initial_delta.startswith("ΔX¹ = min(X⁰ ∪ C)")
