@@ -139,6 +139,9 @@ class Parser:
             self._advance()
             if not in_directive and token.is_punct("."):
                 return
+            if token.kind is Kind.ERROR and token.text.startswith('"') and \
+                    self._peek().span.col == 1 and self._starts_line(self.pos):
+                return  # an unterminated string ate its line, and likely the rule's `.`
 
     # ------------------------------------------------------------ token helpers
 
@@ -525,8 +528,9 @@ class Parser:
     def _name_expr(self) -> Expr:
         name = self._peek()
         if self._at("(", ahead=1) and name.text not in BUILTIN_FUNCS:
-            raise self._fail(f"expected an expression: `{name.text}` is not a built-in function",
-                             BUILTINS_NOTE, "relations can only be used as atoms")
+            self._report(f"`{name.text}` is not a built-in function", name.span, BUILTINS_NOTE,
+                         "a relation is used as an atom of the body, not inside an expression")
+            raise _Abort()
         self._advance()
         if self._at("[") and name.text in AGGREGATE_FUNCS:
             return self._aggregate(name)  # type: ignore[return-value]  # callers reject it

@@ -36,6 +36,8 @@ from fixflow.checker.ast import (
 from fixflow.checker.lexer import LINE_BREAKS
 
 INDENT = "    "
+MAX_LINE = 100
+"""A one-body rule longer than this is laid out like a rule with several bodies."""
 # Binding strength; higher binds tighter. Unary minus and atoms of expressions sit above.
 PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
 UNARY_PRECEDENCE = 3
@@ -88,7 +90,8 @@ def _program(program: Program) -> str:
 
 
 def _rule(rule: Rule) -> str:
-    """``head.`` for a fact, ``head :- body.`` for one body, and for several bodies::
+    """``head.`` for a fact, ``head :- body.`` for one body, and for several bodies (or
+    one too long for a line)::
 
         head :-
             body1 ;
@@ -100,7 +103,9 @@ def _rule(rule: Rule) -> str:
     bodies = [b for b in rule.bodies if b.literals]
     if len(bodies) <= 1:
         text = head if not bodies else f"{head} :- {pretty(bodies[0])}"
-        return f"{text} {termination}." if termination else f"{text}."
+        one_line = f"{text} {termination}." if termination else f"{text}."
+        if not bodies or len(one_line) <= MAX_LINE:
+            return one_line
     lines = [f"{head} :-"]
     lines += [f"{INDENT}{pretty(body)} ;" for body in bodies[:-1]]
     lines.append(f"{INDENT}{pretty(bodies[-1])}")
