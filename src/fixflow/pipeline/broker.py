@@ -250,6 +250,12 @@ def _reap(pid: int) -> None:
         _children.pop(pid, None)
 
 
+def reachable(bootstrap_servers: str) -> bool:
+    """Whether any of the comma-separated servers accepts TCP connections (a quick check
+    before kafka-python, which would retry for half a minute)."""
+    return any(_port_open(server.strip()) for server in bootstrap_servers.split(","))
+
+
 def _port_open(bootstrap: str) -> bool:
     host, _, port = bootstrap.rpartition(":")
     try:

@@ -1,0 +1,123 @@
+"""`fixflow publish`: files to Kafka messages, through the real broker."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixflow.pipeline.cli import main
+from fixflow.pipeline.config import Config
+
+PROGRAM = """
+.decl edge(src: number, dst: number, w: float)
+.input edge
+.decl node(name: symbol)
+.input node
+"""
+
+
+@pytest.fixture()
+def conf(broker: Config, tmp_path: Path) -> tuple[Path, str]:
+    prefix = f"pub{uuid.uuid4().hex[:8]}."
+    path = tmp_path / "conf.toml"
+    path.write_text(f'[kafka]\nbootstrap_servers = "{broker.kafka.bootstrap_servers}"\n'
+                    f'topic_prefix = "{prefix}"\n[lake]\npath = "{tmp_path / "lake"}"\n')
+    (tmp_path / "prog.dl").write_text(PROGRAM)
+    return path, prefix
+
+
+def _consume(broker: Config, topic: str, expected: int) -> list[Any]:
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=broker.kafka.bootstrap_servers,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    records: list[Any] = []
+    deadline = time.monotonic() + 20
+    while len(records) < expected and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=300).values():
+            records.extend(batch)
+    consumer.close()
+    return records
+
+
+def test_publish_csv_typed_by_program(broker: Config, conf: tuple[Path, str], tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    config_path, prefix = conf
+    facts = tmp_path / "edges.csv"
+    facts.write_text("dst,src,w\n2,1,0.5\n3,1,2\n3,2,1.25\n")
+    args = ["publish", "edge", str(facts), "--conf", str(config_path),
+            "--program", str(tmp_path / "prog.dl")]
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip() == f"published 3 facts to topic {prefix}edge"
+    assert main([*args, "--delete"]) == 0
+    records = _consume(broker, f"{prefix}edge", 6)
+    values = [(json.loads(r.value), r.key.decode(), r.partition) for r in records]
+    assert len(values) == 6
+    first = {"src": 1, "dst": 3, "w": 2.0}
+    assert (first, "[1,3,2.0]") in [(v, k) for v, k, _ in values]
+    assert ({**first, "op": "delete"}, "[1,3,2.0]") in [(v, k) for v, k, _ in values]
+    # Insert and delete of one fact share the key, hence the partition.
+    partitions = {k: {p for _, key, p in values if key == k} for _, k, _ in values}
+    assert all(len(p) == 1 for p in partitions.values())
+
+
+def test_publish_facts_file_needs_and_uses_the_program(
+        broker: Config, conf: tuple[Path, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config_path, prefix = conf
+    facts = tmp_path / "node.facts"
+    facts.write_text("alice\nbob smith\n42\n")
+    assert main(["publish", "node", str(facts), "--conf", str(config_path)]) == 1
+    assert "--program" in capsys.readouterr().err
+    assert main(["publish", "node", str(facts), "--conf", str(config_path),
+                 "--program", str(tmp_path / "prog.dl")]) == 0
+    records = _consume(broker, f"{prefix}node", 3)
+    assert sorted(json.loads(r.value)["name"] for r in records) == ["42", "alice", "bob smith"]
+
+
+def test_publish_csv_without_program_guesses_numbers(
+        broker: Config, conf: tuple[Path, str], tmp_path: Path) -> None:
+    config_path, prefix = conf
+    facts = tmp_path / "e.csv"
+    facts.write_text("src,dst,w\n1,2,0.5\n")
+    assert main(["publish", "edge", str(facts), "--conf", str(config_path)]) == 0
+    [record] = _consume(broker, f"{prefix}edge", 1)
+    assert json.loads(record.value) == {"src": 1, "dst": 2, "w": 0.5}
+
+
+@pytest.mark.parametrize(("name", "content", "relation", "error"), [
+    ("missing.csv", None, "edge", "missing.csv: no such file"),
+    ("bad.facts", "1\t2\t0.5\n1\t2\n", "edge",
+     "bad.facts:2: expected 3 values (src, dst, w), got 2"),
+    ("bad.csv", "src,dst,w\n1,2,0.5\n1,x,0.5\n", "edge",
+     "bad.csv:3: value 'x' of attribute 'dst' is not a number"),
+    ("head.csv", "src,to,w\n1,2,0.5\n", "edge",
+     "head.csv:1: header src, to, w does not name the declared attributes src, dst, w"),
+    ("e.json", "{}", "edge", "unknown file type '.json'"),
+    ("e.csv", "src\n1\n", "path", "relation 'path' is not declared"),
+])
+def test_publish_errors_name_file_and_line(
+        conf: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        name: str, content: str | None, relation: str, error: str) -> None:
+    config_path, _ = conf
+    if content is not None:
+        (tmp_path / name).write_text(content)
+    code = main(["publish", relation, str(tmp_path / name), "--conf", str(config_path),
+                 "--program", str(tmp_path / "prog.dl")])
+    assert code == 1
+    assert error in capsys.readouterr().err
+
+
+def test_publish_without_broker_says_how_to_start_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:9"\n')
+    facts = tmp_path / "e.csv"
+    facts.write_text("src\n1\n")
+    assert main(["publish", "edge", str(facts), "--conf", str(conf)]) == 1
+    assert "fixflow broker start" in capsys.readouterr().err
