@@ -1,0 +1,98 @@
+"""Independent computations of expected outputs: networkx graph algorithms, numpy linear
+solves and closed forms. Nothing here imports fixflow or the reference evaluator."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import networkx as nx
+import numpy as np
+
+Edge = tuple[int, int]
+WEdge = tuple[int, int, float]
+
+
+def digraph(edges: Iterable[tuple], weighted: bool = False) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for e in edges:
+        if weighted:
+            g.add_edge(e[0], e[1], weight=e[2])
+        else:
+            g.add_edge(e[0], e[1])
+    return g
+
+
+def shortest_from(edges: list[WEdge], source: int) -> dict[int, float]:
+    """Dijkstra distances from ``source`` (the source itself at 0)."""
+    return nx.single_source_dijkstra_path_length(digraph(edges, weighted=True), source)
+
+
+def shortest_nonempty(edges: list[WEdge]) -> dict[tuple[int, int], float]:
+    """Shortest path lengths over paths with at least one edge (so (x, x) is the shortest
+    cycle through x): min over first edges (x, z, w) of w + dist(z, y)."""
+    g = digraph(edges, weighted=True)
+    dist = dict(nx.all_pairs_dijkstra_path_length(g))
+    best: dict[tuple[int, int], float] = {}
+    for x, z, w in edges:
+        for y, d in dist[z].items():
+            key = (x, y)
+            best[key] = min(best.get(key, math.inf), w + d)
+    return best
+
+
+def same_generation(arcs: list[Edge]) -> set[Edge]:
+    """Pairs reachable in the pair graph (A, B) -> (X, Y) for arcs A->X, B->Y from the
+    siblings (X, Y), X != Y, of a common parent."""
+    children: dict[int, list[int]] = {}
+    for a, b in arcs:
+        children.setdefault(a, []).append(b)
+    base = {(x, y) for kids in children.values() for x in kids for y in kids if x != y}
+    pairs = nx.DiGraph()
+    for a, xs in children.items():
+        for b, ys in children.items():
+            pairs.add_edges_from(((a, b), (x, y)) for x in xs for y in ys)
+    result = set(base)
+    for start in base:
+        if start in pairs:
+            result |= nx.descendants(pairs, start)
+    return result
+
+
+def power_iteration(
+    step: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, eps: float, strict: bool = True
+) -> tuple[np.ndarray, int]:
+    """Iterate x <- step(x) until sum |Δx| < eps (or <= eps): the termination clause."""
+    x = x0
+    for n in range(1, 100_000):
+        nxt = step(x)
+        delta = float(np.abs(nxt - x).sum())
+        x = nxt
+        if delta < eps or (not strict and delta <= eps):
+            return x, n
+    raise RuntimeError("no convergence")
+
+
+def tolerance_for(exact: np.ndarray, stopped: np.ndarray, eps: float) -> float:
+    """10× the error at the point where the termination clause stops naive iteration, and
+    never below eps: room for engines that stop at a different round, nothing more."""
+    err = float(np.abs(exact - stopped).max())
+    tol = 10 * max(err, eps)
+    exponent = math.floor(math.log10(tol))
+    return math.ceil(tol / 10**exponent) * 10**exponent
+
+
+def random_walk(undirected: list[Edge], nodes: list[int]) -> np.ndarray:
+    """Row-stochastic P = D⁻¹(A + I) of an undirected graph with a self-loop on every node."""
+    index = {v: k for k, v in enumerate(nodes)}
+    a = np.eye(len(nodes))
+    for u, v in undirected:
+        a[index[u], index[v]] = a[index[v], index[u]] = 1.0
+    return a / a.sum(axis=1, keepdims=True)
+
+
+def stationary(p: np.ndarray) -> np.ndarray:
+    """The stationary distribution of a row-stochastic matrix (left eigenvector for 1)."""
+    values, vectors = np.linalg.eig(p.T)
+    v = np.real(vectors[:, np.argmin(np.abs(values - 1))])
+    return v / v.sum()
