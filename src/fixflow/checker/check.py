@@ -137,7 +137,25 @@ def _property2(found: _RuleCheck) -> None:
             found.counterexample = _property2_counterexample(
                 found.operator, alternative.value_map, verdict
             )
+        if verdict.status == "fails" and smt.property2(
+            found.operator, alternative.value_map, nonnegative=True
+        ).status == "holds":
+            found.notes.append(_sign_hint("Property 2", alternative.value_map))
     found.properties["property2"] = _conjunction(statuses)
+
+
+def _sign_hint(what: str, value_map: ValueMap) -> str:
+    """Probabilities, weights and counts are often non-negative by nature; if that is all
+    the property needs, say which guards would state it."""
+    names = [s.name for s in value_map.inputs] + [s.name for s in _shown_aux(value_map)]
+    guards = ", ".join(f"{n} >= 0" for n in names if not n.startswith("_"))
+    return f"{what} would hold if the values were non-negative: add the guards `{guards}`"
+
+
+def _shown_aux(value_map: ValueMap) -> list:
+    """The auxiliaries F′ actually reads (others only appear in constraints)."""
+    used = expr_vars(value_map.output)
+    return [s for s in value_map.aux if s.name in used]
 
 
 def _convergence(found: _RuleCheck, rule: Rule, sort: str) -> None:
@@ -154,7 +172,6 @@ def _convergence(found: _RuleCheck, rule: Rule, sort: str) -> None:
                 found.notes.append(
                     "convergence not proven: "
                     + _contraction_witness(alternative.value_map, verdict)
-                    + "; termination then relies on the clause / iteration cap"
                 )
         elif alternative.recursive_atoms:
             statuses.append("unknown")
@@ -198,7 +215,7 @@ def _algebra_counterexample(operator: str, law: str, verdict: smt.Verdict) -> st
 def _plug(value_map: ValueMap, group: str, input_text: str, witness: dict) -> str:
     """F′ with the group's auxiliary values and ``input_text`` in place of the input."""
     mapping: dict[str, Expr] = {value_map.input.name: Var(input_text)}
-    for symbol in value_map.aux:
+    for symbol in _shown_aux(value_map):
         value = witness.get(f"{symbol.name}#{group}")
         if value is not None:
             mapping[symbol.name] = Var(number_text(value))
@@ -228,7 +245,7 @@ def _property2_counterexample(operator: str, value_map: ValueMap, verdict: smt.V
     rhs_value = n["rhs"] if w.get("rhs?", 1) else "nothing"
     groups = []
     for group, (a, b) in (("1", ("x1", "y1")), ("2", ("x2", "y2"))):
-        aux = ", ".join(f"{s.name} = {n[f'{s.name}#{group}']}" for s in value_map.aux)
+        aux = ", ".join(f"{s.name} = {n[f'{s.name}#{group}']}" for s in _shown_aux(value_map))
         groups.append(f"{x} = {n[a]}, {n[b]}" + (f" with {aux}" if aux else ""))
     return (
         f"{lhs} = {lhs_value} but {rhs} = {rhs_value} "
@@ -238,7 +255,7 @@ def _property2_counterexample(operator: str, value_map: ValueMap, verdict: smt.V
 
 def _contraction_witness(value_map: ValueMap, verdict: smt.Verdict) -> str:
     n = {k: number_text(v) for k, v in verdict.witness.items()}
-    aux = ", ".join(f"{s.name} = {n[f'{s.name}#1']}" for s in value_map.aux)
+    aux = ", ".join(f"{s.name} = {n[f'{s.name}#1']}" for s in _shown_aux(value_map))
     where = f" with {aux}" if aux else ""
     return (
         f"{value_map.input.name} = {n['x1']}{where} gives {value_map.target} = {n['lhs']}, "
@@ -249,8 +266,9 @@ def _contraction_witness(value_map: ValueMap, verdict: smt.Verdict) -> str:
 def _monotone_counterexample(value_map: ValueMap, position: int, verdict: smt.Verdict) -> str:
     n = {k: number_text(v) for k, v in verdict.witness.items()}
     name = value_map.inputs[position].name
+    shown = {s.name for s in value_map.inputs} | {f"{s.name}#1" for s in _shown_aux(value_map)}
     others = ", ".join(
-        f"{k} = {v}" for k, v in n.items() if k not in ("lhs", "rhs", name, f"{name}'")
+        f"{k.removesuffix('#1')} = {v}" for k, v in n.items() if k in shown and k != name
     )
     return (
         f"{value_map.text()} decreases when `{name}` grows: {name} = {n[name]} gives "
@@ -340,6 +358,10 @@ def _monotone_min_max(checks: list[_RuleCheck], funcs: str) -> _Outcome:
                         f"`{funcs}` recursion whose combining expression "
                         f"`{alternative.value_map.text()}` {what}: naive evaluation"
                     )
+                    if verdict.status == "fails" and smt.monotone(
+                        alternative.value_map, position, nonnegative=True
+                    ).status == "holds":
+                        check_.notes.append(_sign_hint("monotonicity", alternative.value_map))
                     return _Outcome("naive", reason, checks)
     reason = (
         f"`{funcs}` recursion, not linear over one relation, with monotone combining "

@@ -61,7 +61,7 @@ class _Translation:
             case NumberLit(value=value):
                 return z3.IntVal(value)
             case FloatLit(value=value):
-                fraction = Fraction(value)
+                fraction = Fraction(repr(value))  # the decimal as written, not the binary float
                 return z3.Q(fraction.numerator, fraction.denominator)
             case Var(name=name):
                 return self.env[name]
@@ -233,6 +233,10 @@ def _small_whole(terms: list[z3.ArithRef], bound: int = 4) -> list[z3.BoolRef]:
     return facts
 
 
+def _signs(terms: list[z3.ArithRef], nonnegative: bool) -> list[z3.BoolRef]:
+    return [t >= 0 for t in terms] if nonnegative else []
+
+
 def _ones(terms: list[z3.ArithRef]) -> list[z3.BoolRef]:
     return [t == 1 for t in terms]
 
@@ -261,9 +265,10 @@ def algebra(operator: str, sort: Sort, law: str) -> Verdict:
     return _solve(left != right, _Translation({}), named, (_small_whole([a, b, c]),))
 
 
-def property2(operator: str, value_map: ValueMap) -> Verdict:
+def property2(operator: str, value_map: ValueMap, nonnegative: bool = False) -> Verdict:
     """G∘F′∘G(X) = G∘F′(X) on PowerLog's Figure 4 template, generalised: two source groups,
-    each with its own auxiliary values and two recursive values."""
+    each with its own auxiliary values and two recursive values. ``nonnegative`` assumes
+    every value and auxiliary is ≥ 0 (used only to suggest guards, never for a verdict)."""
     shared = _Translation({})
     sort = _sort(value_map.input.sort)
     x1, y1, x2, y2 = (z3.Const(n, sort) for n in ("x1", "y1", "x2", "y2"))
@@ -285,7 +290,8 @@ def property2(operator: str, value_map: ValueMap) -> Verdict:
         _small_whole(aux + values),
         _ones(aux),
     )
-    return _solve(z3.Not(_same(lhs, rhs)), shared, named, tiers)
+    negation = z3.And(z3.Not(_same(lhs, rhs)), *_signs(aux + values, nonnegative))
+    return _solve(negation, shared, named, tiers)
 
 
 def _aux_named(*appliers: _Applier) -> dict[str, z3.ArithRef]:
@@ -312,22 +318,27 @@ def contraction(value_map: ValueMap) -> Verdict:
     return _solve(negation, shared, named, tiers)
 
 
-def monotone(value_map: ValueMap, position: int) -> Verdict:
+def monotone(value_map: ValueMap, position: int, nonnegative: bool = False) -> Verdict:
     """The combining expression never decreases when input ``position`` grows (others
-    fixed): what min/max semi-naive evaluation with "keep only improved" needs."""
+    fixed): what min/max semi-naive evaluation with "keep only improved" needs.
+    ``nonnegative`` as in ``property2``."""
     shared = _Translation({})
     f = _Applier(value_map, "1", shared)
     inputs = [z3.Const(s.name, _sort(s.sort)) for s in value_map.inputs]
     larger = list(inputs)
     larger[position] = z3.Const(f"{value_map.inputs[position].name}'", inputs[position].sort())
     low, high = f(*inputs), f(*larger)
+    aux = list(_aux_named(f).values())
     negation = z3.And(
-        inputs[position] <= larger[position], low.present, high.present, low.value > high.value
+        inputs[position] <= larger[position],
+        low.present,
+        high.present,
+        low.value > high.value,
+        *_signs([*inputs, larger[position], *aux], nonnegative),
     )
     named = {str(t): t for t in [*inputs, larger[position]]}
     named.update(_aux_named(f))
     named.update({"lhs": low.value, "rhs": high.value})
-    aux = list(_aux_named(f).values())
     tiers = (_small_whole([*inputs, larger[position], *aux]),)
     return _solve(negation, shared, named, tiers)
 
