@@ -393,7 +393,8 @@ bad(X) :- edge(X, Y), Y = "open
 def test_recovery_resumes_at_the_next_directive_and_the_next_rule() -> None:
     # One error per broken item; the items after them parse (otherwise more errors appear).
     source = ".decl a(x: number\n.decl b(x: number)\np(X) :- q(X, .\np(X) :- q(X).\n.output p"
-    assert [d.span.line for d in errors(source)] == [2, 3]
+    # The missing `)` is reported at the end of line 1, where it belongs.
+    assert [(d.span.line, d.span.col) for d in errors(source)] == [(1, 18), (3, 14)]
 
 
 def test_an_unterminated_string_ends_its_rule_for_recovery() -> None:
@@ -405,3 +406,20 @@ def test_an_unterminated_string_ends_its_rule_for_recovery() -> None:
 def test_a_broken_directive_is_skipped_to_the_end_of_its_line() -> None:
     source = ".decl a(x number)\np(X) :- q(X) r(X).\n.decl b(x: int)\n"
     assert [d.span.line for d in errors(source)] == [1, 2, 3]
+
+
+def test_windows_line_endings_count_as_one_line_break() -> None:
+    source = ".decl p(x: number)\r\np(X) :- q(X), r(X, .\r\n"
+    (error,) = errors(source)
+    assert (error.span.line, error.span.col) == (2, 20)
+    assert parse(source.replace(", .", ", 1).")).rules[0].span.line == 2
+
+
+def test_a_missing_closer_is_reported_at_the_end_of_its_line() -> None:
+    (error,) = errors("p(X) :- q(X, Y\nr(X).\n")
+    assert (error.span.line, error.span.col) == (1, 15)  # `q(X, Y` lacks its `)`
+    assert error.message == "expected `)` after the arguments of `q`, found `r`"
+    (error,) = errors("p(X) :-\n    , q(X).")
+    assert (error.span.line, error.span.col) == (2, 5)  # an unexpected token: point at it
+    (error,) = errors("p(X) :- X = (1 + 2\n\n")
+    assert (error.span.line, error.span.col) == (1, 19)

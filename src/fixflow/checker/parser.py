@@ -164,19 +164,32 @@ class Parser:
     def _report(self, message: str, span: Span, *notes: str) -> None:
         self.diagnostics.append(Diagnostic(message, span, tuple(notes)))
 
-    def _fail(self, message: str, *notes: str) -> _Abort:
+    def _fail(self, message: str, *notes: str, missing_closer: bool = False) -> _Abort:
         """Report a syntax error at the current token; the caller raises the result.
 
         An error token was already reported by the lexer, so it is not reported twice.
         """
         token = self._peek()
         if token.kind is not Kind.ERROR:
-            self._report(f"{message}, found {token.describe()}", token.span, *notes)
+            span = self._error_span(missing_closer)
+            self._report(f"{message}, found {token.describe()}", span, *notes)
         return _Abort()
+
+    def _error_span(self, missing_closer: bool) -> Span:
+        """Where a syntax error at the current token points: at the token, except at the
+        end of the file, or when a closing `)`, `]`, `}` or `.` is missing before a new
+        line: then the mistake is at the end of the text before, so point just past it."""
+        token = self._peek()
+        at_line_start = missing_closer and self._starts_line(self.pos)
+        if self.pos == 0 or not (token.kind is Kind.EOF or at_line_start):
+            return token.span
+        end = self.tokens[self.pos - 1].span
+        return Span(end.file, end.end_line, end.end_col, end.end_line, end.end_col)
 
     def _expect(self, text: str, message: str, *notes: str) -> Token:
         if not self._at(text):
-            raise self._fail(message, *notes)
+            # `,` is expected between arguments: its absence usually means a missing `)`.
+            raise self._fail(message, *notes, missing_closer=text in (")", "]", "}", ","))
         return self._advance()
 
     def _ident(self, message: str, *notes: str) -> Token:
@@ -299,12 +312,9 @@ class Parser:
         if token.kind is not Kind.ERROR and (token.kind is Kind.EOF or self._starts_line(self.pos)):
             # A missing `.` before a new line: report it where the `.` belongs and go on
             # parsing the next line as a new item, instead of skipping it.
-            last = self.tokens[self.pos - 1]
-            where = Span(last.span.file, last.span.end_line, last.span.end_col,
-                         last.span.end_line, last.span.end_col)
             self._report(f"expected `.` at the end of the rule, found {token.describe()}",
-                         where, "every rule and fact ends with `.`")
-            return last
+                         self._error_span(missing_closer=True), "every rule and fact ends with `.`")
+            return self.tokens[self.pos - 1]
         raise self._fail(message)
 
     def _head(self) -> Head:
