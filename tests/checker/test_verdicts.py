@@ -273,3 +273,30 @@ sssp(Y, min[dy]) :- sssp(X, dx), e(X, Y, w), dy = dx + w.
     assert spec.recursive_atom_index == (0,)
     assert not spec.converges_to_limit
     assert report.verdicts[0].initial_delta.startswith("ΔX¹ = min(X⁰ ∪ C)")
+
+
+def test_a_recursive_value_joined_with_another_atom_is_a_filter() -> None:
+    # e(X, Y, d) keeps only paths whose length equals the edge weight: min does not
+    # commute with that filter.
+    verdict = only_verdict(
+        """
+.decl r(x: number, d: float)
+r(X, d) :- e(X, _, d).
+r(Y, min[d]) :- r(X, d), e(X, Y, d).
+"""
+    )
+    assert verdict.properties["property2"] == "fails"
+    assert "d_e1 = " in (verdict.counterexample or "")
+
+
+def test_a_recursive_value_used_as_a_key_is_not_read_as_f_prime() -> None:
+    verdict = only_verdict(
+        """
+.decl r(x: number, d: number)
+r(X, 0) :- e(X, _, _).
+r(d, min[d]) :- r(X, d), e(X, _, _).
+"""
+    )
+    assert verdict.properties["property2"] == "unknown"
+    assert verdict.eval_class == "naive"
+    assert "group-by key" in verdict.reason

@@ -153,8 +153,14 @@ def _sign_hint(what: str, value_map: ValueMap) -> str:
 
 
 def _shown_aux(value_map: ValueMap) -> list:
-    """The auxiliaries F′ actually reads (others only appear in constraints)."""
+    """The auxiliaries F′ reads or compares with its input (others only constrain each
+    other, e.g. ``i != j``)."""
     used = expr_vars(value_map.output)
+    inputs = {s.name for s in value_map.inputs}
+    for constraint in value_map.constraints:
+        names = expr_vars(constraint.left) | expr_vars(constraint.right)
+        if names & inputs:
+            used |= names
     return [s for s in value_map.aux if s.name in used]
 
 

@@ -28,6 +28,7 @@ from fixflow.checker.ast import (
     Comparison,
     Expr,
     Neg,
+    Negation,
     NumberLit,
     Program,
     Rule,
@@ -158,10 +159,16 @@ def _alternative(
         value_arg = atom.args[_value_position(rule)]
         if isinstance(value_arg, Var) and value_arg.name != symbol.name:
             renames[value_arg.name] = Var(symbol.name)
+    reuse = _value_reuse(rule, body, positions, inputs)
+    if reuse:
+        return Alternative(body, positions, None, reuse)
     target_expr: Expr = aggregate.arg if aggregate.arg is not None else NumberLit(1)
     target = "1" if aggregate.arg is None else pretty(aggregate.arg)
     output = substitute(substitute(target_expr, definitions), renames)
     constraints = _constraints(body, assignments, definitions, renames, types, counts)
+    joins = _value_joins(body, positions, inputs)
+    constraints += tuple(c for c, _ in joins)
+    types = {**types, **{name: type_ for _, (name, type_) in joins}}
     input_names = {s.name for s in inputs}
     free = expr_vars(output).union(*(_comparison_vars(c) for c in constraints)) - input_names
     aux: list[Symbol] = []
@@ -173,6 +180,51 @@ def _alternative(
     output_type = _output_sort(rule, schemas)
     value_map = ValueMap(tuple(inputs), output, output_type, tuple(aux), constraints, target)
     return Alternative(body, positions, value_map)
+
+
+def _value_reuse(
+    rule: Rule, body: Body, positions: tuple[int, ...], inputs: list[Symbol]
+) -> str:
+    """Why F′ cannot be read as a function of the recursive value: the value is also a
+    group-by key, or another argument of a recursive atom, or negated. Empty when fine."""
+    names = {s.name for s in inputs}
+    aggregate = rule.head.aggregate
+    for arg in rule.head.args:
+        if arg is not aggregate and expr_vars(arg) & names:
+            return "the recursive value is also a group-by key of the head"
+    value_pos = _value_position(rule)
+    for position in positions:
+        atom = body.literals[position]
+        assert isinstance(atom, Atom)
+        for i, arg in enumerate(atom.args):
+            if i != value_pos and expr_vars(arg) & names:
+                return "the recursive value is also a key of a recursive atom"
+    for literal in body.literals:
+        if isinstance(literal, Negation) and set().union(
+            *(expr_vars(a) for a in literal.atom.args)
+        ) & names:
+            return "the recursive value occurs in a negated atom"
+    return ""
+
+
+def _value_joins(
+    body: Body, positions: tuple[int, ...], inputs: list[Symbol]
+) -> list[tuple[Comparison, tuple[str, str]]]:
+    """A recursive value that also occurs in another atom is a filter: F′ yields a value
+    only when the input equals that atom's column. Each occurrence becomes a fresh
+    auxiliary ``x_rel`` and the constraint ``x = x_rel``."""
+    by_name = {s.name: s for s in inputs}
+    joins: list[tuple[Comparison, tuple[str, str]]] = []
+    for i, literal in enumerate(body.literals):
+        if i in positions or not isinstance(literal, Atom):
+            continue
+        for arg in literal.args:
+            if isinstance(arg, Var) and arg.name in by_name:
+                symbol = by_name[arg.name]
+                fresh = f"{arg.name}_{literal.relation}{len(joins) + 1}"
+                type_ = "number" if symbol.sort == "int" else "float"
+                joins.append((Comparison("=", Var(arg.name), Var(fresh)), (fresh, type_)))
+    return joins
 
 
 def _definitions(assignments: list[Comparison], atom_bound: set[str]) -> dict[str, Expr]:
