@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from fixflow.checker import load
@@ -300,3 +303,51 @@ r(d, min[d]) :- r(X, d), e(X, _, _).
     assert verdict.properties["property2"] == "unknown"
     assert verdict.eval_class == "naive"
     assert "group-by key" in verdict.reason
+
+
+# ---------------------------------------------------------------- the corpus
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+POWERLOG_TABLE_1 = {
+    # PowerLog (SIGMOD'20) Table 1, "MRA sat.": yes → mra, no → naive.
+    "powerlog_p1_sssp.dl": ("sssp", "mra"),
+    "powerlog_p2_pagerank_indexed.dl": ("rank", "mra"),
+    "powerlog_p3_cc.dl": ("cc", "mra"),
+    "powerlog_p4_adsorption.dl": ("L", "mra"),
+    "powerlog_p5_katz.dl": ("K", "mra"),
+    "powerlog_p6_belief_propagation.dl": ("B", "mra"),
+    "paths_dag.dl": ("cpaths", "mra"),
+    "cost.dl": ("cost", "mra"),
+    "simrank.dl": ("S", "mra"),
+    "lca.dl": ("anc", "mra"),
+    "apsp.dl": ("path", "mra"),
+    "viterbi.dl": ("calcV", "mra"),
+    "commnet.dl": ("comm", "naive"),
+    "powerlog_p7_gcn_forward.dl": ("GCN", "naive"),
+}
+
+
+def classes_of(path: Path) -> dict[str, str]:
+    report = load(path.read_text(), path.name)
+    assert isinstance(report, Report)
+    return {v.relation: v.eval_class for v in report.verdicts}
+
+
+@pytest.mark.parametrize("name", sorted(POWERLOG_TABLE_1))
+def test_powerlog_table_1(name: str) -> None:
+    path = EXAMPLES / name
+    if not path.exists():
+        pytest.skip(f"{name} is not in the corpus")
+    relation, expected = POWERLOG_TABLE_1[name]
+    assert classes_of(path)[relation] == expected
+
+
+def test_every_example_is_accepted_and_checked_quickly() -> None:
+    paths = sorted(EXAMPLES.glob("*.dl"))
+    if not paths:
+        pytest.skip("no corpus")
+    for path in paths:
+        started = time.monotonic()
+        classes_of(path)
+        assert time.monotonic() - started < 1.0, path.name
