@@ -766,7 +766,27 @@ def write(name: str, g: Golden) -> None:
     (target / "meta.toml").write_text(f'tolerance = {g.tolerance!r}\nhow_expected = "{how}"\n')
 
 
+DEMO_FACTS: dict[str, dict[str, Rows]] = {
+    # weighted digraph: powerlog_p1_sssp, a3_sssp, apsp
+    "graph": {"edge": W_EDGES, "node": [(v,) for v in nodes_of(W_EDGES)]},
+    # unweighted digraph, no dangling vertices: the PageRank and CC programs on `edge`
+    "web": {"edge": U_EDGES, "node": [(v,) for v in U_NODES]},
+    # DCDatalog / Nexus spelling: arc, warc, node
+    "arcs": {"arc": U_EDGES, "warc": W_EDGES, "node": [(v,) for v in U_NODES]},
+}
+
+
+def write_demo_facts() -> None:
+    for directory, relations in DEMO_FACTS.items():
+        target = EXAMPLES / "facts" / directory
+        target.mkdir(parents=True, exist_ok=True)
+        for rel, rows in relations.items():
+            text = "".join("\t".join(fmt(v) for v in row) + "\n" for row in rows)
+            (target / f"{rel}.facts").write_text(text)
+
+
 def main() -> None:
+    write_demo_facts()
     missing = sorted(p.stem for p in EXAMPLES.glob("*.dl") if p.stem not in GOLDENS)
     for name, g in sorted(GOLDENS.items()):
         write(name, g)
