@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -351,3 +352,34 @@ def test_every_example_is_accepted_and_checked_quickly() -> None:
         started = time.monotonic()
         classes_of(path)
         assert time.monotonic() - started < 1.0, path.name
+
+
+def expected_classes() -> dict[str, dict[str, str]]:
+    table = EXAMPLES / "expected_classes.toml"
+    if not table.exists():
+        return {}
+    with table.open("rb") as handle:
+        return tomllib.load(handle)
+
+
+@pytest.mark.parametrize("name", sorted(expected_classes()))
+def test_corpus_classes_match_the_expected_table(name: str) -> None:
+    """Every recursive relation of every example gets the class examples/README.md argues
+    for (examples/expected_classes.toml); and no relation is left unlisted."""
+    expected = expected_classes()[name]
+    report = load((EXAMPLES / name).read_text(), name)
+    assert isinstance(report, Report)
+    found = {
+        relation: stratum.eval_class
+        for stratum in report.strata
+        if stratum.recursive
+        for relation in stratum.relations
+    }
+    assert found == expected
+
+
+def test_every_example_is_in_the_expected_table() -> None:
+    listed = set(expected_classes())
+    if not listed:
+        pytest.skip("no expected_classes.toml")
+    assert {p.name for p in EXAMPLES.glob("*.dl")} <= listed
