@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import networkx as nx
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from fixflow.checker.ast import Program
 from fixflow.checker.parser import parse
 from reference.evaluator import evaluate, evaluate_with_stats
 from reference.golden import compare_rows, load_golden
@@ -149,3 +154,72 @@ def test_golden_comparison_catches_a_wrong_value(case: str) -> None:
     assert compare_rows(rows[:-1], rows, golden.tolerance)
     if changed != last:
         assert compare_rows([*rows[:-1], changed], rows, golden.tolerance)
+
+
+# ---------------------------------------------------------------- oracle vs networkx, random
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NODES = st.integers(min_value=1, max_value=6)
+
+
+def example(name: str) -> Program:
+    return parse((EXAMPLES / f"{name}.dl").read_text(), f"{name}.dl")
+
+
+@SETTINGS
+@given(st.lists(st.tuples(NODES, NODES, st.integers(1, 9)), max_size=14))
+def test_sssp_matches_dijkstra(raw: list[tuple[int, int, int]]) -> None:
+    edges = {(a, b): w / 2 for a, b, w in raw}  # one weight per edge
+    graph = nx.DiGraph()
+    graph.add_node(1)
+    graph.add_weighted_edges_from((a, b, w) for (a, b), w in edges.items())
+    want = nx.single_source_dijkstra_path_length(graph, 1)
+    got = evaluate(example("powerlog_p1_sssp"), {"edge": [(*k, w) for k, w in edges.items()]})
+    assert {n: float(d) for n, d in got["sssp"]} == pytest.approx(want)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(NODES, NODES), max_size=14))
+def test_tc_matches_networkx(arcs: list[tuple[int, int]]) -> None:
+    want = set(nx.transitive_closure(nx.DiGraph(arcs)).edges())
+    assert evaluate(example("dcd_tc"), {"arc": arcs})["tc"] == want
+
+
+@SETTINGS
+@given(st.lists(st.tuples(NODES, NODES), max_size=10))
+def test_cc_matches_networkx(pairs: list[tuple[int, int]]) -> None:
+    arcs = [(a, b) for u, v in pairs for a, b in ((u, v), (v, u))]
+    want = {(v, min(c)) for c in nx.connected_components(nx.Graph(arcs)) for v in c}
+    assert evaluate(example("powerlog_p3_cc"), {"edge": arcs})["cc"] == want
+
+
+@SETTINGS
+@given(st.lists(st.tuples(NODES, NODES), max_size=12))
+def test_path_counts_match_networkx_on_dags(pairs: list[tuple[int, int]]) -> None:
+    dag = sorted({(min(a, b), max(a, b)) for a, b in pairs if a != b})  # edges point upward
+    graph = nx.DiGraph(dag)
+    want = {
+        (x, y, n)
+        for x in graph
+        for y in graph
+        if x != y and (n := sum(1 for _ in nx.all_simple_paths(graph, x, y)))
+    }
+    assert evaluate(example("paths_dag"), {"edge": dag})["cpaths"] == want
+
+
+@SETTINGS
+@given(st.lists(st.tuples(NODES, NODES), max_size=12))
+def test_pagerank_matches_the_linear_solve(pairs: list[tuple[int, int]]) -> None:
+    nodes = list(range(1, 7))
+    # a ring keeps every vertex non-dangling
+    edges = sorted(set(pairs) | {(v, v % 6 + 1) for v in nodes})
+    out = {v: sum(1 for a, _ in edges if a == v) for v in nodes}
+    m = np.zeros((6, 6))
+    for a, b in edges:
+        m[b - 1, a - 1] += 0.85 / out[a]
+    want = np.linalg.solve(np.eye(6) - m, np.full(6, 0.15))
+    facts = {"edge": edges, "node": [(v,) for v in nodes]}
+    got = dict(evaluate(example("powerlog_p2b_pagerank"), facts)["rank"])
+    # sum|Δ| < 1e-6 leaves an L1 error below 0.85/0.15 · 1e-6
+    assert [got[v] for v in nodes] == pytest.approx(list(want), abs=1e-5)

@@ -73,11 +73,25 @@ def power_iteration(
     raise RuntimeError("no convergence")
 
 
-def tolerance_for(exact: np.ndarray, stopped: np.ndarray, eps: float) -> float:
-    """10× the error at the point where the termination clause stops naive iteration, and
-    never below eps: room for engines that stop at a different round, nothing more."""
+def contraction(linear: np.ndarray) -> float:
+    """How fast the iteration x <- c + M x forgets: the L1-induced norm of M (max column
+    sum) when below 1; otherwise the spectral radius, or for mass-preserving maps (radius 1)
+    the second largest |eigenvalue| (an estimate, not a bound)."""
+    norm = float(np.abs(linear).sum(axis=0).max())
+    if norm < 1 - 1e-12:
+        return norm
+    moduli = sorted(float(m) for m in np.abs(np.linalg.eigvals(linear)))
+    return moduli[-2] if moduli[-1] > 1 - 1e-9 else moduli[-1]
+
+
+def tolerance_for(exact: np.ndarray, stopped: np.ndarray, eps: float, linear: np.ndarray) -> float:
+    """Room for any engine that stops by the termination clause, nothing more: the larger of
+    10× the error where naive iteration stops and 2× the bound c/(1-c)·eps on the error
+    left once a round changes the values by less than eps in sum (c = contraction(M)),
+    never below eps."""
     err = float(np.abs(exact - stopped).max())
-    tol = 10 * max(err, eps)
+    c = contraction(linear)
+    tol = max(10 * err, 2 * c / (1 - c) * eps, eps)
     exponent = math.floor(math.log10(tol))
     return math.ceil(tol / 10**exponent) * 10**exponent
 

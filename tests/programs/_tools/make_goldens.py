@@ -107,8 +107,10 @@ def limit_golden(
     stopped: np.ndarray,
     eps: float,
     how: str,
+    linear: np.ndarray,
 ) -> Golden:
-    tol = tolerance_for(exact, stopped, eps)
+    """A golden for a limit program; ``linear`` is the iteration's linear part M."""
+    tol = tolerance_for(exact, stopped, eps, linear)
     rows = [(*k, float(v)) for k, v in zip(keys, exact, strict=True)]
     how += (
         f" Tolerance {tol:g}: 10x the error (never below the bound) where naive iteration,"
@@ -369,6 +371,7 @@ def _pagerank(name: str, edge_rel: str, indexed_start: float | None, eps: float,
         "numpy solve of r = 0.15 + 0.85 A^T D^-1 r (the PageRank limit); iteration simulated "
         + start
         + ".",
+        linear=m,
     )
 
 
@@ -395,6 +398,7 @@ def _dcd_pagerank() -> Golden:
         stopped,
         1e-9,
         "numpy solve of r = 0.15/N + 0.85 A^T D^-1 r, N = 6 vertices.",
+        linear=m,
     )
 
 
@@ -425,6 +429,7 @@ def _katz() -> Golden:
         1e-3,
         "numpy solve of k = 10000 e_0 + 0.1 A^T k; only vertices reachable from 0 (networkx"
         " descendants) have a row.",
+        linear=a,
     )
 
 
@@ -451,6 +456,7 @@ def _adsorption() -> Golden:
         stopped,
         1e-3,
         "numpy solve of L = I·p_i + M L, M[y, x] = 0.7 w(x, y) p_c(x).",
+        linear=m,
     )
 
 
@@ -473,6 +479,7 @@ def _jacobi() -> Golden:
         stopped,
         1e-9,
         "numpy.linalg.solve(A, b); A is strictly diagonally dominant.",
+        linear=-off / d[:, None],
     )
 
 
@@ -511,6 +518,7 @@ def _bp() -> Golden:
         "closed form: 0.8·w·h with w = 1.25·P (P = D^-1(A+I), self-loops) and doubly"
         " stochastic H preserves total belief, so B -> total · pi_P(v) / 2 with pi_P ∝ deg+1"
         " (numpy eigenvector of P^T).",
+        linear=transition,
     )
 
 
@@ -534,6 +542,7 @@ def _gcn() -> Golden:
         "closed form: with p = 1 and A = D^-1(A+I) (self-loops), relu zeroes the negative"
         " embedding in round 1 and the rest is a random walk: g -> sum(relu(h0)) · pi, pi ∝"
         " deg+1 (numpy eigenvector).",
+        linear=p.T,
     )
 
 
@@ -556,6 +565,7 @@ def _commnet() -> Golden:
         1e-9,
         "closed form: on the complete graph with a = c = 0.5 the step is a doubly stochastic"
         " average after relu zeroes the negative state in round 1: h -> sum(relu(h0)) / 4.",
+        linear=w,
     )
 
 
@@ -594,6 +604,7 @@ def _simrank() -> Golden:
         1e-6,
         "numpy solve of s(x,y) = 0.8/(|O(x)||O(y)|) sum s(x',y') over out-neighbours,"
         " s(x,x) = 1; pairs present iff reachable from a diagonal pair.",
+        linear=m,
     )
 
 
