@@ -383,3 +383,22 @@ def test_every_example_is_in_the_expected_table() -> None:
     if not listed:
         pytest.skip("no expected_classes.toml")
     assert {p.name for p in EXAMPLES.glob("*.dl")} <= listed
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"), [("d = d1 + 2 * w", "aggregate-seminaive"), ("d = 10 - d1", "naive")]
+)
+def test_mutual_min_recursion_is_semi_naive_when_monotone(step: str, expected: str) -> None:
+    report = report_of(
+        f"""
+.decl a(x: number, d: float)
+.decl b(x: number, d: float)
+a(X, d) :- e(X, _, d).
+a(Y, min[d]) :- b(X, d1), e(X, Y, w), d = d1 + w.
+b(Y, min[d]) :- a(X, d1), e(X, Y, w), {step}.
+"""
+    )
+    (stratum,) = report.strata
+    assert set(stratum.relations) == {"a", "b"}
+    assert stratum.eval_class == expected
+    assert [v.f_prime for v in report.verdicts] == ["d = d1 + w", step]

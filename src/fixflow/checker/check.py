@@ -35,6 +35,7 @@ from fixflow.checker.conditions import (
     operator_of,
     sort_of,
     substitute,
+    value_positions_of,
 )
 from fixflow.checker.model import (
     Analysis,
@@ -105,7 +106,8 @@ def _value_sort(analysis: Analysis, rule: Rule) -> str:
 
 def _check_rule(analysis: Analysis, rule: Rule, members: frozenset[str]) -> _RuleCheck:
     counts = count_columns(analysis.program)
-    found = _RuleCheck(rule, alternatives(rule, members, analysis.schemas, counts))
+    positions = value_positions_of(analysis.program)
+    found = _RuleCheck(rule, alternatives(rule, members, analysis.schemas, counts, positions))
     if rule.head.aggregate is None:
         return found
     sort = _value_sort(analysis, rule)

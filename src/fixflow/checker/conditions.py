@@ -122,9 +122,28 @@ def alternatives(
     members: frozenset[str],
     schemas: dict[str, tuple[Attribute, ...]],
     counts: frozenset[tuple[str, int]],
+    value_positions: dict[str, int] | None = None,
 ) -> tuple[Alternative, ...]:
-    """Every body of ``rule`` with its F′ / combining expression (see the module doc)."""
-    return tuple(_alternative(rule, b, members, schemas, counts) for b in rule.bodies)
+    """Every body of ``rule`` with its F′ / combining expression (see the module doc).
+    ``value_positions`` gives the aggregate column of each relation of the recursion
+    (default: the head relation's); atoms of other relations contribute no input."""
+    if value_positions is None and rule.head.aggregate is not None:
+        value_positions = {rule.head.relation: _value_position(rule)}
+    positions_by_relation = value_positions or {}
+    return tuple(
+        _alternative(rule, b, members, schemas, counts, positions_by_relation)
+        for b in rule.bodies
+    )
+
+
+def value_positions_of(program: Program) -> dict[str, int]:
+    """The aggregate column of every relation that has a head aggregate."""
+    found: dict[str, int] = {}
+    for rule in program.rules:
+        aggregate = rule.head.aggregate
+        if aggregate is not None:
+            found.setdefault(rule.head.relation, rule.head.args.index(aggregate))
+    return found
 
 
 def _alternative(
@@ -133,6 +152,7 @@ def _alternative(
     members: frozenset[str],
     schemas: dict[str, tuple[Attribute, ...]],
     counts: frozenset[tuple[str, int]],
+    value_positions: dict[str, int],
 ) -> Alternative:
     positions = tuple(
         i
@@ -152,14 +172,20 @@ def _alternative(
     for n, position in enumerate(positions):
         atom = body.literals[position]
         assert isinstance(atom, Atom)
-        symbol, why = _input_symbol(atom, rule, schemas, n, index)
+        value_pos = value_positions.get(atom.relation)
+        if value_pos is None:
+            continue  # a set relation of the recursion: its columns are keys only
+        symbol, why = _input_symbol(atom, value_pos, schemas, n, index)
         if symbol is None:
             return Alternative(body, positions, None, why)
         inputs.append(symbol)
-        value_arg = atom.args[_value_position(rule)]
+        value_arg = atom.args[value_pos]
         if isinstance(value_arg, Var) and value_arg.name != symbol.name:
             renames[value_arg.name] = Var(symbol.name)
-    reuse = _value_reuse(rule, body, positions, inputs)
+    if not inputs:
+        why = "no recursive value flows into the aggregate"
+        return Alternative(body, positions, None, why)
+    reuse = _value_reuse(rule, body, positions, inputs, value_positions)
     if reuse:
         return Alternative(body, positions, None, reuse)
     target_expr: Expr = aggregate.arg if aggregate.arg is not None else NumberLit(1)
@@ -183,7 +209,11 @@ def _alternative(
 
 
 def _value_reuse(
-    rule: Rule, body: Body, positions: tuple[int, ...], inputs: list[Symbol]
+    rule: Rule,
+    body: Body,
+    positions: tuple[int, ...],
+    inputs: list[Symbol],
+    value_positions: dict[str, int],
 ) -> str:
     """Why F′ cannot be read as a function of the recursive value: the value is also a
     group-by key, or another argument of a recursive atom, or negated. Empty when fine."""
@@ -192,10 +222,10 @@ def _value_reuse(
     for arg in rule.head.args:
         if arg is not aggregate and expr_vars(arg) & names:
             return "the recursive value is also a group-by key of the head"
-    value_pos = _value_position(rule)
     for position in positions:
         atom = body.literals[position]
         assert isinstance(atom, Atom)
+        value_pos = value_positions.get(atom.relation)
         for i, arg in enumerate(atom.args):
             if i != value_pos and expr_vars(arg) & names:
                 return "the recursive value is also a key of a recursive atom"
@@ -244,15 +274,14 @@ def _definitions(assignments: list[Comparison], atom_bound: set[str]) -> dict[st
 
 def _input_symbol(
     atom: Atom,
-    rule: Rule,
+    value_pos: int,
     schemas: dict[str, tuple[Attribute, ...]],
     n: int,
     index: str | None,
 ) -> tuple[Symbol | None, str]:
-    value_pos = _value_position(rule)
     schema = schemas.get(atom.relation)
-    if atom.relation != rule.head.relation or schema is None or value_pos >= len(atom.args):
-        return None, f"`{atom.relation}` is another relation of the recursion"
+    if schema is None or value_pos >= len(atom.args) or len(schema) != len(atom.args):
+        return None, f"`{atom.relation}` does not match its declaration"
     sort = sort_of(schema[value_pos].type)
     if sort is None:
         return None, f"the value of `{atom.relation}` is not numeric"
