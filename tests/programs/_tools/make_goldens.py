@@ -12,6 +12,7 @@ Run: .venv/bin/python tests/programs/_tools/make_goldens.py
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -760,6 +761,22 @@ def fmt(value: object) -> str:
     return str(value)
 
 
+def declared_types(name: str) -> dict[str, list[str]]:
+    """Column types per relation, read from the example's .decl lines (only to print each
+    value in its declared type: 0 in a float column is written 0.0)."""
+    types: dict[str, list[str]] = {}
+    for line in (EXAMPLES / f"{name}.dl").read_text().splitlines():
+        match = re.match(r"\s*\.decl\s+(\w+)\((.*)\)", line)
+        if match:
+            types[match[1]] = [a.split(":")[1].strip() for a in match[2].split(",") if a]
+    return types
+
+
+def typed(row: tuple, types: list[str]) -> list[str]:
+    assert len(row) == len(types), (row, types)
+    return [fmt(float(v) if t == "float" else v) for v, t in zip(row, types, strict=True)]
+
+
 def write(name: str, g: Golden) -> None:
     target = PROGRAMS / name
     if target.exists():
@@ -767,12 +784,15 @@ def write(name: str, g: Golden) -> None:
     (target / "facts").mkdir(parents=True)
     (target / "expected").mkdir()
     shutil.copyfile(EXAMPLES / f"{name}.dl", target / "program.dl")
+    types = declared_types(name)
     for rel, rows in g.facts.items():
-        lines = ["\t".join(fmt(v) for v in row) for row in rows]
+        lines = ["\t".join(typed(row, types[rel])) for row in rows]
         (target / "facts" / f"{rel}.facts").write_text("".join(line + "\n" for line in lines))
     for rel, (header, rows) in g.expected.items():
-        lines = [",".join(header)] + [",".join(fmt(v) for v in row) for row in sorted(rows)]
-        (target / "expected" / f"{rel}.csv").write_text("\n".join(lines) + "\n")
+        # an iteration-indexed relation's file has no index column
+        columns = types[rel][len(types[rel]) - len(header) :]
+        body = [",".join(typed(row, columns)) for row in sorted(rows)]
+        (target / "expected" / f"{rel}.csv").write_text("\n".join([",".join(header), *body]) + "\n")
     how = g.how.replace("\\", "\\\\").replace('"', '\\"')
     (target / "meta.toml").write_text(f'tolerance = {g.tolerance!r}\nhow_expected = "{how}"\n')
 
