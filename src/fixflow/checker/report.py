@@ -68,7 +68,7 @@ def human(report: Report) -> str:
         lines.append(f"  class: {stratum.eval_class} — {stratum.reason}")
         for verdict in report.verdicts:
             if verdict.relation in stratum.relations:
-                lines += _verdict_lines(verdict, file)
+                lines += _verdict_lines(verdict, file, stratum.reason)
         spec = report.mra.get(stratum.relations[0])
         if spec is not None and spec.rewritten is not None:
             lines += ["  MRA form (iteration index dropped):"]
@@ -81,10 +81,10 @@ def _stratum_title(stratum: Stratum) -> str:
     return f"stratum {stratum.index} ({kind}): {', '.join(stratum.relations)}"
 
 
-def _verdict_lines(verdict: RuleVerdict, file: str) -> list[str]:
+def _verdict_lines(verdict: RuleVerdict, file: str, stratum_reason: str) -> list[str]:
     lines = [f"  rule `{verdict.relation}` at {file}:{verdict.line}"]
     if verdict.aggregate is None:
-        lines.append("    no aggregate: set recursion (properties n/a)")
+        lines.append("    no aggregate (properties n/a)")
         return lines
     lines += [
         f"    G:  {verdict.g}",
@@ -97,7 +97,9 @@ def _verdict_lines(verdict: RuleVerdict, file: str) -> list[str]:
         lines.append(f"    counterexample: {verdict.counterexample}")
     if verdict.initial_delta:
         lines.append(f"    initial delta: {verdict.initial_delta}")
-    lines.append(f"    class: {verdict.eval_class} — {verdict.reason}")
+    # The stratum line already gives the reason; repeat only what is particular to the rule.
+    extra = verdict.reason.removeprefix(stratum_reason).strip(" ()")
+    lines.append(f"    class: {verdict.eval_class}" + (f" ({extra})" if extra else ""))
     return lines
 
 
