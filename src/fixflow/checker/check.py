@@ -516,6 +516,7 @@ def check(analysis: Analysis) -> Report:
     strata: list[Stratum] = []
     verdicts: list[RuleVerdict] = []
     mra: dict[str, MraSpec] = {}
+    smt.start_budget()
     for stratum in analysis.strata:
         if not stratum.recursive:
             strata.append(stratum)

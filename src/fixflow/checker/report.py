@@ -98,7 +98,9 @@ def _verdict_lines(verdict: RuleVerdict, file: str, stratum_reason: str) -> list
     if verdict.initial_delta:
         lines.append(f"    initial delta: {verdict.initial_delta}")
     # The stratum line already gives the reason; repeat only what is particular to the rule.
-    extra = verdict.reason.removeprefix(stratum_reason).strip(" ()")
+    extra = verdict.reason.removeprefix(stratum_reason).strip()
+    if extra.startswith("(") and extra.endswith(")"):
+        extra = extra[1:-1]
     lines.append(f"    class: {verdict.eval_class}" + (f" ({extra})" if extra else ""))
     return lines
 

@@ -13,6 +13,7 @@ nothing. Values are therefore (present, value) pairs and G ignores absent operan
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -33,7 +34,25 @@ from fixflow.checker.conditions import Sort, ValueMap
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_MS = 1000
+TIMEOUT_MS = 300
+"""Per query. Every corpus query answers in milliseconds; a timeout only means unknown."""
+BUDGET_S = 0.6
+"""Per program (see ``start_budget``): checking a program stays well under a second even
+when every query is hard; queries past the budget are unknown."""
+
+_deadline: float | None = None
+
+
+def start_budget(seconds: float = BUDGET_S) -> None:
+    """Start the solving-time budget of one program's check."""
+    global _deadline
+    _deadline = time.monotonic() + seconds
+
+
+def _timeout_ms() -> int:
+    if _deadline is None:
+        return TIMEOUT_MS
+    return max(0, min(TIMEOUT_MS, int((_deadline - time.monotonic()) * 1000)))
 Status = Literal["holds", "fails", "unknown"]
 
 
@@ -196,8 +215,11 @@ def _solve(
     named: dict[str, z3.ArithRef],
     simple: tuple[list[z3.BoolRef], ...] = (),
 ) -> Verdict:
+    timeout = _timeout_ms()
+    if timeout <= 0:
+        return Verdict("unknown", note="the checker's time budget was spent")
     solver = z3.Solver()
-    solver.set("timeout", TIMEOUT_MS)
+    solver.set("timeout", timeout)
     solver.add(negation, *shared.axioms())
     result = solver.check()
     if result == z3.unsat:
@@ -217,7 +239,7 @@ def _simplest_model(solver: z3.Solver, tiers: tuple[list[z3.BoolRef], ...]) -> z
     """A model that reads well: try the preference tiers in order (auxiliaries = 1, small
     whole inputs, ...), keep the first that is still a counterexample."""
     model = solver.model()
-    solver.set("timeout", TIMEOUT_MS // 4)
+    solver.set("timeout", max(1, _timeout_ms() // 4))
     for tier in tiers:
         if solver.check(*tier) == z3.sat:
             return solver.model()
@@ -343,4 +365,4 @@ def monotone(value_map: ValueMap, position: int, nonnegative: bool = False) -> V
     return _solve(negation, shared, named, tiers)
 
 
-__all__ = ["Verdict", "algebra", "contraction", "monotone", "property2"]
+__all__ = ["Verdict", "algebra", "contraction", "monotone", "property2", "start_budget"]
