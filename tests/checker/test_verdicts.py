@@ -402,3 +402,42 @@ b(Y, min[d]) :- a(X, d1), e(X, Y, w), {step}.
     assert set(stratum.relations) == {"a", "b"}
     assert stratum.eval_class == expected
     assert [v.f_prime for v in report.verdicts] == ["d = d1 + w", step]
+
+
+@pytest.mark.parametrize(("agg", "expected"), [("min", "holds"), ("sum", "fails")])
+def test_a_filter_on_the_recursive_value_is_a_partial_f_prime(agg: str, expected: str) -> None:
+    # Keeping only b < 100 commutes with min (the filter is downward closed) but not with
+    # sum (the sum of two kept values may exceed the bound).
+    verdict = only_verdict(linear("float", agg, "b = a + w, b < 100"))
+    assert verdict.properties["property2"] == expected
+
+
+def test_indexed_min_rewrite_keeps_the_base_rule() -> None:
+    from fixflow.checker.printer import pretty
+
+    report = report_of(
+        """
+.decl d(i: number, x: number, v: float)
+d(0, X, v) :- e(X, _, _), X = 1, v = 0.
+d(i+1, Y, min[v]) :- d(i, X, u), e(X, Y, w), v = u + w.
+"""
+    )
+    spec = report.mra["d"]
+    assert spec.index_pos == 0 and not spec.converges_to_limit
+    assert spec.rewritten is not None
+    text = pretty(spec.rewritten)
+    assert "d(X, v) :- e(X, _, _), X = 1, v = 0." in text
+    assert "d(Y, min[v]) :- d(X, u), e(X, Y, w), v = u + w." in text
+    assert report.verdicts[0].initial_delta.startswith("ΔX¹ = min(X¹, X⁰)")
+
+
+def test_number_text_prefers_exact_decimals() -> None:
+    from fractions import Fraction
+
+    from fixflow.checker.check import number_text
+
+    assert [number_text(Fraction(n, d)) for n, d in [(3, 1), (-7, 4), (1, 3)]] == [
+        "3",
+        "-1.75",
+        "1/3",
+    ]
