@@ -216,7 +216,7 @@ class _Analyzer:
         if schema is None:
             self.error(
                 f"undeclared relation `{relation}`",
-                span,
+                _name_span(span, relation),
                 f"declare it with `.decl {relation}(...)`",
             )
         elif len(schema) != arity:
@@ -232,7 +232,8 @@ class _Analyzer:
             if isinstance(literal, Atom):
                 self._relation_use(literal.relation, len(literal.args), literal.span)
             elif isinstance(literal, Negation):
-                self._relation_use(literal.atom.relation, len(literal.atom.args), literal.span)
+                atom = literal.atom
+                self._relation_use(atom.relation, len(atom.args), atom.span)
         pre_bound = [index] if index is not None else []
         bound, assignments = bindings(body, pre_bound)
         self._safety(rule, body, bound, assignments)
@@ -357,6 +358,13 @@ class _Analyzer:
                         first.span,
                         f"the head reads `{index}+1`: each round reads round `{index}`",
                     )
+
+
+def _name_span(span: Span, name: str) -> Span:
+    """The span of the relation name at the start of an atom's span."""
+    if span is NO_SPAN:
+        return span
+    return Span(span.file, span.line, span.col, span.line, span.col + len(name))
 
 
 def _var_occurrences_of_args(args: tuple[Expr, ...]) -> Iterator[Var]:
