@@ -441,3 +441,18 @@ def test_number_text_prefers_exact_decimals() -> None:
         "-1.75",
         "1/3",
     ]
+
+
+def test_a_recursive_rule_without_aggregate_feeds_its_relations_aggregate() -> None:
+    # docs/language.md: all rules of a relation contribute to its one aggregate.
+    report = report_of(
+        """
+.decl s(x: number, d: float)
+s(X, min[d]) :- e(X, _, d).
+s(Y, d) :- s(X, dx), e(X, Y, w), d = dx + w.
+"""
+    )
+    (verdict,) = report.verdicts
+    assert (verdict.aggregate, verdict.eval_class, verdict.line) == ("min", "mra", 5)
+    spec = report.mra["s"]
+    assert spec.head.head.aggregate is not None and len(spec.init_rules) == 1

@@ -461,6 +461,35 @@ def _cycle_through(start: str, end: str, edges: list[Edge], members: set[str]) -
 # ---------------------------------------------------------------- strata and classes
 
 
+def with_relation_aggregate(rules: Iterable[Rule]) -> tuple[Rule, ...]:
+    """Rules as the engine reads them: all rules of a relation contribute to its one
+    aggregate (docs/language.md), so a rule without a head aggregate for a relation that
+    has one gets it: ``s(Y, d) :- ...`` next to ``s(X, min[d]) :- ...`` is
+    ``s(Y, min[d]) :- ...``. Other rules are returned unchanged (the same objects)."""
+    rules = tuple(rules)
+    aggregates: dict[str, tuple[int, Aggregate]] = {}
+    for rule in rules:
+        aggregate = rule.head.aggregate
+        if aggregate is not None:
+            aggregates.setdefault(rule.head.relation, (rule.head.args.index(aggregate), aggregate))
+    result: list[Rule] = []
+    for rule in rules:
+        known = aggregates.get(rule.head.relation)
+        if rule.head.aggregate is not None or known is None:
+            result.append(rule)
+            continue
+        position, aggregate = known
+        args = list(rule.head.args)
+        if position >= len(args) or isinstance(args[position], Wildcard):
+            result.append(rule)
+            continue
+        value = args[position]
+        args[position] = Aggregate(aggregate.func, value, value.span)  # type: ignore[arg-type]
+        head = Head(rule.head.relation, tuple(args), rule.head.span)
+        result.append(Rule(head, rule.bodies, rule.termination, rule.span))
+    return tuple(result)
+
+
 def structural_class(
     relations: tuple[str, ...], rules: tuple[Rule, ...], recursive: bool
 ) -> tuple[EvalClass | None, str]:
@@ -468,6 +497,7 @@ def structural_class(
     if not recursive:
         return None, "not recursive"
     members = set(relations)
+    rules = with_relation_aggregate(rules)
     aggregated = [r for r in rules if r.head.aggregate is not None and _reads(r, members)]
     if not any(r.head.aggregate is not None for r in rules):
         return "set", "recursion without aggregates: semi-naive evaluation"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from fixflow.checker import smt
-from fixflow.checker.analysis import index_var
+from fixflow.checker.analysis import index_var, with_relation_aggregate
 from fixflow.checker.ast import (
     Atom,
     Comparison,
@@ -66,7 +66,10 @@ class _RuleCheck:
     """What the checker found for one recursive rule."""
 
     rule: Rule
+    """The rule as checked: with the relation's aggregate (``with_relation_aggregate``)."""
     alternatives: tuple[Alternative, ...]
+    original: Rule
+    """The rule as written."""
     properties: dict[str, PropertyStatus] = field(default_factory=lambda: dict(NA))
     counterexample: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -104,10 +107,14 @@ def _value_sort(analysis: Analysis, rule: Rule) -> str:
     return sort_of(schema[rule.head.args.index(aggregate)].type) or "real"
 
 
-def _check_rule(analysis: Analysis, rule: Rule, members: frozenset[str]) -> _RuleCheck:
+def _check_rule(
+    analysis: Analysis, rule: Rule, original: Rule, members: frozenset[str]
+) -> _RuleCheck:
     counts = count_columns(analysis.program)
     positions = value_positions_of(analysis.program)
-    found = _RuleCheck(rule, alternatives(rule, members, analysis.schemas, counts, positions))
+    found = _RuleCheck(
+        rule, alternatives(rule, members, analysis.schemas, counts, positions), original
+    )
     if rule.head.aggregate is None:
         return found
     sort = _value_sort(analysis, rule)
@@ -298,8 +305,12 @@ class _Outcome:
 
 def _check_stratum(analysis: Analysis, stratum: Stratum) -> _Outcome:
     members = frozenset(stratum.relations)
-    recursive_rules = [r for r in stratum.rules if _reads(r, members)]
-    checks = [_check_rule(analysis, r, members) for r in recursive_rules]
+    effective = with_relation_aggregate(stratum.rules)
+    checks = [
+        _check_rule(analysis, rule, original, members)
+        for rule, original in zip(effective, stratum.rules, strict=True)
+        if _reads(original, members)
+    ]
     if stratum.eval_class == "set":
         return _Outcome("set", stratum.reason, checks)
     funcs = {c.rule.head.aggregate.func for c in checks if c.rule.head.aggregate}
@@ -449,11 +460,11 @@ def _mra_spec(analysis: Analysis, stratum: Stratum, check_: _RuleCheck) -> MraSp
     limit = aggregate.func in ("sum", "count") and (
         rule.termination is not None or check_.properties["convergence"] == "holds"
     )
-    init_rules = tuple(r for r in stratum.rules if r is not rule)
+    init_rules = tuple(r for r in stratum.rules if not _reads(r, frozenset(stratum.relations)))
     rewritten = None
     if index_pos is not None:
         keep_base = aggregate.func in ("min", "max") or not limit
-        rewritten = drop_index(analysis.program, relation, rule, keep_base)
+        rewritten = drop_index(analysis.program, relation, check_.original, keep_base)
     return MraSpec(
         relation=relation,
         aggregate=aggregate.func,
