@@ -453,6 +453,6 @@ s(Y, d) :- s(X, dx), e(X, Y, w), d = dx + w.
 """
     )
     (verdict,) = report.verdicts
-    assert (verdict.aggregate, verdict.eval_class, verdict.line) == ("min", "mra", 5)
+    assert (verdict.aggregate, verdict.eval_class, verdict.line) == ("min", "mra", 7)
     spec = report.mra["s"]
     assert spec.head.head.aggregate is not None and len(spec.init_rules) == 1
