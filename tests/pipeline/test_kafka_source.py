@@ -10,11 +10,14 @@ from typing import Any
 from fixflow.pipeline.broker import ensure_topics
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka_source import (
+    KafkaStreamReader,
     cap_offsets,
     end_offsets,
+    lag_from_progress,
     native_options,
     read_stream,
     record_count,
+    write_limit_file,
 )
 
 
@@ -42,6 +45,7 @@ def _run_available_now(spark: Any, config: Config, topics: list[str], checkpoint
              .trigger(availableNow=True).start())
     query.awaitTermination(120)
     assert query.exception() is None
+    assert set(lag_from_progress(query.lastProgress).values()) <= {0}, "all read: no lag"
     return batches
 
 
@@ -98,3 +102,29 @@ def test_native_source_options_name_spark_kafka_settings(broker: Config) -> None
     assert options["kafka.bootstrap.servers"] == broker.kafka.bootstrap_servers
     assert options["subscribe"] == "edge,node"
     assert options["maxOffsetsPerTrigger"] == "500"
+
+
+def test_reader_follows_the_limit_file_and_reports_lag(broker: Config, tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    topic = f"limit-{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker, [topic])
+    _publish(broker, topic, [{"n": i} for i in range(60)])
+    limit_file = tmp_path / "limit"
+    reader = KafkaStreamReader({"bootstrap_servers": broker.kafka.bootstrap_servers,
+                                "topics": topic, "max_records_per_trigger": "50",
+                                "max_records_file": str(limit_file)})
+    start = reader.initialOffset()
+    assert record_count(start, reader.latestOffset(start, ReadMaxRows(50))) == 50
+    write_limit_file(limit_file, 7)
+    end = reader.latestOffset(start, ReadMaxRows(50))
+    assert record_count(start, end) == 7
+    progress = {"sources": [{"endOffset": json.dumps(end),
+                             "latestOffset": reader.reportLatestOffset()}]}
+    assert lag_from_progress(progress) == {topic: 53}
+    rows = [r for part in reader.partitions(start, end) for b in reader.read(part)
+            for r in b.to_pylist()]
+    assert len(rows) == 7 and all(r["topic"] == topic for r in rows)
+    for partition, stop in end[topic].items():
+        offsets = [r["offset"] for r in rows if r["partition"] == int(partition)]
+        assert offsets == list(range(start[topic][partition], stop))

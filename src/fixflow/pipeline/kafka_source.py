@@ -17,7 +17,8 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -220,13 +221,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_records = int(limit) if limit else None
         self.probe = options.get("probe_end", "true").lower() == "true"
         self.read_timeout_s = float(options.get("read_timeout_s", "60"))
+        self.limit_file = options.get("max_records_file", "")
         self.target: Offsets | None = None
+        self.latest_seen: Offsets | None = None
 
     def initialOffset(self) -> dict:
         return beginning_offsets(self.bootstrap, self.topics)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
+        # With a limit file the limit is decided per trigger in latestOffset.
+        if self.max_records or self.limit_file:
+            return ReadMaxRows(self.max_records or 2**62)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict | None:
+        # Shown as latestOffset in the query progress: lag = latest - endOffset.
+        return self.latest_seen
 
     def prepareForTriggerAvailableNow(self) -> None:
         # Fix the target now: data published after this call belongs to a later run.
@@ -237,9 +247,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = self._with_new_partitions(normalize(start))
         end = normalize({t: {p: max(latest.get(t, {}).get(p, 0), start[t][p]) for p in start[t]}
                          for t in start})
-        if isinstance(limit, ReadMaxRows) and record_count(start, end) > limit.max_rows:
-            end = cap_offsets(start, end, limit.max_rows)
+        self.latest_seen = end
+        if isinstance(limit, ReadMaxRows):
+            max_rows = min(limit.max_rows, self._file_limit() or limit.max_rows)
+            if record_count(start, end) > max_rows:
+                end = cap_offsets(start, end, max_rows)
         return end
+
+    def _file_limit(self) -> int | None:
+        """The per-trigger limit the driver last wrote (adaptive batch sizing): the reader
+        runs in its own Python process, so a small file is how the driver steers it."""
+        if not self.limit_file:
+            return None
+        try:
+            value = int(Path(self.limit_file).read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            return None
+        return value if value > 0 else None
 
     def _with_new_partitions(self, start: Offsets) -> Offsets:
         """Topics or partitions created after the query started are read from the beginning."""
@@ -269,6 +293,42 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         # Offsets live in Spark's checkpoint; no consumer-group commit is needed.
         log.debug("batch committed up to %s", json.dumps(end))
+
+
+def write_limit_file(path: str | Path, max_records: int) -> None:
+    """Set the per-trigger record limit of running ``fixflow-kafka`` readers that were
+    started with ``max_records_file=path`` (atomic replace: readers never see half a
+    number)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_suffix(".tmp")
+    temporary.write_text(f"{int(max_records)}\n", encoding="utf-8")
+    temporary.replace(target)
+
+
+def lag_from_progress(progress: Mapping[str, Any] | None) -> dict[str, int]:
+    """Records not yet processed per topic, from a StreamingQuery's ``lastProgress``
+    (``latestOffset - endOffset`` of every Kafka source; both sources report
+    ``{topic: {partition: offset}}``)."""
+    lags: dict[str, int] = {}
+    for source in (progress or {}).get("sources", []):
+        latest, end = _offsets_of(source.get("latestOffset")), _offsets_of(source.get("endOffset"))
+        for topic, partitions in latest.items():
+            done = end.get(topic, {})
+            lags[topic] = lags.get(topic, 0) + sum(
+                max(0, int(offset) - int(done.get(p, 0))) for p, offset in partitions.items())
+    return lags
+
+
+def _offsets_of(value: Any) -> dict[str, dict[str, int]]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+    if not isinstance(value, dict):
+        return {}
+    return {t: p for t, p in value.items() if isinstance(p, dict)}
 
 
 def _required(options: dict[str, str], name: str) -> str:
@@ -338,18 +398,22 @@ def register(spark: SparkSession) -> None:
 
 
 def read_stream(spark: SparkSession, config: Config, topics: Sequence[str],
-                max_records_per_trigger: int | None = None) -> DataFrame:
+                max_records_per_trigger: int | None = None,
+                limit_file: str | None = None) -> DataFrame:
     """The Kafka topics as a streaming DataFrame with the columns of SCHEMA, from the source
-    the config selects."""
+    the config selects. ``limit_file`` (python source only) lets the driver change the
+    per-trigger limit while the query runs: see ``write_limit_file``."""
     limit = max_records_per_trigger or config.stream.max_records_per_trigger
     if config.kafka.source == "native":
         return _native_stream(spark, config, topics, limit)
     register(spark)
-    return (spark.readStream.format(SOURCE_NAME)
-            .option("bootstrap_servers", config.kafka.bootstrap_servers)
-            .option("topics", ",".join(topics))
-            .option("max_records_per_trigger", str(limit))
-            .load())
+    reader = (spark.readStream.format(SOURCE_NAME)
+              .option("bootstrap_servers", config.kafka.bootstrap_servers)
+              .option("topics", ",".join(topics))
+              .option("max_records_per_trigger", str(limit)))
+    if limit_file:
+        reader = reader.option("max_records_file", limit_file)
+    return reader.load()
 
 
 def native_options(config: Config, topics: Sequence[str], limit: int) -> dict[str, str]:

@@ -88,6 +88,11 @@ class Metrics:
     def choose_strategy(self, stratum: int | str, strategy: Strategy) -> None:
         self.strategy.labels(stratum=str(stratum), strategy=strategy).inc()
 
+    def observe_lag(self, lags: dict[str, int]) -> None:
+        """Set the lag gauge per topic (see ``kafka_source.lag_from_progress``)."""
+        for topic, lag in lags.items():
+            self.kafka_lag.labels(topic=topic).set(lag)
+
     def batch_committed(self, batch_id: int) -> None:
         self.batches_committed.inc()
         self.last_batch_id.set(batch_id)
