@@ -1,0 +1,572 @@
+"""The one compiler: rule bodies → plan IR (``fixflow.operators.plan``) → Spark DataFrames.
+
+``RuleCompiler`` turns a rule body into a plan over variable-named columns:
+positive atoms become scans (constants and repeated variables become filters, ``_`` is
+dropped) joined on shared variables; ``X = expr`` with ``X`` unbound becomes a computed
+column, other comparisons become filters; ``!p(...)`` becomes an anti-join. Heads become
+projections cast to the declared types. ``SparkBackend`` runs a plan on DataFrames whose
+relations are stored with positional columns ``c0, c1, ...`` (see ``positional``).
+
+Every strategy (``fixflow.operators.evaluate``, ``fixflow.operators.monotable``) builds
+its round plans with this module; user expressions become Spark Column expressions,
+never evaluated Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    DataType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from fixflow.checker import ast
+from fixflow.operators.plan import (
+    Aggregate,
+    AntiJoin,
+    Arith,
+    Cast,
+    Col,
+    Compare,
+    Const,
+    Filter,
+    Fixpoint,
+    Func,
+    Join,
+    Negate,
+    PExpr,
+    Plan,
+    Project,
+    Scan,
+    Union,
+    Unit,
+    Version,
+)
+
+TypeName = ast.TypeName
+
+
+class CompileError(Exception):
+    """A rule the engine cannot compile (the checker should have rejected it)."""
+
+
+# ---------------------------------------------------------------- types
+
+SPARK_TYPES: dict[str, DataType] = {
+    "number": LongType(),
+    "float": DoubleType(),
+    "symbol": StringType(),
+}
+
+
+def spark_type(type_name: TypeName) -> DataType:
+    return SPARK_TYPES[type_name]
+
+
+def positional(i: int) -> str:
+    """The internal name of a relation's i-th column."""
+    return f"c{i}"
+
+
+def relation_struct(types: Sequence[TypeName]) -> StructType:
+    """The internal (positional) Spark schema of a relation with these attribute types."""
+    return StructType(
+        [StructField(positional(i), spark_type(t), True) for i, t in enumerate(types)]
+    )
+
+
+def column_name(name: str) -> str:
+    """A Spark-safe, case-distinct column name for a variable or compiler name.
+
+    Spark resolves column names case-insensitively, while Datalog variables ``x`` and ``X``
+    differ, so upper-case letters and other characters are escaped injectively."""
+    out = ["v"]
+    for ch in name:
+        if ch.islower() or ch.isdigit():
+            out.append(ch)
+        elif ch == "_":
+            out.append("__")
+        elif "A" <= ch <= "Z":
+            out.append("_" + ch.lower())
+        else:
+            out.append(f"_{ord(ch)}_")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------- AST → plan
+
+
+def _numeric_join(left: TypeName, right: TypeName) -> TypeName:
+    if left == "symbol" or right == "symbol":
+        return "symbol"
+    return "float" if "float" in (left, right) else "number"
+
+
+@dataclass(frozen=True, slots=True)
+class BodyPlan:
+    """A compiled body: the plan, every bound variable's type, literals left unbound."""
+
+    plan: Plan
+    types: dict[str, TypeName]
+    deferred: tuple[ast.BodyLiteral, ...] = ()
+
+
+class RuleCompiler:
+    """Compiles rule bodies and heads against the declared relation schemas."""
+
+    def __init__(self, schemas: Mapping[str, Sequence[TypeName]]) -> None:
+        self.schemas = {rel: tuple(types) for rel, types in schemas.items()}
+        self._fresh = 0
+
+    # ------------------------------------------------------------ expressions
+
+    def expr(self, expr: ast.Expr, types: Mapping[str, TypeName]) -> PExpr:
+        """An AST expression as a typed plan expression over bound variables."""
+        match expr:
+            case ast.Var(name=name):
+                if name not in types:
+                    raise CompileError(f"variable `{name}` is not bound")
+                return Col(name, types[name])
+            case ast.NumberLit(value=value):
+                return Const(value, "number")
+            case ast.FloatLit(value=value):
+                return Const(value, "float")
+            case ast.StringLit(value=value):
+                return Const(value, "symbol")
+            case ast.BinOp(op=op, left=left, right=right):
+                lhs, rhs = self.expr(left, types), self.expr(right, types)
+                return Arith(op, lhs, rhs, _numeric_join(lhs.type, rhs.type))
+            case ast.Neg(operand=operand):
+                inner = self.expr(operand, types)
+                return Negate(inner, inner.type)
+            case ast.Call(func=func, args=args):
+                compiled = tuple(self.expr(a, types) for a in args)
+                if func in ("exp", "log"):
+                    result: TypeName = "float"
+                elif func in ("min", "max"):
+                    result = _numeric_join(compiled[0].type, compiled[1].type)
+                else:
+                    result = compiled[0].type
+                return Func(func, compiled, result)
+            case ast.Wildcard():
+                raise CompileError("`_` is only allowed as an atom argument")
+        raise CompileError(f"not an expression: {expr!r}")
+
+    # ------------------------------------------------------------ atoms
+
+    def _fresh_name(self, hint: str) -> str:
+        self._fresh += 1
+        return f"#{hint}{self._fresh}"
+
+    def atom(
+        self, atom: ast.Atom, version: Version = "full", relation: str | None = None
+    ) -> tuple[Plan, dict[str, TypeName], list[ast.Comparison]]:
+        """A scan of ``atom`` projected to its variables, plus the equality tests that its
+        non-variable expression arguments (``p(X+1)``) still need once all is bound."""
+        rel = relation or atom.relation
+        types = self.schemas.get(atom.relation)
+        if types is None:
+            raise CompileError(f"relation `{atom.relation}` is not declared")
+        if len(types) != len(atom.args):
+            raise CompileError(
+                f"`{atom.relation}` has {len(types)} attributes, the atom gives {len(atom.args)}"
+            )
+        columns = tuple(self._fresh_name(f"{atom.relation}.") for _ in atom.args)
+        plan: Plan = Scan(rel, version, columns, types)
+        outputs: dict[str, PExpr] = {}
+        tests: list[ast.Comparison] = []
+        for column, type_, arg in zip(columns, types, atom.args, strict=True):
+            source = Col(column, type_)
+            match arg:
+                case ast.Wildcard():
+                    continue
+                case ast.Var(name=name) if name in outputs:
+                    plan = Filter(plan, Compare("=", source, outputs[name]))
+                case ast.Var(name=name):
+                    outputs[name] = source
+                case ast.NumberLit() | ast.FloatLit() | ast.StringLit():
+                    plan = Filter(plan, Compare("=", source, self.expr(arg, {})))
+                case _:
+                    # An expression argument: keep the column, test it once bound.
+                    outputs[column] = source
+                    tests.append(ast.Comparison("=", ast.Var(column), arg))
+        plan = Project(plan, tuple((name, expr) for name, expr in outputs.items()))
+        return plan, {name: e.type for name, e in outputs.items()}, tests
+
+    # ------------------------------------------------------------ bodies
+
+    def body(
+        self,
+        body: ast.Body,
+        versions: Mapping[int, Version] | None = None,
+        *,
+        skip: frozenset[int] = frozenset(),
+        start: tuple[Plan, Mapping[str, TypeName]] | None = None,
+        external: frozenset[str] = frozenset(),
+        relation_of: Mapping[int, str] | None = None,
+    ) -> BodyPlan:
+        """Compile ``body``.
+
+        ``versions`` maps a literal index to the version its atom reads (default ``full``);
+        ``skip`` leaves literals out (the MRA recursive atom); ``start`` is a plan the body
+        is joined onto; ``external`` names variables bound outside (by a skipped atom):
+        literals needing them are returned in ``deferred`` instead of failing.
+        ``relation_of`` reads an atom from another stored relation name.
+        """
+        versions = versions or {}
+        relation_of = relation_of or {}
+        literals = [(i, lit) for i, lit in enumerate(body.literals) if i not in skip]
+        atom_vars: set[str] = set(external)
+        for _, lit in literals:
+            if isinstance(lit, ast.Atom):
+                atom_vars |= {a.name for a in lit.args if isinstance(a, ast.Var)}
+        plan, types = start if start is not None else (None, {})
+        types = dict(types)
+        tests: list[ast.BodyLiteral] = []
+        scans: list[tuple[Plan, dict[str, TypeName]]] = []
+        for i, lit in literals:
+            if isinstance(lit, ast.Atom):
+                scan, scan_types, arg_tests = self.atom(
+                    lit, versions.get(i, "full"), relation_of.get(i)
+                )
+                scans.append((scan, scan_types))
+                tests += arg_tests
+                atom_vars |= set(scan_types)
+        plan, types = self._join_all(plan, types, scans)
+        pending = tests + [lit for _, lit in literals if not isinstance(lit, ast.Atom)]
+        plan, types, deferred = self._apply_literals(plan, types, pending, atom_vars)
+        if deferred and not external:
+            names = sorted(set().union(*(_literal_vars(d) for d in deferred)) - set(types))
+            raise CompileError(f"unbound variable(s) {', '.join(names)} in a rule body")
+        return BodyPlan(plan, types, tuple(deferred))
+
+    def _join_all(
+        self,
+        plan: Plan | None,
+        types: dict[str, TypeName],
+        scans: list[tuple[Plan, dict[str, TypeName]]],
+    ) -> tuple[Plan, dict[str, TypeName]]:
+        """Join scans greedily, always preferring one that shares a variable (no cross
+        joins while a connected atom remains)."""
+        remaining = list(scans)
+        while remaining:
+            pick = next(
+                (k for k, (_, t) in enumerate(remaining) if set(t) & set(types)),
+                0,
+            )
+            scan, scan_types = remaining.pop(pick)
+            if plan is None:
+                plan, types = scan, dict(scan_types)
+                continue
+            on = tuple(name for name in scan_types if name in types)
+            plan = Join(plan, scan, on)
+            types.update(scan_types)
+        return (plan if plan is not None else Unit()), types
+
+    def _apply_literals(
+        self,
+        plan: Plan,
+        types: dict[str, TypeName],
+        pending: list[ast.BodyLiteral],
+        atom_vars: set[str],
+    ) -> tuple[Plan, dict[str, TypeName], list[ast.BodyLiteral]]:
+        """Assignments, filters and anti-joins, each as soon as its variables are bound."""
+        progress = True
+        while pending and progress:
+            progress = False
+            for lit in list(pending):
+                applied = self._apply_one(plan, types, lit, atom_vars)
+                if applied is not None:
+                    plan = applied
+                    pending.remove(lit)
+                    progress = True
+        return plan, types, pending
+
+    def _apply_one(
+        self,
+        plan: Plan,
+        types: dict[str, TypeName],
+        lit: ast.BodyLiteral,
+        atom_vars: set[str],
+    ) -> Plan | None:
+        if isinstance(lit, ast.Negation):
+            return self._negation(plan, types, lit.atom)
+        assert isinstance(lit, ast.Comparison)
+        target = _assignment_target(lit, types, atom_vars)
+        if target is not None:
+            name, source = target
+            if not ast.expr_vars(source) <= set(types):
+                return None
+            value = self.expr(source, types)
+            types[name] = value.type
+            keep = tuple((n, Col(n, t)) for n, t in plan.schema)
+            return Project(plan, (*keep, (name, value)))
+        if not _literal_vars(lit) <= set(types):
+            return None
+        left, right = self.expr(lit.left, types), self.expr(lit.right, types)
+        return Filter(plan, Compare(lit.op, left, right))
+
+    def _negation(self, plan: Plan, types: dict[str, TypeName], atom: ast.Atom) -> Plan | None:
+        names = {a.name for a in atom.args if isinstance(a, ast.Var)}
+        if not names <= set(types):
+            # Variables occurring only under negation act as wildcards.
+            atom = ast.Atom(
+                atom.relation,
+                tuple(
+                    ast.Wildcard() if isinstance(a, ast.Var) and a.name not in types else a
+                    for a in atom.args
+                ),
+            )
+            names &= set(types)
+        scan, scan_types, tests = self.atom(atom)
+        if tests:
+            raise CompileError("expressions inside a negated atom are not supported")
+        return AntiJoin(plan, scan, tuple(n for n in scan_types if n in names))
+
+    # ------------------------------------------------------------ heads
+
+    def head(
+        self,
+        rule: ast.Rule,
+        body: BodyPlan,
+        declared: Sequence[TypeName],
+        *,
+        aggregated: bool | None = None,
+        recursive: bool = False,
+        skip_positions: frozenset[int] = frozenset(),
+    ) -> Project:
+        """Head rows ``h0..hn`` cast to ``declared``.
+
+        An aggregate position holds the aggregate's argument; ``count`` contributes 1 per
+        assignment, except ``count[c]`` in a recursive rule, which adds partial counts
+        ``c``. When the relation is ``aggregated`` the rows come from distinct variable
+        assignments (aggregates range over them). ``skip_positions`` are left out (the
+        iteration index of an MRA relation)."""
+        plan = body.plan
+        aggregate = rule.head.aggregate
+        if aggregated if aggregated is not None else aggregate is not None:
+            variables = tuple((n, Col(n, t)) for n, t in plan.schema)
+            plan = Project(plan, variables, distinct=True)
+        outputs: list[tuple[str, PExpr]] = []
+        for i, (arg, type_) in enumerate(zip(rule.head.args, declared, strict=True)):
+            if i in skip_positions:
+                continue
+            outputs.append((f"h{i}", self.head_value(arg, body.types, type_, recursive)))
+        return Project(plan, tuple(outputs))
+
+    def head_value(
+        self,
+        arg: ast.HeadArg,
+        types: Mapping[str, TypeName],
+        declared: TypeName,
+        recursive: bool,
+    ) -> PExpr:
+        if not isinstance(arg, ast.Aggregate):
+            return Cast(self.expr(arg, types), declared)
+        if arg.arg is None or (arg.func == "count" and not recursive):
+            return Const(1, "number")
+        value = self.expr(arg.arg, types)
+        return value if arg.func == "mean" else Cast(value, declared)
+
+    def finish_body(
+        self,
+        plan: Plan,
+        types: Mapping[str, TypeName],
+        pending: Sequence[ast.BodyLiteral],
+        atom_vars: set[str],
+    ) -> BodyPlan:
+        """Apply literals left over (``BodyPlan.deferred``) once more variables are bound."""
+        types = dict(types)
+        plan, types, deferred = self._apply_literals(plan, types, list(pending), atom_vars)
+        if deferred:
+            names = sorted(set().union(*(_literal_vars(d) for d in deferred)) - set(types))
+            raise CompileError(f"unbound variable(s) {', '.join(names)} in a rule body")
+        return BodyPlan(plan, types)
+
+
+def _literal_vars(lit: ast.BodyLiteral) -> set[str]:
+    match lit:
+        case ast.Comparison(left=left, right=right):
+            return ast.expr_vars(left) | ast.expr_vars(right)
+        case ast.Negation(atom=atom):
+            return set().union(*(ast.expr_vars(a) for a in atom.args))
+        case ast.Atom(args=args):
+            return set().union(*(ast.expr_vars(a) for a in args))
+    return set()
+
+
+def _assignment_target(
+    lit: ast.Comparison, types: Mapping[str, TypeName], atom_vars: set[str]
+) -> tuple[str, ast.Expr] | None:
+    """``X = expr`` (or ``expr = X``) where X is bound by no atom and not yet assigned."""
+    if lit.op != "=":
+        return None
+    for var, other in ((lit.left, lit.right), (lit.right, lit.left)):
+        if isinstance(var, ast.Var) and var.name not in atom_vars and var.name not in types:
+            return var.name, other
+    return None
+
+
+def head_columns(arity: int) -> tuple[str, ...]:
+    return tuple(f"h{i}" for i in range(arity))
+
+
+def aggregate_rows(
+    rows: Sequence[Plan], arity: int, position: int, func: str, declared: TypeName
+) -> Plan:
+    """G over the union of head rows of every rule of one relation, grouped by the other
+    head positions, as a plan with columns ``h0..hn``."""
+    union = rows[0] if len(rows) == 1 else Union(tuple(rows), distinct=False)
+    columns = head_columns(arity)
+    keys = tuple(c for i, c in enumerate(columns) if i != position)
+    value = columns[position]
+    func_name = "sum" if func == "count" else func
+    grouped: Plan = Aggregate(union, keys, func_name, value, value, declared)  # type: ignore[arg-type]
+    schema = dict(grouped.schema)
+    outputs = tuple(
+        (c, Cast(Col(c, schema[c]), declared) if c == value else Col(c, schema[c])) for c in columns
+    )
+    return Project(grouped, outputs)
+
+
+def set_rows(rows: Sequence[Plan]) -> Plan:
+    """The distinct union of head rows."""
+    if len(rows) == 1:
+        return Project(rows[0], tuple((n, Col(n, t)) for n, t in rows[0].schema), distinct=True)
+    return Union(tuple(rows), distinct=True)
+
+
+# ---------------------------------------------------------------- plan → Spark
+
+Source = Callable[[str, Version], DataFrame]
+"""Where scans read from: (relation, version) → DataFrame with positional columns."""
+
+
+class SparkBackend:
+    """Runs plans as DataFrame operations."""
+
+    def __init__(self, spark: SparkSession, source: Source) -> None:
+        self.spark = spark
+        self.source = source
+
+    def run(self, plan: Plan) -> DataFrame:
+        match plan:
+            case Scan(relation=rel, version=version, columns=columns):
+                df = self.source(rel, version)
+                return df.select(
+                    *(F.col(positional(i)).alias(column_name(c)) for i, c in enumerate(columns))
+                )
+            case Unit():
+                return self.spark.range(1).select()
+            case Filter(input=inner, condition=condition):
+                return self.run(inner).where(column(condition))
+            case Project(input=inner, outputs=outputs, distinct=distinct):
+                df = self.run(inner).select(*(column(e).alias(column_name(n)) for n, e in outputs))
+                return df.distinct() if distinct else df
+            case Join(left=left, right=right, on=on):
+                lhs, rhs = self.run(left), self.run(right)
+                if not on:
+                    return lhs.crossJoin(rhs)
+                return lhs.join(rhs, [column_name(n) for n in on], "inner")
+            case AntiJoin(left=left, right=right, on=on):
+                lhs, rhs = self.run(left), self.run(right)
+                if not on:
+                    return lhs.join(rhs.limit(1), F.lit(True), "left_anti")
+                return lhs.join(rhs, [column_name(n) for n in on], "left_anti")
+            case Union(inputs=inputs, distinct=distinct):
+                frames = [self.run(i) for i in inputs]
+                df = frames[0]
+                for other in frames[1:]:
+                    df = df.unionByName(other)
+                return df.distinct() if distinct else df
+            case Aggregate(input=inner, group_by=group_by, func=func, arg=arg, output=output):
+                df = self.run(inner)
+                agg = aggregate_column(func, arg).alias(column_name(output))
+                keys = [column_name(g) for g in group_by]
+                return df.groupBy(*keys).agg(agg) if keys else df.agg(agg)
+            case Fixpoint():
+                raise CompileError("a Fixpoint is run by a strategy, not by the backend")
+        raise CompileError(f"not a plan: {plan!r}")
+
+
+def aggregate_column(func: str, arg: str | None) -> Column:
+    if arg is None or func == "count":
+        return F.count(F.lit(1)) if arg is None else F.count(F.col(column_name(arg)))
+    col = F.col(column_name(arg))
+    return {"min": F.min, "max": F.max, "sum": F.sum, "mean": F.avg}[func](col)
+
+
+def column(expr: PExpr) -> Column:
+    """A plan expression as a Spark Column."""
+    match expr:
+        case Col(name=name):
+            return F.col(column_name(name))
+        case Const(value=value, type=type_):
+            return F.lit(value).cast(spark_type(type_))
+        case Arith(op=op, left=left, right=right, type=type_):
+            return _arith(op, column(left), column(right), type_)
+        case Negate(operand=operand):
+            return -column(operand)
+        case Func(name=name, args=args, type=type_):
+            return _builtin(name, [column(a) for a in args], type_)
+        case Compare(op=op, left=left, right=right):
+            return _compare(op, column(left), column(right))
+        case Cast(operand=operand, type=type_):
+            inner = column(operand)
+            return inner if operand.type == type_ else inner.cast(spark_type(type_))
+    raise CompileError(f"not a plan expression: {expr!r}")
+
+
+def _arith(op: str, left: Column, right: Column, type_: TypeName) -> Column:
+    if op == "+":
+        return left + right
+    if op == "-":
+        return left - right
+    if op == "*":
+        return left * right
+    if type_ == "number":
+        # Integer division truncates toward zero (as in Soufflé and C); x/0 yields no value.
+        return F.try_divide(left - left % right, right).cast(LongType())
+    return F.try_divide(left.cast(DoubleType()), right)
+
+
+def _builtin(name: str, args: list[Column], type_: TypeName) -> Column:
+    if name == "min":
+        return F.least(*(a.cast(spark_type(type_)) for a in args))
+    if name == "max":
+        return F.greatest(*(a.cast(spark_type(type_)) for a in args))
+    if name == "abs":
+        return F.abs(args[0])
+    if name == "exp":
+        return F.exp(args[0])
+    if name == "log":
+        # Spark's ln yields null for x <= 0: the binding simply has no value.
+        return F.ln(args[0])
+    if name == "relu":
+        return F.greatest(args[0], F.lit(0).cast(spark_type(type_)))
+    raise CompileError(f"unknown built-in `{name}`")
+
+
+def _compare(op: str, left: Column, right: Column) -> Column:
+    match op:
+        case "=":
+            return left == right
+        case "!=":
+            return left != right
+        case "<":
+            return left < right
+        case "<=":
+            return left <= right
+        case ">":
+            return left > right
+        case ">=":
+            return left >= right
+    raise CompileError(f"unknown comparison `{op}`")
