@@ -239,3 +239,43 @@ def _history(path: str) -> list[dict[str, Any]]:
     from deltalake import DeltaTable
 
     return DeltaTable(path).history()
+
+
+def test_batch_handler_runs_the_engine_hook_before_the_edb_commit(
+        spark: Any, broker: Config, tmp_path: Path) -> None:
+    from fixflow.pipeline.ingest import batch_handler, topics_for
+    from fixflow.pipeline.lakehouse import already_committed, merge_changes
+
+    prefix = f"hdl{uuid.uuid4().hex[:6]}."
+    config = replace(broker, kafka=replace(broker.kafka, topic_prefix=prefix))
+    topics = topics_for(PROGRAM, prefix)
+    assert topics == [f"{prefix}edge", f"{prefix}node"]
+    ensure_topics(config, topics)
+    edges = [(1, 2, 0.5), (1, 3, 1.0), (2, 3, 1.0), (1, 4, 2.0)]
+    _publish(config, prefix, [("edge", fact_key(e), encode_fact(EDGE, e), None) for e in edges])
+    lake = ProgramLake(str(tmp_path / "lake"), "ingest")
+    metrics = Metrics()
+    seen: list[tuple[int, bool]] = []
+
+    def maintain(result: IngestResult) -> None:
+        # A stand-in engine: reach(Y) :- edge(1, Y, _), insert-only.
+        edb_path = lake.edb("edge")
+        seen.append((result.batch_id, already_committed(edb_path, result.commit.query_id,
+                                                        result.batch_id)))
+        inserts = result.changes["edge"].inserts
+        reach = pa.table({"x": [r["dst"] for r in inserts.to_pylist() if r["src"] == 1]},
+                         schema=pa.schema([("x", pa.int64())]))
+        merge_changes(lake.results("reach"), ["x"], upserts=reach, commit=result.commit)
+
+    query = (read_stream(spark, config, topics, max_records_per_trigger=2)
+             .writeStream.foreachBatch(batch_handler(PROGRAM, lake, metrics, maintain,
+                                                     topic_prefix=prefix))
+             .option("checkpointLocation", lake.checkpoint())
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert _rows(read_table(lake.results("reach"))) == {(2,), (3,), (4,)}
+    assert _rows(read_table(lake.edb("edge"))) == set(edges)
+    assert seen and not any(committed for _, committed in seen), "EDB commit came first"
+    assert metrics.registry.get_sample_value("fixflow_batches_committed_total") == len(seen)
+    assert metrics.registry.get_sample_value("fixflow_batch_duration_seconds_count") == len(seen)

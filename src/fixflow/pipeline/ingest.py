@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -294,3 +295,40 @@ def _count(metrics: Metrics, facts: Mapping[str, list[Fact]], letters: list[Lett
     for relation, change in changes.items():
         metrics.count_noop(relation, "insert", change.noop_inserts)
         metrics.count_noop(relation, "delete", change.noop_deletes)
+
+
+# ---------------------------------------------------------------- the foreachBatch skeleton
+
+Maintain = Callable[[IngestResult], None]
+"""The maintenance engine's hook: given a batch's changes, update state and results (with
+``result.commit`` on every Delta commit). It runs before the EDB commit."""
+
+
+def topics_for(program: Program, topic_prefix: str = "") -> list[str]:
+    """The Kafka topics of a program: one per ``.input`` relation."""
+    return [f"{topic_prefix}{relation}" for relation in program.inputs]
+
+
+def batch_handler(program: Program, lake: ProgramLake, metrics: Metrics | None = None,
+                  maintain: Maintain | None = None, *, topic_prefix: str = "",
+                  ) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function: ingest → ``maintain`` (the engine) → EDB commit → metrics.
+
+    Any exception propagates and stops the query without committing the batch in Spark's
+    checkpoint, so the batch is replayed on restart; the idempotent commits make that safe.
+    """
+
+    def handle(batch_df: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        result = ingest_batch(batch_df, batch_id, program, lake, metrics,
+                              topic_prefix=topic_prefix)
+        if maintain is not None:
+            maintain(result)
+        result.commit_edb()
+        if metrics is not None:
+            if result.replayed:
+                metrics.batches_replayed.inc()
+            metrics.batch_committed(batch_id)
+            metrics.batch_duration.observe(time.monotonic() - started)
+
+    return handle
