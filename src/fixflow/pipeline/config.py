@@ -66,6 +66,8 @@ class StreamConfig:
     consistency: str = _key("converged", choices=("converged", "async"))
     max_records_per_trigger: int = _key(10000, positive=True)
     adaptive: bool = True
+    async_rounds_per_batch: int = _key(10, positive=True)
+    """With consistency = "async": rounds of work per batch before committing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,8 @@ class BufferConfig:
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     mode: str = _key("sync", choices=("sync", "async", "hybrid"))
+    shards: int = _key(0, minimum=0)
+    """MonoTable shards for the async engine; 0 = one per Spark core."""
     max_iterations: int = _key(1000, positive=True)
     priority: bool = False
     schedule_portion: float = _key(0.2, positive=True, maximum=1.0)
