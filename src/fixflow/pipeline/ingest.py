@@ -91,7 +91,8 @@ class IngestResult:
     dead_letters: int
     replayed: bool
     """True when the EDB changes of this batch were already committed (a replay)."""
-    _committed: list[str] = field(default_factory=list, repr=False)
+    edb_committed: list[str] = field(default_factory=list, repr=False)
+    """Relations whose EDB commit ``commit_edb`` made (empty for a replay)."""
 
     @property
     def offsets(self) -> Mapping[str, Mapping[str, Sequence[int]]]:
@@ -111,7 +112,7 @@ class IngestResult:
             if merge_changes(self.lake.edb(relation), names, change.inserts, change.deletes,
                              self.commit):
                 committed.append(relation)
-        self._committed.extend(committed)
+        self.edb_committed.extend(committed)
         return committed
 
 
