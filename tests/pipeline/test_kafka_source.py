@@ -128,3 +128,20 @@ def test_reader_follows_the_limit_file_and_reports_lag(broker: Config, tmp_path:
     for partition, stop in end[topic].items():
         offsets = [r["offset"] for r in rows if r["partition"] == int(partition)]
         assert offsets == list(range(start[topic][partition], stop))
+
+
+def test_batch_limit_follows_the_beta_rule() -> None:
+    from fixflow.pipeline.kafka_source import next_batch_limit
+
+    rule = {"tau_s": 1.0, "alpha": 0.8, "r": 2.0, "cap": 10_000}
+    # 1,000 records/s against beta = 1,000 per 1 s: inside the band, unchanged.
+    assert next_batch_limit(1000, 1000, 1.0, **rule) == 1000
+    assert next_batch_limit(1000, 1900, 1.0, **rule) == 1000
+    # Rate above r * beta / tau: grow to alpha * tau * rate.
+    assert next_batch_limit(1000, 5000, 1.0, **rule) == 4000
+    # Rate below beta / (r * tau): shrink.
+    assert next_batch_limit(1000, 100, 1.0, **rule) == 80
+    # Bounded by the configured cap and by 1.
+    assert next_batch_limit(1000, 10**6, 1.0, **rule) == 10_000
+    assert next_batch_limit(1000, 0, 1.0, **rule) == 1
+    assert next_batch_limit(500, 10, 0.0, **rule) == 500

@@ -57,3 +57,9 @@ def test_registries_are_independent() -> None:
         "fixflow_input_facts_total", {"relation": "edge", "op": "insert"}) is None
     assert first.registry.get_sample_value(
         "fixflow_input_facts_total", {"relation": "edge", "op": "insert"}) == 1
+
+
+def test_port_zero_in_the_config_disables_the_endpoint() -> None:
+    from fixflow.pipeline.metrics import serve_configured
+
+    assert serve_configured(Metrics(), 0) is None

@@ -306,6 +306,22 @@ def write_limit_file(path: str | Path, max_records: int) -> None:
     temporary.replace(target)
 
 
+def next_batch_limit(beta: int, arrived: int, elapsed_s: float, tau_s: float, alpha: float,
+                     r: float, cap: int) -> int:
+    """PowerLog's adaptive buffer rule applied to the per-trigger record limit β.
+
+    ``arrived`` records came in over ``elapsed_s``; a batch should take about ``tau_s``.
+    When the arrival rate |B|/ΔT leaves the band [β/(r·τ), r·β/τ], β becomes α·τ·|B|/ΔT;
+    inside the band β stays (no oscillation on noise). The result is kept in [1, cap].
+    """
+    if elapsed_s <= 0 or tau_s <= 0:
+        return max(1, min(beta, cap))
+    rate = arrived / elapsed_s
+    if rate > r * beta / tau_s or rate < beta / (r * tau_s):
+        beta = int(alpha * tau_s * rate)
+    return max(1, min(beta, cap))
+
+
 def lag_from_progress(progress: Mapping[str, Any] | None) -> dict[str, int]:
     """Records not yet processed per topic, from a StreamingQuery's ``lastProgress``
     (``latestOffset - endOffset`` of every Kafka source; both sources report

@@ -110,6 +110,11 @@ class MetricsServer:
         self.server.server_close()  # type: ignore[attr-defined]
 
 
+def serve_configured(metrics: Metrics, port: int) -> MetricsServer | None:
+    """Start the endpoint on the config's ``[metrics] port``; None when it is 0 (disabled)."""
+    return start_metrics_server(metrics, port) if port else None
+
+
 def start_metrics_server(metrics: Metrics, port: int, addr: str = "0.0.0.0") -> MetricsServer:
     """Serve ``metrics`` at ``http://addr:port/metrics`` from a daemon thread.
 
