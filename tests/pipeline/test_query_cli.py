@@ -1,0 +1,244 @@
+"""`fixflow query` and `fixflow show` over real Delta tables, as a user runs them.
+
+The lake holds three programs: ``sssp`` and ``sssp_v2`` both have a relation ``sssp`` (so the
+name is ambiguous without --program) and ``cc`` has ``cc``. An ``eval``-style directory holds
+``tc`` directly under it. Commands that start Spark are few: each start costs ~10 s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, write_deltalake
+
+from fixflow.pipeline.commands.query import one_line
+from fixflow.pipeline.lakehouse import BatchCommit, ProgramLake, append_rows
+from fixflow.pipeline.results import (
+    ResultsError,
+    format_csv,
+    format_json,
+    format_table,
+    last_commit,
+    register_views,
+    results_in_directory,
+    results_in_lake,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXFLOW = Path(sys.executable).parent / "fixflow"
+
+SSSP = pa.table({"node": pa.array([3, 1, 4, 2], pa.int64()),
+                 "dist": pa.array([2.5, 0.0, 7.0, 1.0], pa.float64())})
+SSSP_V2 = pa.table({"node": pa.array([1, 2], pa.int64()),
+                    "dist": pa.array([0.0, 9.0], pa.float64())})
+CC = pa.table({"node": pa.array([1, 2, 3], pa.int64()), "label": ["a", "a", "bb"]})
+TC = pa.table({"x": pa.array([1, 1, 2], pa.int64()), "y": pa.array([2, 3, 3], pa.int64())})
+COUNT_LINE = re.compile(r"^\(?\d+ rows?\b")
+OFFSETS = {"edge": {"0": [0, 41], "1": [0, 17]}}
+
+
+@dataclass(frozen=True)
+class Lakes:
+    conf: Path
+    """A config file whose [lake] path holds the three programs."""
+    lake: Path
+    out: Path
+    """An `eval` OUT_DIR: Delta tables directly under it."""
+    empty_conf: Path
+
+
+@pytest.fixture(scope="module")
+def lakes(tmp_path_factory: pytest.TempPathFactory) -> Lakes:
+    base = tmp_path_factory.mktemp("query-cli")
+    lake = base / "lake"
+    append_rows(ProgramLake(str(lake), "sssp").results("sssp"), SSSP,
+                BatchCommit("stream", 7, OFFSETS))
+    append_rows(ProgramLake(str(lake), "sssp_v2").results("sssp"), SSSP_V2)
+    append_rows(ProgramLake(str(lake), "cc").results("cc"), CC)
+    (lake / "_broker").mkdir()  # the embedded broker's files are not a program
+    out = base / "out"
+    write_deltalake(str(out / "tc"), TC)
+    (out / "tc.csv").write_text("x,y\n")  # `eval --csv` leaves CSVs beside the tables
+    conf = base / "lake.toml"
+    conf.write_text(f'[lake]\npath = "{lake}"\n')
+    empty_conf = base / "empty.toml"
+    empty_conf.write_text(f'[lake]\npath = "{base / "no-lake"}"\n')
+    return Lakes(conf, lake, out, empty_conf)
+
+
+def fixflow(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(FIXFLOW), *args], capture_output=True, text=True, timeout=240,
+                          cwd=ROOT)
+
+
+def table_rows(stdout: str) -> list[list[str]]:
+    """The body rows of an aligned table (after the dashed rule, before the count line)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if set(line.replace(" ", "")) == {"-"})
+    body = []
+    for line in lines[start + 1:]:
+        if COUNT_LINE.match(line):
+            break
+        body.append(line.split())
+    return body
+
+
+# ---------------------------------------------------------------- fixflow query (Spark)
+
+
+def test_query_filters_one_programs_relation(lakes: Lakes) -> None:
+    done = fixflow("query", "SELECT node, dist FROM sssp WHERE dist < 3 ORDER BY dist DESC",
+                   "--conf", str(lakes.conf), "--program", "sssp")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].split() == ["node", "dist"]
+    assert table_rows(done.stdout) == [["3", "2.5"], ["2", "1.0"], ["1", "0.0"]]
+    assert done.stdout.rstrip().endswith("(3 rows)")
+    assert done.stderr == ""  # Spark's start-up chatter stays out of the terminal
+
+
+def test_query_with_an_ambiguous_relation_asks_for_program(lakes: Lakes) -> None:
+    done = fixflow("query", "SELECT * FROM sssp", "--conf", str(lakes.conf))
+    assert done.returncode == 1
+    assert done.stdout == ""
+    message = done.stderr.strip()
+    assert "\n" not in message
+    assert "`sssp` is ambiguous" in message
+    assert "sssp, sssp_v2" in message and "--program" in message
+
+
+def test_query_sql_error_is_one_line_without_traceback(lakes: Lakes) -> None:
+    done = fixflow("query", "SELECT nope FROM tc", "--results", str(lakes.out))
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("fixflow query: [UNRESOLVED_COLUMN")
+    assert "`nope`" in lines[0]
+
+
+# ---------------------------------------------------------------- no Spark needed
+
+
+def test_query_on_an_empty_lake_says_what_to_run(lakes: Lakes) -> None:
+    done = fixflow("query", "SELECT 1", "--conf", str(lakes.empty_conf))
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"fixflow query: no result tables under {lakes.empty_conf.parent / 'no-lake'}; "
+        "run `fixflow run` or `fixflow eval` first")
+
+
+def test_query_on_a_program_without_results(lakes: Lakes) -> None:
+    done = fixflow("query", "SELECT 1", "--conf", str(lakes.conf), "--program", "pagerank")
+    assert done.returncode == 1
+    assert f"no result tables under {lakes.lake}/pagerank/results;" in done.stderr
+
+
+def test_show_prints_sorted_rows_count_and_commit_metadata(lakes: Lakes) -> None:
+    done = fixflow("show", "sssp", "--conf", str(lakes.conf), "--program", "sssp")
+    assert done.returncode == 0, done.stderr
+    assert table_rows(done.stdout) == [["1", "0.0"], ["2", "1.0"], ["3", "2.5"], ["4", "7.0"]]
+    lines = done.stdout.splitlines()
+    assert "4 rows" in lines
+    assert any(line.startswith("Delta version 0 (WRITE") for line in lines)
+    assert "batch 7 of query stream" in lines
+    assert "offsets edge[0]: 0..41, edge[1]: 0..17" in lines
+
+
+def test_show_limit_and_results_directory(lakes: Lakes) -> None:
+    done = fixflow("show", "tc", "--results", str(lakes.out), "--limit", "2")
+    assert done.returncode == 0, done.stderr
+    assert table_rows(done.stdout) == [["1", "2"], ["1", "3"]]
+    assert "3 rows (first 2 shown; --limit 0 for all)" in done.stdout.splitlines()
+
+
+def test_show_unambiguous_relation_of_a_multi_program_lake(lakes: Lakes) -> None:
+    done = fixflow("show", "cc", "--conf", str(lakes.conf))
+    assert done.returncode == 0, done.stderr
+    assert table_rows(done.stdout) == [["1", "a"], ["2", "a"], ["3", "bb"]]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["sssp"], "relation `sssp` is ambiguous: it exists in several programs (sssp, sssp_v2); "
+               "pass --program STEM to choose one"),
+    (["nope"], "no relation `nope` under {lake} (known: cc, sssp)"),
+    (["cc", "--program", "sssp_v2"], "no relation `cc` under {lake}/sssp_v2/results "
+                                     "(known: sssp)"),
+])
+def test_show_errors(lakes: Lakes, args: list[str], message: str) -> None:
+    done = fixflow("show", *args, "--conf", str(lakes.conf))
+    assert done.returncode == 1
+    assert done.stderr.strip() == "fixflow show: " + message.format(lake=lakes.lake)
+
+
+def test_show_on_an_empty_lake(lakes: Lakes) -> None:
+    done = fixflow("show", "sssp", "--conf", str(lakes.empty_conf))
+    assert done.returncode == 1
+    assert "no result tables under" in done.stderr and "fixflow eval" in done.stderr
+
+
+# ---------------------------------------------------------------- in process
+
+
+def test_views_register_only_unambiguous_relations(lakes: Lakes, spark: object) -> None:
+    results = results_in_lake(str(lakes.lake))
+    assert sorted(results.ambiguous) == ["sssp"]
+    assert register_views(spark, results) == ["cc"]  # type: ignore[arg-type]
+    rows = spark.sql("SELECT label, count(*) AS n FROM cc GROUP BY label "  # type: ignore[attr-defined]
+                     "ORDER BY label").collect()
+    assert [(r.label, r.n) for r in rows] == [("a", 2), ("bb", 1)]
+
+
+def test_provisional_flag_is_reported(tmp_path: Path) -> None:
+    path = str(tmp_path / "rank")
+    write_deltalake(path, SSSP, commit_properties=CommitProperties(custom_metadata={
+        "fixflow.batch_id": "3", "fixflow.provisional": "true"}))
+    [table] = results_in_directory(str(tmp_path)).tables
+    info = last_commit(table)
+    assert info.provisional and info.fixflow["batch_id"] == "3"
+    assert "provisional: async consistency, results may still change" in info.describe()
+
+
+def test_results_directory_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(ResultsError, match="no such directory"):
+        results_in_directory(str(tmp_path / "missing"))
+
+
+def test_format_table_aligns_numbers_right_and_text_left() -> None:
+    rows = pa.table({"id": pa.array([1, 100], pa.int64()), "name": ["alpha", None],
+                     "score": [0.5, math.inf]})
+    assert format_table(rows).splitlines() == [
+        " id  name   score",
+        "---  -----  -----",
+        "  1  alpha    0.5",
+        "100  NULL     inf",
+    ]
+
+
+def test_format_csv_and_json() -> None:
+    rows = pa.table({"a": pa.array([1, 2], pa.int64()), "b": ["x,y", None],
+                     "c": [1.5, math.nan]})
+    assert format_csv(rows) == 'a,b,c\n1,"x,y",1.5\n2,,nan'
+    assert json.loads(format_json(rows)) == [{"a": 1, "b": "x,y", "c": 1.5},
+                                             {"a": 2, "b": None, "c": "nan"}]
+
+
+def test_one_line_drops_the_sql_excerpt_and_plan() -> None:
+    parse = ("\n[PARSE_SYNTAX_ERROR] Syntax error at or near 'selec'. SQLSTATE: 42601 "
+             "(line 1, pos 0)\n\n== SQL ==\nselec 1\n^^^\n")
+    assert one_line(parse) == ("[PARSE_SYNTAX_ERROR] Syntax error at or near 'selec'. "
+                               "SQLSTATE: 42601 (line 1, pos 0)")
+    analysis = ("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot be found.\n"
+                "Search path: [`system`.`builtin`]. SQLSTATE: 42P01; line 1 pos 14;\n"
+                "'Project [*]\n+- 'UnresolvedRelation [nope], [], false\n")
+    assert one_line(analysis) == ("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot "
+                                  "be found. Search path: [`system`.`builtin`]. SQLSTATE: "
+                                  "42P01; line 1 pos 14;")
