@@ -145,3 +145,20 @@ def test_batch_limit_follows_the_beta_rule() -> None:
     assert next_batch_limit(1000, 10**6, 1.0, **rule) == 10_000
     assert next_batch_limit(1000, 0, 1.0, **rule) == 1
     assert next_batch_limit(500, 10, 0.0, **rule) == 500
+
+
+def test_a_checkpoint_ahead_of_the_broker_is_reported_as_data_loss(broker: Config) -> None:
+    import pytest
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from fixflow.pipeline.kafka_source import DataLossError
+
+    topic = f"loss-{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker, [topic])
+    _publish(broker, topic, [{"n": i} for i in range(4)])
+    options = {"bootstrap_servers": broker.kafka.bootstrap_servers, "topics": topic}
+    ahead = {topic: {"0": 100, "1": 100}}  # as if the broker had restarted empty
+    with pytest.raises(DataLossError, match=rf"{topic}\[0\]: the checkpoint is at offset 100"):
+        KafkaStreamReader(options).latestOffset(ahead, ReadAllAvailable())
+    lenient = KafkaStreamReader({**options, "fail_on_data_loss": "false"})
+    assert lenient.latestOffset(ahead, ReadAllAvailable()) == ahead

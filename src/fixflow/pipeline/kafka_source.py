@@ -183,6 +183,10 @@ def _as_offsets(found: dict[Any, int], topics: Sequence[str]) -> dict[str, dict[
 # ---------------------------------------------------------------- the data source
 
 
+class DataLossError(RuntimeError):
+    """Records between the checkpointed offset and the broker's end no longer exist."""
+
+
 class KafkaRange(InputPartition):
     """One Spark task: the records [start, end) of one topic-partition."""
 
@@ -199,8 +203,8 @@ class KafkaRange(InputPartition):
 
 class FixflowKafkaDataSource(DataSource):
     """``spark.readStream.format("fixflow-kafka")`` with options ``bootstrap_servers``,
-    ``topics`` (comma-separated), ``max_records_per_trigger``, ``probe_end`` and
-    ``read_timeout_s``."""
+    ``topics`` (comma-separated), ``max_records_per_trigger``, ``max_records_file``,
+    ``probe_end``, ``fail_on_data_loss`` and ``read_timeout_s``."""
 
     @classmethod
     def name(cls) -> str:
@@ -222,6 +226,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.probe = options.get("probe_end", "true").lower() == "true"
         self.read_timeout_s = float(options.get("read_timeout_s", "60"))
         self.limit_file = options.get("max_records_file", "")
+        self.fail_on_data_loss = options.get("fail_on_data_loss", "true").lower() == "true"
         self.target: Offsets | None = None
         self.latest_seen: Offsets | None = None
 
@@ -245,6 +250,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         latest = self.target or end_offsets(self.bootstrap, self.topics, self.probe)
         start = self._with_new_partitions(normalize(start))
+        self._check_no_data_loss(start, latest)
         end = normalize({t: {p: max(latest.get(t, {}).get(p, 0), start[t][p]) for p in start[t]}
                          for t in start})
         self.latest_seen = end
@@ -253,6 +259,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if record_count(start, end) > max_rows:
                 end = cap_offsets(start, end, max_rows)
         return end
+
+    def _check_no_data_loss(self, start: Offsets, latest: Offsets) -> None:
+        """A partition whose end lies before the checkpointed position lost records (the
+        embedded broker keeps topics in memory: a restarted broker starts from offset 0).
+        Continuing would silently skip everything up to the old position."""
+        if not (self.fail_on_data_loss and self.probe):
+            return  # without the probe, Tansu's understated ends would look like a loss
+        for topic, partitions in start.items():
+            for partition, position in partitions.items():
+                end = latest.get(topic, {}).get(partition)
+                if end is not None and end < position:
+                    raise DataLossError(
+                        f"{topic}[{partition}]: the checkpoint is at offset {position} but the "
+                        f"broker ends at {end}: records were lost (a restarted in-memory "
+                        "broker?). Delete the query's checkpoint to start over (or set "
+                        "fail_on_data_loss=false to ignore records below the old offset).")
 
     def _file_limit(self) -> int | None:
         """The per-trigger limit the driver last wrote (adaptive batch sizing): the reader
