@@ -69,3 +69,10 @@ def test_key_is_canonical_and_encoding_round_trips() -> None:
     value = encode_fact(EDGE, (1, 2, 0.5, "x"), "delete")
     assert parse_message(value, EDGE) == Fact((1, 2, 0.5, "x"), "delete")
     assert '"op"' not in encode_fact(EDGE, (1, 2, 0.5, "x"))
+
+
+def test_an_attribute_named_op_is_an_attribute() -> None:
+    attributes = (Attribute("op", "symbol"), Attribute("n", "number"))
+    assert parse_message('{"op": "delete", "n": 1}', attributes) == Fact(("delete", 1), "insert")
+    with pytest.raises(ValueError, match="cannot carry deletes"):
+        encode_fact(attributes, ("x", 1), "delete")

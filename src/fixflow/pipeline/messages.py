@@ -81,7 +81,8 @@ def _parse_object(
     missing = [n for n in names if n not in document]
     if missing:
         return DeadLetter("missing_attribute", f"missing attribute {missing[0]!r}")
-    op = document.get(OP_FIELD, "insert")
+    # A relation may declare an attribute named "op"; its facts can then only be inserted.
+    op = "insert" if OP_FIELD in names else document.get(OP_FIELD, "insert")
     if op not in OPS:
         return DeadLetter("unknown_op",
                           f'unknown op {json.dumps(op)} (expected "insert" or "delete")')
@@ -138,6 +139,8 @@ def encode_fact(attributes: Sequence[Attribute], values: Sequence[Value],
                 op: Op = "insert") -> str:
     """The message value for a fact: its attributes by name, plus ``"op"`` for deletes."""
     document: dict[str, object] = {a.name: v for a, v in zip(attributes, values, strict=True)}
+    if op != "insert" and OP_FIELD in document:
+        raise ValueError(f'a relation with an attribute named "{OP_FIELD}" cannot carry deletes')
     if op != "insert":
         document[OP_FIELD] = op
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
