@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fixflow.checker.ast import Attribute, Program
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.messages import Op, Value, encode_fact, fact_key
+from fixflow.pipeline.messages import OP_FIELD, Op, Value, encode_fact, fact_key
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +171,9 @@ def publish_facts(config: Config, relation: str, path: str | Path, *, delete: bo
 
     attributes = relation_attributes(program, relation) if program is not None else None
     facts = read_fact_file(Path(path), attributes)
+    if delete and any(a.name == OP_FIELD for a in facts.attributes):
+        raise PublishError(f"{relation} has an attribute named {OP_FIELD!r}: its messages "
+                           "cannot carry deletes")
     if not reachable(config.kafka.bootstrap_servers):
         hint = " (for the embedded broker: fixflow broker start)" if config.kafka.embedded else ""
         raise PublishError(f"cannot reach Kafka at {config.kafka.bootstrap_servers}{hint}")
