@@ -44,7 +44,10 @@ from fixflow.pipeline.messages import DeadLetter, Fact, Value, parse_message
 from fixflow.pipeline.metrics import Metrics
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from fixflow.pipeline.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -333,3 +336,31 @@ def batch_handler(program: Program, lake: ProgramLake, metrics: Metrics | None =
             metrics.batch_duration.observe(time.monotonic() - started)
 
     return handle
+
+
+def start_ingest_query(spark: SparkSession, config: Config, program: Program,
+                       lake: ProgramLake, metrics: Metrics | None = None,
+                       maintain: Maintain | None = None, *, available_now: bool = False,
+                       limit_file: str | None = None) -> StreamingQuery:
+    """Start the streaming query of a program: its input topics (created if missing) →
+    ``batch_handler`` → the lake, checkpointed under ``lake.checkpoint()``.
+
+    ``available_now`` processes what is published, then stops (``fixflow run
+    --available-now``, tests); otherwise a batch starts every ``[stream] trigger_ms``.
+    """
+    from fixflow.pipeline.broker import ensure_topics
+    from fixflow.pipeline.kafka_source import read_stream
+
+    prefix = config.kafka.topic_prefix
+    topics = topics_for(program, prefix)
+    ensure_topics(config, topics)
+    ensure_edb_tables(program, lake)
+    writer = (read_stream(spark, config, topics, limit_file=limit_file).writeStream
+              .foreachBatch(batch_handler(program, lake, metrics, maintain, topic_prefix=prefix))
+              .option("checkpointLocation", lake.checkpoint())
+              .queryName(f"fixflow-{lake.program}"))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.stream.trigger_ms} milliseconds")
+    return writer.start()
