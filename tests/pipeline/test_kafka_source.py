@@ -7,6 +7,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fixflow.pipeline.broker import ensure_topics
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka_source import (
@@ -77,12 +79,13 @@ def test_every_message_exactly_once_across_restarts(spark: Any, broker: Config,
             assert offsets == sorted(offsets)
 
 
-def test_end_offsets_count_every_record_of_a_batched_produce(broker: Config) -> None:
+@pytest.mark.parametrize("count", [1, 37, 3000])
+def test_end_offsets_count_every_record_of_a_batched_produce(broker: Config, count: int) -> None:
     topic = f"ends-{uuid.uuid4().hex[:8]}"
     ensure_topics(broker, [topic])
-    _publish(broker, topic, [{"n": i} for i in range(37)])
+    _publish(broker, topic, [{"n": i} for i in range(count)])
     ends = end_offsets(broker.kafka.bootstrap_servers, [topic])
-    assert sum(ends[topic].values()) == 37
+    assert sum(ends[topic].values()) == count
 
 
 def test_cap_offsets_shares_the_budget_fairly() -> None:
@@ -148,7 +151,6 @@ def test_batch_limit_follows_the_beta_rule() -> None:
 
 
 def test_a_checkpoint_ahead_of_the_broker_is_reported_as_data_loss(broker: Config) -> None:
-    import pytest
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from fixflow.pipeline.kafka_source import DataLossError

@@ -155,7 +155,10 @@ def end_offsets(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Of
 
 
 def _probe_true_ends(consumer: Any, reported: dict[Any, int], first: dict[Any, int],
-                     quiet_ms: int = 150, limit_s: float = 10.0) -> dict[Any, int]:
+                     quiet_ms: int = 150, limit_s: float = 5.0) -> dict[Any, int]:
+    """Fetch from ``reported - 1`` once per partition: that fetch returns the whole last
+    batch, whose final record gives the true end. Stop after one answer per partition, so
+    a busy topic is not chased."""
     probed = {tp: end for tp, end in reported.items() if end > first.get(tp, 0)}
     if not probed:
         return dict(reported)
@@ -163,13 +166,15 @@ def _probe_true_ends(consumer: Any, reported: dict[Any, int], first: dict[Any, i
     for tp, end in probed.items():
         consumer.seek(tp, end - 1)
     ends = dict(reported)
+    pending = set(probed)
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        batch = consumer.poll(timeout_ms=quiet_ms, max_records=10000)
+    while pending and time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=quiet_ms, max_records=100_000)
         if not batch:
             break
         for tp, records in batch.items():
             ends[tp] = max(ends[tp], records[-1].offset + 1)
+            pending.discard(tp)
     return ends
 
 
