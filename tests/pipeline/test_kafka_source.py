@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 from pathlib import Path
@@ -38,7 +39,11 @@ def _run_available_now(spark: Any, config: Config, topics: list[str], checkpoint
     batches: list[list[tuple[str, int, int, str]]] = []
 
     def collect(batch_df: Any, batch_id: int) -> None:
-        rows = batch_df.select("topic", "partition", "offset", "value").collect()
+        rows = batch_df.collect()
+        now = dt.datetime.now()
+        for row in rows:  # key and timestamp arrive too
+            assert row.key == str(json.loads(row.value)["n"])
+            assert abs((now - row.timestamp).total_seconds()) < 600
         batches.append([(r.topic, r.partition, r.offset, r.value) for r in rows])
 
     stream = read_stream(spark, config, topics, max_records_per_trigger=limit)
