@@ -19,10 +19,11 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, write_deltalake
 
-from fixflow.pipeline.commands.query import one_line
+from fixflow.pipeline.commands.query import one_line, spark_error_message
 from fixflow.pipeline.lakehouse import BatchCommit, ProgramLake, append_rows
 from fixflow.pipeline.results import (
     ResultsError,
+    find_results,
     format_csv,
     format_json,
     format_table,
@@ -197,6 +198,22 @@ def test_views_register_only_unambiguous_relations(lakes: Lakes, spark: object) 
     assert [(r.label, r.n) for r in rows] == [("a", 2), ("bb", 1)]
 
 
+@pytest.mark.parametrize(("sql", "expected"), [
+    ("SELECT * FROM nope", "(result relations under {lake}: cc, sssp)"),
+    ("SELECT * FROM cc JOIN sssp USING (node)", "relation `sssp` is ambiguous"),
+])
+def test_missing_table_messages(lakes: Lakes, spark: object, sql: str, expected: str) -> None:
+    from pyspark.errors import PySparkException
+
+    results = results_in_lake(str(lakes.lake))
+    register_views(spark, results)  # type: ignore[arg-type]
+    with pytest.raises(PySparkException) as caught:
+        spark.sql(sql)  # type: ignore[attr-defined]
+    message = spark_error_message(caught.value, results)
+    assert "\n" not in message
+    assert expected.format(lake=lakes.lake) in message
+
+
 def test_provisional_flag_is_reported(tmp_path: Path) -> None:
     path = str(tmp_path / "rank")
     write_deltalake(path, SSSP, commit_properties=CommitProperties(custom_metadata={
@@ -205,6 +222,18 @@ def test_provisional_flag_is_reported(tmp_path: Path) -> None:
     info = last_commit(table)
     assert info.provisional and info.fixflow["batch_id"] == "3"
     assert "provisional: async consistency, results may still change" in info.describe()
+
+
+def test_results_and_program_exclude_each_other(lakes: Lakes) -> None:
+    with pytest.raises(ResultsError, match="exclude each other"):
+        find_results(str(lakes.lake), program="sssp", results_dir=str(lakes.out))
+
+
+def test_lake_listing_skips_non_programs_and_non_tables(lakes: Lakes) -> None:
+    results = find_results(str(lakes.lake))
+    assert sorted(t.qualified_name for t in results.tables) == ["cc.cc", "sssp.sssp",
+                                                                "sssp_v2.sssp"]
+    assert [t.relation for t in find_results("", results_dir=str(lakes.out)).tables] == ["tc"]
 
 
 def test_results_directory_must_exist(tmp_path: Path) -> None:

@@ -272,22 +272,22 @@ def register_views(spark: SparkSession, results: ResultSet) -> list[str]:
     registered = []
     for table in results.unambiguous:
         rows = read_result(table)
-        frame = spark.createDataFrame(rows.to_pandas()) if rows.num_rows == 0 else \
-            spark.createDataFrame(rows)
-        frame.createOrReplaceTempView(table.relation)
+        spark.createDataFrame(rows).createOrReplaceTempView(table.relation)
         registered.append(table.relation)
         log.debug("registered %s as view %s (%d rows)", table.path, table.relation,
                   rows.num_rows)
     return registered
 
 
-def explain_missing_table(missing: str, results: ResultSet) -> str | None:
-    """The ambiguity message when a query's missing table is an ambiguous relation."""
+def explain_missing_table(missing: str, results: ResultSet, spark_message: str) -> str:
+    """What to say when a query names a table that is not registered: the ambiguity message
+    for an ambiguous relation, else Spark's message with the relations there are."""
     name = missing.strip("`").split(".")[-1].strip("`")
     for relation, programs in results.ambiguous.items():
         if relation.lower() == name.lower():
             return str(AmbiguousRelation(relation, programs))
-    return None
+    known = ", ".join(sorted({t.relation for t in results.tables}))
+    return f"{spark_message} (result relations under {results.location}: {known})"
 
 
 # ---------------------------------------------------------------- formatting

@@ -87,7 +87,7 @@ def _run_sql(sql: str, results: ResultSet, verbose: bool) -> pa.Table | str:
             register_views(spark, results)
             return spark.sql(sql).toArrow()
         except PySparkException as error:
-            return _spark_message(error, results)
+            return spark_error_message(error, results)
         except ResultsError as error:
             return str(error)
         finally:
@@ -123,16 +123,15 @@ def _stderr_to(target: BinaryIO) -> Iterator[None]:
         os.close(saved)
 
 
-def _spark_message(error: Exception, results: ResultSet) -> str:
+def spark_error_message(error: Exception, results: ResultSet) -> str:
+    """One line for a failed query; a missing table gets the ambiguity or a list of names."""
     from fixflow.pipeline.results import explain_missing_table
 
-    condition = getattr(error, "getCondition", lambda: None)()
-    if condition == "TABLE_OR_VIEW_NOT_FOUND":
+    message = one_line(str(error))
+    if getattr(error, "getCondition", lambda: None)() == "TABLE_OR_VIEW_NOT_FOUND":
         missing = error.getMessageParameters().get("relationName", "")  # type: ignore[attr-defined]
-        ambiguous = explain_missing_table(missing, results)
-        if ambiguous:
-            return ambiguous
-    return one_line(str(error))
+        return explain_missing_table(missing, results, message)
+    return message
 
 
 def one_line(message: str) -> str:
