@@ -312,3 +312,12 @@ def test_spark_submit_script_stops_on_a_bad_config(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert done.returncode == 1
     assert done.stderr.strip() == f"spark-submit.sh: {bad}: [lake] path must not be empty"
+
+
+def test_image_entrypoint_runs_other_commands_as_given() -> None:
+    script = DEPLOY / "entrypoint.sh"
+    assert os.access(script, os.X_OK)
+    done = subprocess.run([str(script), "python3", "-c", "import sys; print(sys.argv[1:])",
+                           "a b", "c"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['a b', 'c']"
