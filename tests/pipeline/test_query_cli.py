@@ -236,6 +236,16 @@ def test_lake_listing_skips_non_programs_and_non_tables(lakes: Lakes) -> None:
     assert [t.relation for t in find_results("", results_dir=str(lakes.out)).tables] == ["tc"]
 
 
+def test_a_broken_table_is_reported_in_one_line(tmp_path: Path) -> None:
+    log_dir = tmp_path / "broken" / "_delta_log"
+    log_dir.mkdir(parents=True)
+    (log_dir / "00000000000000000000.json").write_text("not json\n")
+    done = fixflow("show", "broken", "--results", str(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"fixflow show: {tmp_path}/broken: cannot open the Delta table")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
 def test_results_directory_must_exist(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="no such directory"):
         results_in_directory(str(tmp_path / "missing"))

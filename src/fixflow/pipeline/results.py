@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
 from fixflow.pipeline.lakehouse import ProgramLake, open_table
 
@@ -179,10 +181,28 @@ def _join(*parts: str) -> str:
 
 
 def read_result(table: ResultTable) -> pa.Table:
-    delta = open_table(table.path)
+    try:
+        return _open(table).to_pyarrow_dataset().to_table()
+    except (DeltaError, OSError, pa.ArrowException) as error:
+        raise ResultsError(f"{table.path}: cannot read the Delta table: "
+                           f"{_first_line(error)}") from error
+
+
+def _open(table: ResultTable) -> DeltaTable:
+    try:
+        delta = open_table(table.path)
+    except (DeltaError, OSError) as error:
+        raise ResultsError(f"{table.path}: cannot open the Delta table: "
+                           f"{_first_line(error)}") from error
     if delta is None:
         raise ResultsError(f"{table.path}: not a Delta table")
-    return delta.to_pyarrow_dataset().to_table()
+    return delta
+
+
+def _first_line(error: Exception) -> str:
+    # delta-rs appends a native backtrace to its messages; the first line says what happened.
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def sorted_rows(rows: pa.Table) -> pa.Table:
@@ -237,9 +257,7 @@ class CommitInfo:
 
 
 def last_commit(table: ResultTable) -> CommitInfo:
-    delta = open_table(table.path)
-    if delta is None:
-        raise ResultsError(f"{table.path}: not a Delta table")
+    delta = _open(table)
     history = delta.history(limit=1)
     entry: dict[str, Any] = history[0] if history else {}
     stamp = entry.get("timestamp")
