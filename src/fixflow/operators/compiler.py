@@ -143,7 +143,9 @@ class RuleCompiler:
                 return Const(value, "symbol")
             case ast.BinOp(op=op, left=left, right=right):
                 lhs, rhs = self.expr(left, types), self.expr(right, types)
-                return Arith(op, lhs, rhs, _numeric_join(lhs.type, rhs.type))
+                # As in the checker's typing: division always yields a float.
+                result_type = "float" if op == "/" else _numeric_join(lhs.type, rhs.type)
+                return Arith(op, lhs, rhs, result_type)
             case ast.Neg(operand=operand):
                 inner = self.expr(operand, types)
                 return Negate(inner, inner.type)
@@ -532,9 +534,7 @@ def _arith(op: str, left: Column, right: Column, type_: TypeName) -> Column:
         return left - right
     if op == "*":
         return left * right
-    if type_ == "number":
-        # Integer division truncates toward zero (as in Soufflé and C); x/0 yields no value.
-        return F.try_divide(left - left % right, right).cast(LongType())
+    # Division is float division (the checker types it so); x/0 yields no value.
     return F.try_divide(left.cast(DoubleType()), right)
 
 

@@ -24,7 +24,8 @@ class Stored:
     """A materialized DataFrame and the RDD blocks that hold it."""
 
     frame: DataFrame
-    rdd_ids: frozenset[int] = field(default_factory=frozenset)
+    rdd: object | None = None
+    """The JVM RDD holding the checkpointed blocks (py4j handle)."""
     metrics: dict[str, object] = field(default_factory=dict)
 
 
@@ -35,12 +36,8 @@ class Materializer:
         self.spark = spark
         self.jobs = 0
 
-    def _persistent_ids(self) -> set[int]:
-        return {int(k) for k in self.spark.sparkContext._jsc.getPersistentRDDs().keySet()}
-
     def store(self, frame: DataFrame, metrics: list[Column] | None = None) -> Stored:
         """Run ``frame`` once (one job), keep its rows, and collect ``metrics`` over them."""
-        before = self._persistent_ids()
         observation = None
         if metrics:
             observation = Observation()
@@ -48,14 +45,20 @@ class Materializer:
         stored = frame.localCheckpoint(eager=True)
         self.jobs += 1
         values = dict(observation.get) if observation is not None else {}
-        return Stored(stored, frozenset(self._persistent_ids() - before), values)
+        return Stored(stored, _checkpointed_rdd(stored), values)
 
     def release(self, stored: Stored | None) -> None:
         """Free the blocks of a round nobody reads any more."""
-        if stored is None or not stored.rdd_ids:
+        if stored is None or stored.rdd is None:
             return
-        rdds = self.spark.sparkContext._jsc.getPersistentRDDs()
-        for rdd_id in stored.rdd_ids:
-            rdd = rdds.get(rdd_id)
-            if rdd is not None:
-                rdd.unpersist(False)
+        stored.rdd.unpersist(False)  # type: ignore[attr-defined]
+        stored.rdd = None
+
+
+def _checkpointed_rdd(frame: DataFrame) -> object | None:
+    """The RDD under a checkpointed DataFrame's LogicalRDD (the one holding its blocks)."""
+    try:
+        return frame._jdf.queryExecution().logical().rdd()
+    except Exception:  # not a LogicalRDD (e.g. an empty local relation): nothing to free
+        log.debug("no checkpointed RDD under %s", frame, exc_info=True)
+        return None
