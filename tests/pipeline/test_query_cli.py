@@ -12,8 +12,10 @@ import math
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -23,6 +25,7 @@ from fixflow.pipeline.commands.query import one_line, spark_error_message
 from fixflow.pipeline.lakehouse import BatchCommit, ProgramLake, append_rows
 from fixflow.pipeline.results import (
     ResultsError,
+    ResultSet,
     find_results,
     format_csv,
     format_json,
@@ -189,26 +192,48 @@ def test_show_on_an_empty_lake(lakes: Lakes) -> None:
 # ---------------------------------------------------------------- in process
 
 
-def test_views_register_only_unambiguous_relations(lakes: Lakes, spark: object) -> None:
+@pytest.fixture()
+def session(spark: Any) -> Iterator[Any]:
+    """The shared SparkSession without temp views left over from other tests."""
+    def drop_views() -> None:
+        for view in spark.catalog.listTables():
+            if view.isTemporary:
+                spark.catalog.dropTempView(view.name)
+
+    drop_views()
+    yield spark
+    drop_views()
+
+
+def test_views_register_only_unambiguous_relations(lakes: Lakes, session: Any) -> None:
     results = results_in_lake(str(lakes.lake))
     assert sorted(results.ambiguous) == ["sssp"]
-    assert register_views(spark, results) == ["cc"]  # type: ignore[arg-type]
-    rows = spark.sql("SELECT label, count(*) AS n FROM cc GROUP BY label "  # type: ignore[attr-defined]
-                     "ORDER BY label").collect()
+    assert register_views(session, results) == ["cc"]
+    rows = session.sql("SELECT label, count(*) AS n FROM cc GROUP BY label "
+                       "ORDER BY label").collect()
     assert [(r.label, r.n) for r in rows] == [("a", 2), ("bb", 1)]
+
+
+def test_views_load_only_the_relations_a_query_mentions(lakes: Lakes, session: Any) -> None:
+    results = results_in_lake(str(lakes.lake), program="sssp")
+    both = ResultSet(results.location, (*results.tables, *results_in_directory(
+        str(lakes.out)).tables))
+    assert register_views(session, both, "SELECT * FROM TC") == ["tc"]
+    assert register_views(session, both, "SELECT * FROM sssp_x") == ["sssp", "tc"]
+    assert register_views(session, both, "SELECT * FROM `sssp` JOIN tc") == ["sssp", "tc"]
 
 
 @pytest.mark.parametrize(("sql", "expected"), [
     ("SELECT * FROM nope", "(result relations under {lake}: cc, sssp)"),
     ("SELECT * FROM cc JOIN sssp USING (node)", "relation `sssp` is ambiguous"),
 ])
-def test_missing_table_messages(lakes: Lakes, spark: object, sql: str, expected: str) -> None:
+def test_missing_table_messages(lakes: Lakes, session: Any, sql: str, expected: str) -> None:
     from pyspark.errors import PySparkException
 
     results = results_in_lake(str(lakes.lake))
-    register_views(spark, results)  # type: ignore[arg-type]
+    register_views(session, results, sql)
     with pytest.raises(PySparkException) as caught:
-        spark.sql(sql)  # type: ignore[attr-defined]
+        session.sql(sql)
     message = spark_error_message(caught.value, results)
     assert "\n" not in message
     assert expected.format(lake=lakes.lake) in message

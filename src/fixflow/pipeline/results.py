@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -281,20 +282,31 @@ def _offsets_text(raw: str) -> str:
 # ---------------------------------------------------------------- Spark views
 
 
-def register_views(spark: SparkSession, results: ResultSet) -> list[str]:
-    """Register every unambiguous relation as a temp view named after it; returns the names.
+def register_views(spark: SparkSession, results: ResultSet, sql: str | None = None) -> list[str]:
+    """Register unambiguous relations as temp views named after them; returns the names.
 
-    Ambiguous names are left out, so a query that uses one fails with "table not found",
-    which the caller turns into the ambiguity message (see ``explain_missing_table``).
+    With ``sql``, only the relations whose name occurs in it as a word are loaded (every
+    table passes through the driver, so a lake of many programs would cost seconds for
+    nothing); when none occurs (``SHOW VIEWS``), all are. Ambiguous names are left out, so
+    a query that uses one fails with "table not found", which the caller turns into the
+    ambiguity message (see ``explain_missing_table``).
     """
+    tables = results.unambiguous
+    if sql is not None:
+        tables = tuple(t for t in tables if mentions(sql, t.relation)) or tables
     registered = []
-    for table in results.unambiguous:
+    for table in tables:
         rows = read_result(table)
         spark.createDataFrame(rows).createOrReplaceTempView(table.relation)
         registered.append(table.relation)
         log.debug("registered %s as view %s (%d rows)", table.path, table.relation,
                   rows.num_rows)
     return registered
+
+
+def mentions(sql: str, name: str) -> bool:
+    """True when ``name`` occurs in ``sql`` as a whole identifier (Spark: case-insensitive)."""
+    return re.search(rf"(?<![\w$]){re.escape(name)}(?![\w$])", sql, re.IGNORECASE) is not None
 
 
 def explain_missing_table(missing: str, results: ResultSet, spark_message: str) -> str:

@@ -84,7 +84,7 @@ def _run_sql(sql: str, results: ResultSet, verbose: bool) -> pa.Table | str:
             _silence_pyspark_error_log()
             spark = _quiet_session(jvm_log)
         try:
-            register_views(spark, results)
+            register_views(spark, results, sql)
             return spark.sql(sql).toArrow()
         except PySparkException as error:
             return spark_error_message(error, results)
