@@ -92,19 +92,34 @@ class Maintainer:
         self.outputs = tuple(report.analysis.program.outputs)
         self.edb: dict[str, DataFrame] = {}
         self.relations: dict[str, DataFrame] = {}
+        self.published: dict[str, DataFrame] = {}
+        """Per output relation, the rows the consumer holds: epochs report changes to it."""
         self.bootstrap_seconds: dict[int, float] = {}
         self.epochs = 0
 
     # ------------------------------------------------------------ public
 
-    def load(self, edb: Mapping[str, DataFrame]) -> Epoch:
-        """Start from ``edb`` (every input relation, declared columns): a full evaluation."""
-        self.edb = {rel: self._cache(self._conform(rel, edb.get(rel))) for rel in self._inputs()}
-        return self._bootstrap_all(previous={})
-
-    def apply(
-        self, inserts: Mapping[str, DataFrame], deletes: Mapping[str, DataFrame]
+    def load(
+        self,
+        edb: Mapping[str, DataFrame],
+        published: Mapping[str, DataFrame] | None = None,
     ) -> Epoch:
+        """Start from ``edb`` (input relations, declared columns; missing ones are empty):
+        a full evaluation. ``published`` is what the consumer already holds of each output
+        relation (e.g. the result tables); the next ``apply`` (or ``pending_changes``)
+        reports changes relative to it. Without ``published`` the consumer holds nothing."""
+        self.edb = {rel: self._cache(self._conform(rel, edb.get(rel))) for rel in self._inputs()}
+        self.published = dict(published or {})
+        return self._bootstrap_all(publish=False)
+
+    def pending_changes(self) -> Epoch:
+        """An epoch holding only the differences between the current relations and what was
+        published (none after a regular epoch)."""
+        epoch = Epoch(strata=[self._unchanged(s) for s in self.report.strata])
+        self._publish(epoch)
+        return epoch
+
+    def apply(self, inserts: Mapping[str, DataFrame], deletes: Mapping[str, DataFrame]) -> Epoch:
         """One epoch: net insertions/deletions per EDB relation (inserted facts are absent
         and deleted facts present beforehand, as the pipeline's normalization guarantees)."""
         changed = {rel for rel in (*inserts, *deletes) if rel in self.edb}
@@ -115,10 +130,9 @@ class Maintainer:
             if rel in inserts:
                 frame = frame.unionByName(self._conform(rel, inserts[rel])).distinct()
             self.edb[rel] = self._cache(frame)
-        previous = dict(self.relations)
         if not changed:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
-        return self._bootstrap_all(previous)
+        return self._bootstrap_all()
 
     def relation(self, name: str) -> DataFrame:
         """The current rows of ``name`` (EDB or IDB), with its declared columns."""
@@ -128,7 +142,7 @@ class Maintainer:
 
     # ------------------------------------------------------------ strategies
 
-    def _bootstrap_all(self, previous: Mapping[str, DataFrame]) -> Epoch:
+    def _bootstrap_all(self, publish: bool = True) -> Epoch:
         started = time.monotonic()
         evaluation = evaluate_with_stats(self.report, self.edb, self.spark, self.options)
         self.relations = {rel: self._cache(df) for rel, df in evaluation.relations.items()}
@@ -136,12 +150,16 @@ class Maintainer:
         epoch.seconds = time.monotonic() - started
         for stratum in epoch.strata:
             self.bootstrap_seconds[stratum.stratum] = stratum.seconds
-        for rel in self.outputs:
-            change = self._diff(rel, previous.get(rel), self.relations[rel])
-            if change is not None:
-                epoch.changes[rel] = change
+        if publish:
+            self._publish(epoch)
         self.epochs += 1
         return epoch
+
+    def _publish(self, epoch: Epoch) -> None:
+        """Record in ``epoch`` how every output relation differs from what was published."""
+        for rel in self.outputs:
+            epoch.changes[rel] = self._diff(rel, self.published.get(rel), self.relations[rel])
+            self.published[rel] = self.relations[rel]
 
     @staticmethod
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
@@ -170,9 +188,7 @@ class Maintainer:
         if frame is None:
             from pyspark.sql.types import StructField, StructType
 
-            schema = StructType(
-                [StructField(a.name, spark_type(a.type), True) for a in attributes]
-            )
+            schema = StructType([StructField(a.name, spark_type(a.type), True) for a in attributes])
             return self.spark.createDataFrame([], schema)
         return frame.select(*(F.col(a.name).cast(spark_type(a.type)) for a in attributes))
 
@@ -181,14 +197,10 @@ class Maintainer:
         (the aggregated value is updated in place), by all columns for a set relation."""
         info = relation_info(self.report, relation)
         return tuple(
-            name
-            for i, name in enumerate(info.names)
-            if i not in (info.index_pos, info.value_pos)
+            name for i, name in enumerate(info.names) if i not in (info.index_pos, info.value_pos)
         )
 
-    def _diff(
-        self, relation: str, old: DataFrame | None, new: DataFrame
-    ) -> RelationChange | None:
+    def _diff(self, relation: str, old: DataFrame | None, new: DataFrame) -> RelationChange:
         keys = self.key_columns(relation)
         if old is None:
             empty = new.select(*keys).limit(0)

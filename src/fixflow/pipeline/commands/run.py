@@ -1,0 +1,58 @@
+"""`fixflow run PROG.dl [--conf FILE] [--available-now]`: the streaming pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_args
+
+HELP = "run the streaming pipeline: Kafka -> incremental maintenance -> Delta"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("program", metavar="PROG.dl", help="the Fixflow program")
+    parser.add_argument(
+        "--available-now", action="store_true",
+        help="process everything published so far, then exit 0",
+    )
+    add_conf_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fixflow.checker.diagnostics import CheckError
+    from fixflow.pipeline.broker import BrokerError
+
+    if not Path(args.program).is_file():
+        print(f"fixflow run: {args.program}: no such file", file=sys.stderr)
+        return 2
+    try:
+        config = config_from_args(args)
+        return _run(config, args.program, args.available_now)
+    except ConfigError as error:
+        print(f"fixflow run: {error}", file=sys.stderr)
+        return 1
+    except CheckError as error:
+        print(error, file=sys.stderr)
+        return 1
+    except BrokerError as error:
+        print(f"fixflow run: {error}", file=sys.stderr)
+        return 1
+
+
+def _run(config: object, program: str, available_now: bool) -> int:
+    from fixflow.pipeline.session import Session
+
+    with Session(config, program) as session:  # type: ignore[arg-type]
+        print(session.describe())
+        session.stream.on_batch = session.print_batch
+        query = session.stream.start(available_now=available_now)
+        if available_now:
+            query.awaitTermination()
+        else:
+            from fixflow.pipeline.stream import run_until_stopped
+
+            run_until_stopped(session.stream, query)
+        print(f"stopped after {len(session.stream.reports)} batch(es)")
+    return 0

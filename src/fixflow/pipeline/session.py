@@ -1,0 +1,77 @@
+"""Everything one running program needs, started and stopped together: the embedded
+broker (when configured), the SparkSession, the metrics endpoint and the ``ProgramStream``.
+Used by `fixflow run` and `fixflow demo`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import TracebackType
+
+from fixflow.pipeline.broker import start_broker
+from fixflow.pipeline.config import Config
+from fixflow.pipeline.metrics import Metrics, MetricsServer, serve_configured
+from fixflow.pipeline.spark import make_session
+from fixflow.pipeline.stream import BatchReport, ProgramStream
+
+log = logging.getLogger(__name__)
+
+
+class Session:
+    def __init__(self, config: Config, program_file: str | Path) -> None:
+        self.config = config
+        self.program_file = Path(program_file)
+        self.broker_message = ""
+        if config.kafka.embedded:
+            self.broker_message = start_broker(config).message
+        self.spark = make_session(config.spark.master, "fixflow", dict(config.spark.conf))
+        self.metrics = Metrics()
+        self.server: MetricsServer | None = serve_configured(self.metrics, config.metrics.port)
+        self.stream = ProgramStream(self.spark, config, program_file, self.metrics)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def describe(self) -> str:
+        lake = self.stream.lake
+        topics = ", ".join(self.config.kafka.topic(r) for r in self.stream.program.inputs)
+        lines = [
+            f"program      {self.program_file}",
+            f"kafka        {self.config.kafka.bootstrap_servers}"
+            + (f" ({self.broker_message})" if self.broker_message else ""),
+            f"topics       {topics}",
+            f"results      {lake.base}/results/<relation>",
+            f"checkpoints  {lake.checkpoints}",
+        ]
+        if self.server is not None:
+            lines.append(f"metrics      http://127.0.0.1:{self.server.port}/metrics")
+        return "\n".join(lines)
+
+    @staticmethod
+    def print_batch(report: BatchReport) -> None:
+        print(format_batch(report), flush=True)
+
+
+def format_batch(report: BatchReport) -> str:
+    changes = ", ".join(
+        f"{rel} +{report.inserted.get(rel, 0)}/-{report.deleted.get(rel, 0)}"
+        for rel in sorted(set(report.inserted) | set(report.deleted))
+        if report.inserted.get(rel) or report.deleted.get(rel)
+    ) or "no changes"
+    strategies = ""
+    if report.epoch is not None:
+        ran = [f"{s.strategy}({','.join(s.relations)})" for s in report.epoch.strata
+               if s.strategy != "unchanged"]
+        strategies = "; " + " ".join(ran) if ran else ""
+    dead = f", {report.dead_letters} dead letters" if report.dead_letters else ""
+    return (f"batch {report.batch_id}: {report.records} records{dead}: {changes}{strategies}"
+            f" [{report.seconds:.2f} s]")

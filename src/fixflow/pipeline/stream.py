@@ -1,0 +1,266 @@
+"""The continuous pipeline of one program: Kafka → foreachBatch → maintenance → Delta.
+
+``ProgramStream`` is the maintenance hook of ``ingest.batch_handler``. Per micro-batch:
+
+1. ingest (validate, dead-letter, normalize) — ``fixflow.pipeline.ingest``;
+2. on the first batch after a (re)start, load the EDB *as it was before this batch*
+   (time travel by (query id, batch id)), so a replay after a crash — even one that
+   committed some tables — starts from exactly the state the first run saw;
+3. one epoch of the ``Maintainer``: every stratum brought up to date;
+4. commit the changed result rows (one idempotent Delta commit per changed relation);
+5. the EDB commit, made last by ``batch_handler``, marks the batch as applied.
+
+Every Delta commit carries (query id, batch id) so a replayed batch changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from fixflow.checker import load
+from fixflow.checker.model import Report
+from fixflow.operators.evaluate import EvalOptions, relation_info
+from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
+from fixflow.pipeline.config import Config
+from fixflow.pipeline.ingest import (
+    IngestResult,
+    relation_schema,
+    start_ingest_query,
+)
+from fixflow.pipeline.kafka_source import lag_from_progress, next_batch_limit, write_limit_file
+from fixflow.pipeline.lakehouse import (
+    ProgramLake,
+    append_rows,
+    merge_changes,
+    open_table,
+    read_before_batch,
+)
+from fixflow.pipeline.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchReport:
+    """What one micro-batch did, for the CLI and the demo."""
+
+    batch_id: int
+    records: int
+    dead_letters: int
+    inserted: dict[str, int]
+    deleted: dict[str, int]
+    epoch: Epoch | None
+    seconds: float
+    replayed: bool = False
+    changed_rows: dict[str, int] = field(default_factory=dict)
+
+
+class ProgramStream:
+    """One program's streaming state: the checked program, its lake and its maintainer."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: Config,
+        program_file: str | Path,
+        metrics: Metrics | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.program_file = Path(program_file)
+        text = self.program_file.read_text(encoding="utf-8")
+        self.report: Report = load(text, str(program_file))  # type: ignore[assignment]
+        self.program = self.report.analysis.program
+        self.lake = ProgramLake.for_program(config.lake.path, self.program_file)
+        self.metrics = metrics
+        self.on_batch = on_batch
+        options = EvalOptions(max_iterations=config.engine.max_iterations)
+        self.maintainer = Maintainer(
+            self.report, spark, options, switch_fraction=config.elastic.switch_fraction
+        )
+        self.loaded = False
+        self.beta = config.stream.max_records_per_trigger
+        self.limit_file = str(Path(self.lake.checkpoints) / "max_records_per_trigger")
+        self.reports: list[BatchReport] = []
+        self.ensure_result_tables()
+
+    # ------------------------------------------------------------ the hook
+
+    def maintain(self, result: IngestResult) -> None:
+        """``ingest.Maintain``: one epoch for this batch's changes, results committed."""
+        started = time.monotonic()
+        loaded = self._load_before(result) if not self.loaded else None
+        changes = result.changes.items()
+        inserts = {r: self._frame(c.inserts) for r, c in changes if c.inserts.num_rows}
+        deletes = {r: self._frame(c.deletes) for r, c in changes if c.deletes.num_rows}
+        if inserts or deletes:
+            epoch: Epoch | None = self.maintainer.apply(inserts, deletes)
+        elif loaded is not None:
+            # Nothing changed in this batch, but the results may lag the EDB they were
+            # loaded with (e.g. rules with constant facts): commit that difference.
+            epoch = self.maintainer.pending_changes()
+        else:
+            epoch = None
+        changed_rows = self._commit_results(epoch, result) if epoch else {}
+        seconds = time.monotonic() - started
+        report = BatchReport(
+            result.batch_id, result.records, result.dead_letters,
+            {r: c.inserts.num_rows for r, c in changes},
+            {r: c.deletes.num_rows for r, c in changes},
+            epoch, seconds, result.replayed, changed_rows,
+        )
+        self._observe(report)
+        self.reports.append(report)
+        if self.on_batch is not None:
+            self.on_batch(report)
+
+    def _load_before(self, result: IngestResult) -> Epoch:
+        """Load the EDB and the result tables as they were before this batch and evaluate
+        everything once; the batch's epoch then carries any difference to the results."""
+        epoch = self.maintainer.load(
+            self._tables_before(self.lake.edb, self.program.inputs, result),
+            self._tables_before(self.lake.results, self.program.outputs, result),
+        )
+        self.loaded = True
+        log.info("loaded the EDB before batch %d and evaluated every stratum", result.batch_id)
+        return epoch
+
+    def _tables_before(
+        self, path_of: Callable[[str], str], relations: Sequence[str], result: IngestResult
+    ) -> dict[str, DataFrame]:
+        tables = {}
+        for relation in relations:
+            table = read_before_batch(path_of(relation), result.commit.query_id, result.batch_id)
+            if table is not None:
+                tables[relation] = self._frame(table)
+        return tables
+
+    # ------------------------------------------------------------ results
+
+    def result_schema(self, relation: str) -> pa.Schema:
+        """A result table's schema: the declared attributes, minus any iteration index."""
+        info = relation_info(self.report, relation)
+        attributes = self.report.analysis.schemas[relation]
+        return relation_schema(
+            tuple(a for i, a in enumerate(attributes) if i != info.index_pos)
+        )
+
+    def ensure_result_tables(self) -> None:
+        """Empty result tables with exactly the output relations' schemas, so analysts can
+        query every output before the first batch."""
+        for relation in self.program.outputs:
+            if open_table(self.lake.results(relation)) is None:
+                append_rows(self.lake.results(relation), self.result_schema(relation).empty_table())
+
+    def _commit_results(self, epoch: Epoch, result: IngestResult) -> dict[str, int]:
+        changed = {}
+        for relation, change in epoch.changes.items():
+            upserts, deletes = self._arrow_change(relation, change)
+            if upserts.num_rows or deletes.num_rows:
+                merge_changes(
+                    self.lake.results(relation), list(change.key_columns), upserts, deletes,
+                    result.commit,
+                )
+                changed[relation] = upserts.num_rows + deletes.num_rows
+        return changed
+
+    def _arrow_change(self, relation: str, change: RelationChange) -> tuple[pa.Table, pa.Table]:
+        schema = self.result_schema(relation)
+        upserts = _to_arrow(change.upserts, schema)
+        key_schema = pa.schema([schema.field(c) for c in change.key_columns])
+        deletes = _to_arrow(change.deletes, key_schema)
+        return upserts, deletes
+
+    # ------------------------------------------------------------ metrics and β
+
+    def _observe(self, report: BatchReport) -> None:
+        if self.metrics is None:
+            return
+        if report.epoch is not None:
+            for stratum in report.epoch.strata:
+                if stratum.strategy != "unchanged":
+                    kind = "bootstrap" if stratum.strategy == "bootstrap" else "update"
+                    self.metrics.choose_strategy(stratum.stratum, kind)  # type: ignore[arg-type]
+                    self.metrics.rounds.labels(stratum=str(stratum.stratum)).inc(stratum.rounds)
+        for relation in self.program.outputs:
+            if relation in self.maintainer.relations:
+                rows = self.maintainer.relations[relation].count()
+                self.metrics.result_rows.labels(relation=relation).set(rows)
+
+    def adapt_batch_size(self, arrived: int, elapsed_s: float) -> int:
+        """PowerLog's β rule on the per-trigger record limit (DESIGN §3.3)."""
+        buffer = self.config.buffer
+        self.beta = next_batch_limit(
+            self.beta, arrived, elapsed_s, buffer.interval_ms / 1000.0, buffer.alpha,
+            buffer.r, self.config.stream.max_records_per_trigger,
+        )
+        write_limit_file(self.limit_file, self.beta)
+        if self.metrics is not None:
+            self.metrics.buffer_beta.labels(buffer="micro_batch").set(self.beta)
+        return self.beta
+
+    # ------------------------------------------------------------ helpers
+
+    def _frame(self, table: pa.Table) -> DataFrame:
+        return self.spark.createDataFrame(table)
+
+    def start(self, available_now: bool = False) -> Any:
+        """Start the streaming query (see ``ingest.start_ingest_query``)."""
+        write_limit_file(self.limit_file, self.beta)
+        return start_ingest_query(
+            self.spark, self.config, self.program, self.lake, self.metrics, self.maintain,
+            available_now=available_now,
+            limit_file=self.limit_file if self.config.stream.adaptive else None,
+        )
+
+
+def _to_arrow(frame: DataFrame, schema: pa.Schema) -> pa.Table:
+    table = frame.toArrow()
+    return pa.table(
+        {name: table.column(name).cast(schema.field(name).type) for name in schema.names},
+        schema=schema,
+    )
+
+
+def run_until_stopped(stream: ProgramStream, query: Any, poll_s: float = 0.5) -> None:
+    """Block until the query ends; SIGTERM/SIGINT stop it gracefully (the running batch
+    finishes first, so nothing is half-committed). Adapts β between batches."""
+    stopping = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.warning("signal %d: stopping after the current batch", signum)
+        stopping.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    seen = 0
+    try:
+        while query.isActive and not stopping.is_set():
+            time.sleep(poll_s)
+            if len(stream.reports) > seen:
+                seen = _after_batches(stream, query, seen)
+        if query.isActive:
+            query.stop()
+        query.awaitTermination()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _after_batches(stream: ProgramStream, query: Any, seen: int) -> int:
+    for report in stream.reports[seen:]:
+        if stream.config.stream.adaptive and report.records:
+            stream.adapt_batch_size(report.records, max(report.seconds, 1e-3))
+    if stream.metrics is not None:
+        stream.metrics.observe_lag(lag_from_progress(query.lastProgress))
+    return len(stream.reports)
