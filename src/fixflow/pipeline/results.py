@@ -142,12 +142,17 @@ def _program_tables(lake: ProgramLake) -> tuple[ResultTable, ...]:
 def find_results(lake_root: str, program: str | None = None,
                  results_dir: str | None = None) -> ResultSet:
     """What the ``--results`` / ``--program`` / ``[lake] path`` options select."""
-    if results_dir is not None:
-        if program is not None:
-            raise ResultsError("--results DIR and --program STEM exclude each other: --results "
-                               "reads the Delta tables directly under DIR")
-        return results_in_directory(results_dir)
-    return results_in_lake(lake_root, program)
+    if results_dir is not None and program is not None:
+        raise ResultsError("--results DIR and --program STEM exclude each other: --results "
+                           "reads the Delta tables directly under DIR")
+    try:
+        if results_dir is not None:
+            return results_in_directory(results_dir)
+        return results_in_lake(lake_root, program)
+    except (OSError, pa.ArrowException) as error:  # e.g. object store unreachable
+        where = results_dir if results_dir is not None else lake_root
+        raise ResultsError(f"{where}: cannot list result tables: {_first_line(error)}") \
+            from error
 
 
 def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
