@@ -1,0 +1,1 @@
+"""Programs and facts bundled for `fixflow demo`."""
