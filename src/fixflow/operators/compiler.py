@@ -461,18 +461,18 @@ class SparkBackend:
 
     def run(self, plan: Plan) -> DataFrame:
         match plan:
-            case Scan(relation=rel, version=version, columns=columns):
-                df = self.source(rel, version)
-                return df.select(
-                    *(F.col(positional(i)).alias(column_name(c)) for i, c in enumerate(columns))
-                )
+            case Scan() | Filter() | Project(distinct=False):
+                # Scan/Filter/Project chains are fused into one where + one select:
+                # fewer DataFrame calls, each of which Spark analyzes on the driver.
+                frame, env, conditions = self._pipeline(plan)
+                for condition in conditions:
+                    frame = frame.where(condition)
+                return frame.select(*(col.alias(column_name(n)) for n, col in env.items()))
             case Unit():
                 return self.spark.range(1).select()
-            case Filter(input=inner, condition=condition):
-                return self.run(inner).where(column(condition))
-            case Project(input=inner, outputs=outputs, distinct=distinct):
-                df = self.run(inner).select(*(column(e).alias(column_name(n)) for n, e in outputs))
-                return df.distinct() if distinct else df
+            case Project(input=inner, outputs=outputs, distinct=True):
+                df = self.run(Project(inner, outputs))
+                return df.distinct()
             case Join(left=left, right=right, on=on):
                 lhs, rhs = self.run(left), self.run(right)
                 if not on:
@@ -498,6 +498,21 @@ class SparkBackend:
                 raise CompileError("a Fixpoint is run by a strategy, not by the backend")
         raise CompileError(f"not a plan: {plan!r}")
 
+    def _pipeline(self, plan: Plan) -> tuple[DataFrame, dict[str, Column], list[Column]]:
+        """(base frame, column name → Column over it, pending filter conditions)."""
+        match plan:
+            case Scan(relation=rel, version=version, columns=columns):
+                frame = self.source(rel, version)
+                return frame, {c: F.col(positional(i)) for i, c in enumerate(columns)}, []
+            case Filter(input=inner, condition=condition):
+                frame, env, conditions = self._pipeline(inner)
+                return frame, env, [*conditions, column(condition, env)]
+            case Project(input=inner, outputs=outputs, distinct=False):
+                frame, env, conditions = self._pipeline(inner)
+                return frame, {n: column(e, env) for n, e in outputs}, conditions
+        frame = self.run(plan)
+        return frame, {n: F.col(column_name(n)) for n, _ in plan.schema}, []
+
 
 def aggregate_column(func: str, arg: str | None) -> Column:
     if arg is None or func == "count":
@@ -506,23 +521,23 @@ def aggregate_column(func: str, arg: str | None) -> Column:
     return {"min": F.min, "max": F.max, "sum": F.sum, "mean": F.avg}[func](col)
 
 
-def column(expr: PExpr) -> Column:
-    """A plan expression as a Spark Column."""
+def column(expr: PExpr, env: Mapping[str, Column] | None = None) -> Column:
+    """A plan expression as a Spark Column; ``env`` maps column names to Columns."""
     match expr:
         case Col(name=name):
-            return F.col(column_name(name))
+            return env[name] if env is not None else F.col(column_name(name))
         case Const(value=value, type=type_):
             return F.lit(value).cast(spark_type(type_))
         case Arith(op=op, left=left, right=right, type=type_):
-            return _arith(op, column(left), column(right), type_)
+            return _arith(op, column(left, env), column(right, env), type_)
         case Negate(operand=operand):
-            return -column(operand)
+            return -column(operand, env)
         case Func(name=name, args=args, type=type_):
-            return _builtin(name, [column(a) for a in args], type_)
+            return _builtin(name, [column(a, env) for a in args], type_)
         case Compare(op=op, left=left, right=right):
-            return _compare(op, column(left), column(right))
+            return _compare(op, column(left, env), column(right, env))
         case Cast(operand=operand, type=type_):
-            inner = column(operand)
+            inner = column(operand, env)
             return inner if operand.type == type_ else inner.cast(spark_type(type_))
     raise CompileError(f"not a plan expression: {expr!r}")
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -59,6 +60,11 @@ from fixflow.operators.plan import (
 )
 
 log = logging.getLogger(__name__)
+
+COMPACT_EVERY = 8
+"""Semi-naive: rounds between materializations of the full relations."""
+ROWS_PER_PARTITION = 250_000
+"""Input rows per partition when choosing the number of partitions automatically."""
 
 Strategy = Literal["nonrecursive", "set", "mra", "aggregate-seminaive", "naive"]
 
@@ -242,17 +248,34 @@ class _Engine:
     # ------------------------------------------------------------ driver
 
     def run(self, edb: Mapping[str, DataFrame]) -> Evaluation:
+        rows = 0
         for relation in self.report.analysis.edb:
             if relation in edb:
-                self.full[relation] = self._store(
-                    self._normalize_edb(relation, edb[relation])
-                ).frame
+                stored = self._store(
+                    self._normalize_edb(relation, edb[relation]), [F.count(F.lit(1)).alias("n")]
+                )
+                self.full[relation] = stored.frame
+                rows += int(stored.metrics["n"])  # type: ignore[call-overload]
+        if self.options.partitions is None:
+            self.partitions = max(1, min(self.partitions, -(-rows // ROWS_PER_PARTITION)))
         stats = []
-        for stratum in self.report.strata:
-            stats.append(self._stratum(stratum))
+        with _session_conf(self.spark, self._round_conf()):
+            for stratum in self.report.strata:
+                stats.append(self._stratum(stratum))
         idb = self.report.analysis.idb
         relations = {rel: self._declared(rel) for rel in sorted(idb)}
         return Evaluation(relations, stats)
+
+    def _round_conf(self) -> dict[str, str]:
+        """Session settings while rounds run: small per-round jobs pay dearly for adaptive
+        re-planning and for broadcasting tiny tables, so both go when data is small."""
+        conf = {
+            "spark.sql.shuffle.partitions": str(self.partitions),
+            "spark.sql.adaptive.enabled": "false",
+        }
+        if self.partitions == 1:
+            conf["spark.sql.autoBroadcastJoinThreshold"] = "-1"
+        return conf
 
     def _declared(self, relation: str) -> DataFrame:
         info = self.info[relation]
@@ -302,7 +325,9 @@ class _Engine:
     def _seminaive_applies(self, stratum: Stratum, strategy: Strategy) -> bool:
         if strategy == "set" or (strategy == "mra" and not self._aggregated(stratum)):
             return True
-        return strategy in ("aggregate-seminaive", "mra") and self._monotone(stratum)
+        if strategy == "mra":  # MRA not applicable here: only min/max improve monotonically
+            return all(self.info[r].aggregate in (None, "min", "max") for r in stratum.relations)
+        return strategy == "aggregate-seminaive" and self._monotone(stratum)
 
     def _aggregated(self, stratum: Stratum) -> bool:
         return any(self.info[r].aggregate for r in stratum.relations)
@@ -441,8 +466,13 @@ class _Engine:
         ]
 
     def _seminaive(self, stratum: Stratum, stats: StratumStats) -> None:
-        """Semi-naive for set relations, "keep only improved" for aggregated ones."""
+        """Semi-naive for set relations, "keep only improved" for aggregated ones.
+
+        Per round and relation one job materializes the new delta (and counts it); the
+        full relation is the union of stored pieces, compacted every few rounds."""
         relations = stratum.relations
+        count = [F.count(F.lit(1)).alias("n")]
+        pending = 0
         # Round 1: rules with no atom of the stratum (the exit rules).
         for relation in relations:
             rows = [
@@ -451,57 +481,63 @@ class _Engine:
                 for body in rule.bodies
                 if not self._occurrences(body, stratum)
             ]
-            stored = self._store(self._combine(relation, rows))
+            stored = self._store(self._combine(relation, rows), count)
             self.full[relation] = self.delta[relation] = stored.frame
-        pending = sum(self.full[r].count() for r in relations)
+            pending += int(stored.metrics["n"])  # type: ignore[call-overload]
         self._progress(stats, RoundInfo(1, pending, None))
         rounds = 1
         while pending and rounds < self.options.max_iterations:
-            derived = {r: self._delta_rules(r, stratum) for r in relations}
+            # Every relation's derivation reads the previous round: build all, then update.
+            derived = {r: self._combine(r, self._delta_rules(r, stratum)) for r in relations}
+            updates = {r: self._improve(r, derived[r]) for r in relations}
             pending = 0
-            for relation in relations:
-                new_full, new_delta = self._improve(relation, derived[relation])
-                stored_full = self._store(new_full)
-                stored_delta = self._store(new_delta, [F.count(F.lit(1)).alias("n")])
-                self.full[relation], self.delta[relation] = stored_full.frame, stored_delta.frame
-                pending += int(stored_delta.metrics["n"])  # type: ignore[arg-type]
+            for relation, (new_full, new_delta) in updates.items():
+                stored_delta = self._store(new_delta, count)
+                pending += int(stored_delta.metrics["n"])  # type: ignore[call-overload]
+                self.delta[relation] = stored_delta.frame
+                self.full[relation] = new_full(stored_delta.frame)
+                if rounds % COMPACT_EVERY == 0:
+                    self.full[relation] = self._store(self.full[relation]).frame
             rounds += 1
             self._progress(stats, RoundInfo(rounds, pending, None))
-        stats.rounds, stats.capped = rounds, bool(pending)
         for relation in relations:
+            self.full[relation] = self._store(self.full[relation]).frame
             self.delta.pop(relation, None)
+        stats.rounds, stats.capped = rounds, bool(pending)
 
     def _delta_rules(self, relation: str, stratum: Stratum) -> list[Plan]:
         info = self.info[relation]
+        rules = self.rules.get(relation, [])
+        if info.aggregate in ("count", "sum", "mean"):
+            # Not idempotent: the aggregate is recomputed from the full relations and the
+            # groups whose value changed form the delta.
+            return [self._rule_rows(r, b, recursive=True) for r in rules for b in r.bodies]
         plans = []
-        for rule in self.rules.get(relation, []):
+        for rule in rules:
             for body in rule.bodies:
                 occurrences = self._occurrences(body, stratum)
-                if not occurrences:
-                    continue
-                if info.aggregate in ("count", "sum", "mean"):
-                    # The changed groups are recomputed from the full relations.
-                    plans.append(self._rule_rows(rule, body, recursive=False))
-                    continue
                 for k in occurrences:
                     plans.append(self._rule_rows(rule, body, recursive=True, versions={k: "delta"}))
         return plans
 
-    def _improve(self, relation: str, rows: list[Plan]) -> tuple[DataFrame, DataFrame]:
-        """(new full, new delta) of one relation from this round's derived rows."""
+    def _improve(
+        self, relation: str, derived: DataFrame
+    ) -> tuple[Callable[[DataFrame], DataFrame], DataFrame]:
+        """(new full as a function of the stored delta, new delta) of one relation."""
         info = self.info[relation]
         old = self.full[relation]
-        derived = self._combine(relation, rows)
         columns = [positional(i) for i in range(len(info.types))]
         if info.aggregate is None:
             new = derived.join(old, columns, "left_anti")
-            return old.unionByName(new), new
+            return old.unionByName, new
         keys = [positional(i) for i in info.key_positions]
         value = positional(info.value_pos)  # type: ignore[arg-type]
         if info.aggregate in ("count", "sum", "mean"):
             # ``derived`` is the whole aggregate recomputed: a group changed when its row did.
-            monotone_rows = derived.unionByName(old.join(derived, keys, "left_anti"))
-            return monotone_rows, monotone_rows.join(old, columns, "left_anti")
+            changed = derived.join(old, columns, "left_anti")
+            return lambda delta: old.join(delta.select(*keys), keys, "left_anti").unionByName(
+                delta
+            ), changed
         better = F.col("n") < F.col("o") if info.aggregate == "min" else F.col("n") > F.col("o")
         candidates = derived.withColumnRenamed(value, "n").join(
             old.withColumnRenamed(value, "o"), keys, "left"
@@ -510,8 +546,9 @@ class _Engine:
             *keys, F.col("n").alias(value)
         )
         improved = improved.select(*columns)
-        kept = old.join(improved.select(*keys), keys, "left_anti")
-        return kept.unionByName(improved), improved
+        return lambda delta: old.join(delta.select(*keys), keys, "left_anti").unionByName(
+            delta
+        ), improved
 
     # ------------------------------------------------------------ naive
 
@@ -607,6 +644,22 @@ class _Engine:
         ).first()
         assert row is not None
         return int(row["changed"]), float(row["m"])
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set runtime SQL settings for the duration of an evaluation, then restore them."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _aggregate(

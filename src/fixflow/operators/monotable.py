@@ -359,7 +359,8 @@ class MonoTable:
             frontier = stored.frame.where(F.col("delta").isNotNull()).select(
                 *self.keys, F.col("delta").alias("v")
             )
-            set_frontier(self._frontier_source(frontier, pending <= BROADCAST_FRONTIER_ROWS))
+            small = self.partitions > 1 and pending <= BROADCAST_FRONTIER_ROWS
+            set_frontier(self._frontier_source(frontier, small))
             candidates = self._candidates_from([b.plan for b in self.bodies])
             new = self._store(self._merge(stored.frame, candidates))
             self.materializer.release(stored)
