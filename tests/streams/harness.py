@@ -1,0 +1,243 @@
+"""Helpers of the streaming acceptance tests (tests/pipeline/test_stream_*.py).
+
+Reading the streaming golden cases of this directory, publishing facts to the real broker,
+reading the Delta result tables back, and the two checks every test makes: against the
+expected files and against the reference oracle on the current facts.
+"""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from fixflow.checker.ast import Program
+from fixflow.checker.parser import parse
+from fixflow.pipeline.config import Config
+from fixflow.pipeline.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.messages import encode_fact, fact_key
+from reference.evaluator import evaluate
+from reference.golden import column_types, compare_rows, read_expected, read_facts
+
+STREAMS = Path(__file__).resolve().parent
+Row = tuple[Any, ...]
+Facts = dict[str, set[Row]]
+
+
+# ---------------------------------------------------------------- the golden cases
+
+
+@dataclass(frozen=True)
+class StreamStep:
+    number: int
+    inserts: dict[str, list[Row]]
+    deletes: dict[str, list[Row]]
+    expected: dict[str, list[Row]]
+    why: str
+
+
+@dataclass(frozen=True)
+class StreamCase:
+    name: str
+    program_file: Path
+    program: Program
+    steps: list[StreamStep]
+    tolerance: float
+
+
+def case_names() -> list[str]:
+    return sorted(p.name for p in STREAMS.iterdir() if (p / "program.dl").is_file())
+
+
+def load_case(name: str) -> StreamCase:
+    directory = STREAMS / name
+    program_file = directory / "program.dl"
+    program = parse(program_file.read_text(), str(program_file))
+    meta = tomllib.loads((directory / "meta.toml").read_text())
+    steps = [_load_step(program, d) for d in sorted((directory / "steps").iterdir())]
+    return StreamCase(name, program_file, program, steps, float(meta["tolerance"]))
+
+
+def _load_step(program: Program, directory: Path) -> StreamStep:
+    def present(facts: dict[str, list[Row]]) -> dict[str, list[Row]]:
+        return {rel: rows for rel, rows in facts.items() if rows}
+
+    expected = {p.stem: read_expected(p, program)
+                for p in sorted((directory / "expected").glob("*.csv"))}
+    return StreamStep(int(directory.name), present(read_facts(directory / "insert", program)),
+                      present(read_facts(directory / "delete", program)), expected,
+                      (directory / "WHY").read_text().strip())
+
+
+def apply_changes(facts: Facts, inserts: Mapping[str, Iterable[Row]],
+                  deletes: Mapping[str, Iterable[Row]]) -> None:
+    for rel, rows in deletes.items():
+        facts.setdefault(rel, set()).difference_update(rows)
+    for rel, rows in inserts.items():
+        facts.setdefault(rel, set()).update(rows)
+
+
+# ---------------------------------------------------------------- broker and lake
+
+
+def isolated_config(broker: Config, lake_root: Path, **stream: Any) -> Config:
+    """The broker's config with topics of its own (a fresh prefix) and its own lake."""
+    prefix = f"s{uuid.uuid4().hex[:8]}."
+    return replace(
+        broker,
+        kafka=replace(broker.kafka, topic_prefix=prefix, embedded=False),
+        lake=replace(broker.lake, path=str(lake_root)),
+        stream=replace(broker.stream, **stream),
+        metrics=replace(broker.metrics, port=0),
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def publish(config: Config, program: Program,
+            messages: Iterable[tuple[str, Row, str]]) -> int:
+    """Send (relation, fact, op) messages in order, keyed by the fact; wait for every ack."""
+    raw = []
+    for relation, values, op in messages:
+        attributes = program.declaration(relation).attributes  # type: ignore[union-attr]
+        raw.append((config.kafka.topic(relation), fact_key(values),
+                    encode_fact(attributes, values, op)))  # type: ignore[arg-type]
+    return len(publish_raw(config, raw))
+
+
+def publish_raw(config: Config, messages: Iterable[tuple[str, str | None, str]]
+                ) -> list[tuple[str, int, int]]:
+    """Send (topic, key, value) messages in order; return each one's (topic, partition,
+    offset) once the broker acknowledged it."""
+    from kafka import KafkaProducer
+
+    from fixflow.pipeline.broker import ensure_topics
+
+    messages = list(messages)
+    ensure_topics(config, sorted({topic for topic, _, _ in messages}))
+    producer = KafkaProducer(bootstrap_servers=config.kafka.bootstrap_servers, acks="all",
+                             linger_ms=5)
+    try:
+        futures = [producer.send(topic, key=key.encode() if key is not None else None,
+                                 value=value.encode()) for topic, key, value in messages]
+        producer.flush(timeout=60)
+        acks = [future.get(timeout=60) for future in futures]
+    finally:
+        producer.close(timeout=60)
+    return [(a.topic, a.partition, a.offset) for a in acks]
+
+
+def step_messages(inserts: Mapping[str, Iterable[Row]],
+                  deletes: Mapping[str, Iterable[Row]]) -> list[tuple[str, Row, str]]:
+    return ([(rel, row, "delete") for rel, rows in deletes.items() for row in rows]
+            + [(rel, row, "insert") for rel, rows in inserts.items() for row in rows])
+
+
+def table_rows(path: str) -> set[Row]:
+    table = read_table(path)
+    assert table is not None, f"{path}: no Delta table"
+    return {tuple(row.values()) for row in table.to_pylist()}
+
+
+def result_rows(lake: ProgramLake, relation: str) -> set[Row]:
+    return table_rows(lake.results(relation))
+
+
+# ---------------------------------------------------------------- checks
+
+
+def oracle(program: Program, facts: Facts) -> dict[str, set[Row]]:
+    """The reference evaluation of ``facts``, values typed as declared (the oracle keeps
+    ``d = 0`` an int even in a float column)."""
+    results = evaluate(program, {rel: sorted(rows) for rel, rows in facts.items()})
+    return {rel: {_typed(program, rel, row) for row in rows} for rel, rows in results.items()}
+
+
+def _typed(program: Program, relation: str, row: Row) -> Row:
+    types = column_types(program, relation)
+    types = types[len(types) - len(row):]  # an iteration-indexed relation lost its index
+    return tuple(float(v) if t == "float" else v for v, t in zip(row, types, strict=True))
+
+
+def mismatches_with_oracle(program: Program, lake: ProgramLake, facts: Facts,
+                           tolerance: float) -> dict[str, list[str]]:
+    """Per output relation, how its result table differs from the oracle on ``facts``."""
+    fresh = oracle(program, facts)
+    problems = {}
+    for relation in program.outputs:
+        found = compare_rows(result_rows(lake, relation), sorted(fresh[relation]), tolerance)
+        if found:
+            problems[relation] = found[:8]
+    return problems
+
+
+def mismatches_with_expected(lake: ProgramLake, expected: Mapping[str, list[Row]],
+                             tolerance: float) -> dict[str, list[str]]:
+    problems = {}
+    for relation, rows in expected.items():
+        found = compare_rows(result_rows(lake, relation), rows, tolerance)
+        if found:
+            problems[relation] = found[:8]
+    return problems
+
+
+def edb_mismatches(program: Program, lake: ProgramLake, facts: Facts) -> dict[str, str]:
+    """Per input relation, missing and extra facts of its EDB table against ``facts``."""
+    problems = {}
+    for relation in program.inputs:
+        stored = table_rows(lake.edb(relation))
+        want = facts.get(relation, set())
+        if stored != want:
+            problems[relation] = (f"missing {sorted(want - stored)[:5]}, "
+                                  f"extra {sorted(stored - want)[:5]}")
+    return problems
+
+
+# ---------------------------------------------------------------- one running query
+
+
+class ContinuousRun:
+    """One streaming query of a ``ProgramStream`` left running (processing-time trigger):
+    publish, then ``wait_processed`` until the batches that read every published record are
+    finished (Spark reports a batch in ``lastProgress`` only after foreachBatch returned,
+    i.e. after the results and the EDB were committed)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.query = stream.start(available_now=False)
+        self.published = 0
+
+    def publish(self, program: Program, messages: list[tuple[str, Row, str]]) -> None:
+        self.published += publish(self.stream.config, program, messages)
+
+    def wait_processed(self, timeout_s: float = 240.0) -> list[Any]:
+        """The reports of the batches that ran since the last wait."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.query.exception() is not None:
+                raise AssertionError(f"the query failed: {self.query.exception()}")
+            reports = self.stream.reports
+            read = sum(r.records for r in reports)
+            progress = self.query.lastProgress or {}
+            if (read >= self.published and reports
+                    and int(progress.get("batchId", -1)) >= reports[-1].batch_id):
+                assert read == self.published, f"read {read} records, published {self.published}"
+                return reports
+            time.sleep(0.2)
+        raise AssertionError(f"not processed within {timeout_s} s: read "
+                             f"{sum(r.records for r in self.stream.reports)} of "
+                             f"{self.published} records")
+
+    def stop(self) -> None:
+        self.query.stop()
+        self.query.awaitTermination(60)
