@@ -1,0 +1,113 @@
+"""`fixflow eval` as a user runs it (a subprocess): Delta tables with the exact declared
+schema, CSV files with a header, and one-line errors without tracebacks."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+PROGRAM = """\
+.decl edge(src: number, dst: number, w: float)
+.input edge
+.decl label(node: number, name: symbol)
+.input label
+.decl sssp(node: number, dist: float)
+.output sssp
+.decl named(name: symbol, dist: float)
+.output named
+.decl K(i: number, node: number, k: float)
+.output K
+sssp(X, d) :- X = 1, d = 0.0.
+sssp(Y, min[dy]) :- sssp(X, dx), edge(X, Y, w), dy = dx + w.
+named(N, d) :- sssp(X, d), label(X, N).
+K(0, X, k) :- label(X, _), k = 0.0.
+K(i+1, Y, sum[k]) :- label(Y, _), k = 1.0
+                   ; K(i, X, kx), edge(X, Y, _), k = 0.5 * kx
+                   ; {sum[Δkx] < 0.01}.
+"""
+
+
+def fixflow(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fixflow.pipeline.cli", "eval", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "prog.dl").write_text(PROGRAM)
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    (facts / "edge.facts").write_text("1\t2\t1.5\n2\t3\t2.0\n1\t3\t4.0\n")
+    (facts / "label.csv").write_text("node,name\n1,one\n2,two\n3,three\n")
+    return tmp_path
+
+
+def test_eval_writes_delta_tables_and_csv(project: Path) -> None:
+    out = project / "out"
+    result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", out, "--csv")
+    assert result.returncode == 0, result.stderr
+    assert "sssp: 3 rows" in result.stdout
+    sssp = DeltaTable(str(out / "sssp")).to_pyarrow_table()
+    assert sssp.schema == pa.schema([("node", pa.int64()), ("dist", pa.float64())])
+    assert sorted(sssp.to_pylist(), key=lambda r: r["node"]) == [
+        {"node": 1, "dist": 0.0},
+        {"node": 2, "dist": 1.5},
+        {"node": 3, "dist": 3.5},
+    ]
+    named = DeltaTable(str(out / "named")).to_pyarrow_table()
+    assert named.schema == pa.schema([("name", pa.string()), ("dist", pa.float64())])
+    # the iteration index is dropped from the result table
+    katz = DeltaTable(str(out / "K")).to_pyarrow_table()
+    assert katz.schema == pa.schema([("node", pa.int64()), ("k", pa.float64())])
+    values = {r["node"]: r["k"] for r in katz.to_pylist()}
+    assert values[1] == pytest.approx(1.0) and values[3] == pytest.approx(2.25, abs=0.02)
+    with (out / "sssp.csv").open() as handle:
+        assert list(csv.reader(handle)) == [
+            ["node", "dist"],
+            ["1", "0.0"],
+            ["2", "1.5"],
+            ["3", "3.5"],
+        ]
+    assert (out / "K.csv").read_text().splitlines()[0] == "node,k"
+
+
+def test_missing_input_file_is_one_line_error(project: Path) -> None:
+    (project / "facts" / "label.csv").unlink()
+    result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", project / "out")
+    assert result.returncode == 1
+    assert "no input file for relation `label`" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_line_reports_file_and_line(project: Path) -> None:
+    (project / "facts" / "edge.facts").write_text("1\t2\t1.5\n2\t3\n")
+    result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", project / "out")
+    assert result.returncode == 1
+    assert f"{project / 'facts' / 'edge.facts'}:2: expected 3 fields, found 2" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_wrong_typed_value_is_reported(project: Path) -> None:
+    (project / "facts" / "edge.facts").write_text("1\ttwo\t1.5\n")
+    result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", project / "out")
+    assert result.returncode == 1
+    assert "edge.facts:1: column `dst` expects a number, found 'two'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_program_errors_print_the_checker_diagnostics(project: Path) -> None:
+    (project / "bad.dl").write_text(".decl p(x: number)\n.output p\np(X) :- q(X).\n")
+    result = fixflow(project / "bad.dl", "-F", project / "facts", "-D", project / "out")
+    assert result.returncode == 1
+    assert "error:" in result.stderr and "bad.dl:3:" in result.stderr
+    assert "Traceback" not in result.stderr
