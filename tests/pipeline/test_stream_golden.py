@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fixflow.pipeline.config import Config
+from fixflow.pipeline.lakehouse import read_table
 from fixflow.pipeline.stream import ProgramStream
 from streams.harness import (
     StreamCase,
@@ -55,6 +56,11 @@ def step_problems(stream: ProgramStream, case: StreamCase, facts: dict[str, set[
         problems["oracle"] = bad
     if bad := edb_mismatches(case.program, stream.lake, facts):
         problems["edb"] = bad
+    for relation in case.program.outputs:
+        declared = [a.name for a in case.program.declaration(relation).attributes]
+        columns = read_table(stream.lake.results(relation)).schema.names  # type: ignore[union-attr]
+        if columns != declared:
+            problems[f"{relation} columns"] = f"{columns} != declared {declared}"
     return problems
 
 
