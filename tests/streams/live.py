@@ -23,7 +23,15 @@ from fixflow.pipeline.config import Config
 from fixflow.pipeline.lakehouse import ProgramLake
 from fixflow.pipeline.messages import encode_fact, fact_key
 from streams.cli import FixflowRun, scrape, total, write_conf
-from streams.harness import STREAMS, Row, free_port, isolated_config, oracle, publish_raw
+from streams.harness import (
+    STREAMS,
+    Row,
+    free_port,
+    isolated_config,
+    oracle,
+    publish_raw,
+    table_rows,
+)
 
 PROGRAM_FILE = STREAMS / "sssp" / "program.dl"
 BAD_KINDS = ("malformed_json", "not_an_object", "unknown_attribute", "missing_attribute",
@@ -51,6 +59,18 @@ class LiveRun:
     positions: list[tuple[str, int, int]]
     """(topic, partition, offset) of each message, as the broker acknowledged it."""
     net_facts: set[Row]
+    """After every message, the SIGTERM wave included."""
+    scraped_facts: set[Row] = field(default_factory=set)
+    """The net facts when the last scrape saw everything processed (before the SIGTERM
+    wave)."""
+    results_at_scrape: set[Row] = field(default_factory=set)
+    edb_at_scrape: set[Row] = field(default_factory=set)
+    """The sssp result table and the EDB when the last scrape saw everything processed."""
+    batches_at_scrape: list[tuple[int, int]] = field(default_factory=list)
+    """(batch id, records) of the batches printed by then."""
+    tail: list[Message] = field(default_factory=list)
+    """The SIGTERM wave: valid inserts, published last; SIGTERM comes once the pipeline
+    has read them, while their batch runs."""
     scrapes: list[dict[Any, float]] = field(default_factory=list)
     """Scrapes while the pipeline ran; the last one saw everything processed."""
     exit_code: int | None = None
@@ -138,26 +158,47 @@ def _make_live_run(broker: Config, base: Path) -> LiveRun:
         for wave in make_waves(program):
             positions += publish_raw(config, [(topic, m.key, m.value) for m in wave])
             messages += wave
-            time.sleep(1.0)  # let the waves fall into different micro-batches
-        live.net_facts = net_facts(messages)
-        expected_rows = len(oracle(program, {"edge": live.net_facts})["sssp"])
-        valid = sum(1 for m in messages if m.fact is not None)
-
-        def caught_up() -> bool:
-            samples = scrape(port)
-            live.scrapes.append(samples)
-            return (total(samples, "fixflow_input_facts_total") == valid
-                    and total(samples, "fixflow_dead_letters_total") == N_BAD
-                    and total(samples, "fixflow_result_rows", relation="sssp") == expected_rows
-                    and _edb_is(lake, live.net_facts))
-
-        run.wait_until(caught_up, "everything published to be processed", timeout_s=300)
+            live.net_facts = net_facts(messages)
+            expected_rows = len(oracle(program, {"edge": live.net_facts})["sssp"])
+            # wait for each wave, so that the waves are different micro-batches and the
+            # endpoint is scraped several times while the pipeline runs
+            run.wait_until(lambda rows=expected_rows: _caught_up(live, port, rows),
+                           "everything published to be processed", timeout_s=300)
         live.seconds_to_process = time.monotonic() - started
-        live.exit_code = run.stop(signal.SIGTERM)
+        live.scraped_facts = set(live.net_facts)
+        live.results_at_scrape = table_rows(lake.results("sssp"))
+        live.edb_at_scrape = table_rows(lake.edb("edge"))
+        live.batches_at_scrape = run.batches()
+        live.exit_code = _sigterm_during_a_batch(live, run, port)
     finally:
         run.kill_if_running()
         live.output = run.output
     return live
+
+
+def _sigterm_during_a_batch(live: LiveRun, run: FixflowRun, port: int) -> int:
+    attributes = live.program.declaration("edge").attributes
+    facts: list[Row] = [(1, 90 + i, 0.5) for i in range(5)]
+    live.tail = [Message(fact_key(f), encode_fact(attributes, f), f) for f in facts]
+    publish_raw(live.config, [(live.config.kafka.topic("edge"), m.key, m.value)
+                              for m in live.tail])
+    live.net_facts = net_facts(live.messages + live.tail)
+    valid = sum(1 for m in live.messages + live.tail if m.fact is not None)
+    run.wait_until(lambda: total(scrape(port), "fixflow_input_facts_total") == valid,
+                   "the SIGTERM wave to be read", timeout_s=120)
+    return run.stop(signal.SIGTERM)
+
+
+def _caught_up(live: LiveRun, port: int, expected_rows: int) -> bool:
+    """Every published message counted, the EDB and the result-rows gauge up to date."""
+    samples = scrape(port)
+    live.scrapes.append(samples)
+    valid = sum(1 for m in live.messages if m.fact is not None)
+    bad = len(live.messages) - valid
+    return (total(samples, "fixflow_input_facts_total") == valid
+            and total(samples, "fixflow_dead_letters_total") == bad
+            and total(samples, "fixflow_result_rows", relation="sssp") == expected_rows
+            and _edb_is(live.lake, live.net_facts))
 
 
 def _answers(port: int) -> bool:
