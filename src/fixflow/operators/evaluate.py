@@ -108,6 +108,9 @@ class EvalOptions:
 class Evaluation:
     relations: dict[str, DataFrame]
     stats: list[StratumStats]
+    monotables: dict[str, DataFrame] = field(default_factory=dict)
+    """Final MonoTable of every MRA relation: key columns ``k0..``, ``acc``, ``delta``
+    (null: none pending), ``chg`` and, for min/max, ``wit`` (the predecessor key)."""
 
     @property
     def capped(self) -> list[StratumStats]:
@@ -209,6 +212,7 @@ class _Engine:
         self.full: dict[str, DataFrame] = {}
         self.delta: dict[str, DataFrame] = {}
         self.aux: dict[str, DataFrame] = {}
+        self.monotables: dict[str, DataFrame] = {}
         self.backend = SparkBackend(spark, self._source)
         self.materializer = Materializer(spark)
         self.info = {rel: relation_info(report, rel) for rel in report.analysis.schemas}
@@ -264,7 +268,7 @@ class _Engine:
                 stats.append(self._stratum(stratum))
         idb = self.report.analysis.idb
         relations = {rel: self._declared(rel) for rel in sorted(idb)}
-        return Evaluation(relations, stats)
+        return Evaluation(relations, stats, self.monotables)
 
     def _round_conf(self) -> dict[str, str]:
         """Session settings while rounds run: small per-round jobs pay dearly for adaptive
@@ -450,7 +454,7 @@ class _Engine:
             self.options.max_iterations, lambda info: self._progress(stats, info), set_frontier
         )
         self.full[relation] = self._store(outcome.rows).frame
-        self.materializer.release(outcome.stored)
+        self.monotables[relation] = outcome.stored.frame
         stats.rounds, stats.capped = outcome.rounds, outcome.capped
         for name in [n for n in self.aux if n.startswith(f"#aux:{relation}:")]:
             self.aux.pop(name).unpersist()
