@@ -137,8 +137,10 @@ def evaluate_with_stats(
     spark: SparkSession,
     options: EvalOptions | None = None,
 ) -> Evaluation:
-    engine = _Engine(report, spark, options or EvalOptions())
-    return engine.run(edb)
+    options = options or EvalOptions()
+    if options.engine != "sync":
+        raise EvaluationError(f"engine `{options.engine}` is not available (use `sync`)")
+    return _Engine(report, spark, options).run(edb)
 
 
 # ---------------------------------------------------------------- relation metadata

@@ -21,20 +21,33 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from fixflow.checker import ast
 from fixflow.checker.model import Report, Stratum
+from fixflow.operators import update
+from fixflow.operators.compiler import positional
 from fixflow.operators.evaluate import (
     EvalOptions,
     StratumStats,
     evaluate_with_stats,
     relation_info,
 )
+from fixflow.operators.update import Abandon, Delta, UpdateContext
 
 log = logging.getLogger(__name__)
+
+UPDATES = {
+    "delta-rules": update.delta_rules,
+    "affected-groups": update.affected_groups,
+    "seminaive": update.continuation,
+    "mra-improve": update.continuation,
+    "continuation": update.continuation,
+    "mra-correction": update.mra_correction,
+}
 
 
 @dataclass(frozen=True)
@@ -90,14 +103,24 @@ class Maintainer:
         self.switch_fraction = switch_fraction
         self.schemas = report.analysis.schemas
         self.outputs = tuple(report.analysis.program.outputs)
-        self.edb: dict[str, DataFrame] = {}
-        self.relations: dict[str, DataFrame] = {}
+        self.frames: dict[str, DataFrame] = {}
+        """Every relation's current rows, positional columns (IDB: index dropped)."""
         self.published: dict[str, DataFrame] = {}
         """Per output relation, the rows the consumer holds: epochs report changes to it."""
         self.bootstrap_seconds: dict[int, float] = {}
         self.epochs = 0
+        self._garbage: list[DataFrame] = []
+        self.whole_program_only = self._reads_indexed_relation()
 
     # ------------------------------------------------------------ public
+
+    @property
+    def edb(self) -> dict[str, DataFrame]:
+        return {rel: self.relation(rel) for rel in self._inputs()}
+
+    @property
+    def relations(self) -> dict[str, DataFrame]:
+        return {rel: self.relation(rel) for rel in sorted(self.report.analysis.idb)}
 
     def load(
         self,
@@ -108,7 +131,8 @@ class Maintainer:
         a full evaluation. ``published`` is what the consumer already holds of each output
         relation (e.g. the result tables); the next ``apply`` (or ``pending_changes``)
         reports changes relative to it. Without ``published`` the consumer holds nothing."""
-        self.edb = {rel: self._cache(self._conform(rel, edb.get(rel))) for rel in self._inputs()}
+        for rel in self._inputs():
+            self.frames[rel] = _store(self._positional_input(rel, edb.get(rel)).distinct())
         self.published = dict(published or {})
         return self._bootstrap_all(publish=False)
 
@@ -122,30 +146,180 @@ class Maintainer:
     def apply(self, inserts: Mapping[str, DataFrame], deletes: Mapping[str, DataFrame]) -> Epoch:
         """One epoch: net insertions/deletions per EDB relation (inserted facts are absent
         and deleted facts present beforehand, as the pipeline's normalization guarantees)."""
-        changed = {rel for rel in (*inserts, *deletes) if rel in self.edb}
-        for rel in changed:
-            frame = self.edb[rel]
-            if rel in deletes:
-                frame = frame.subtract(self._conform(rel, deletes[rel]))
-            if rel in inserts:
-                frame = frame.unionByName(self._conform(rel, inserts[rel])).distinct()
-            self.edb[rel] = self._cache(frame)
-        if not changed:
+        started = time.monotonic()
+        self._collect_garbage()
+        old: dict[str, DataFrame] = {}
+        deltas: dict[str, Delta] = {}
+        for rel in {r for r in (*inserts, *deletes) if r in self._inputs()}:
+            delta = self._edb_delta(rel, inserts.get(rel), deletes.get(rel))
+            if delta.empty:
+                continue
+            old[rel], deltas[rel] = self.frames[rel], delta
+            kept = self.frames[rel].join(delta.removed, self.frames[rel].columns, "left_anti")
+            self.frames[rel] = _store(kept.unionByName(delta.added))
+        if not deltas:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
-        return self._bootstrap_all()
+        if self.whole_program_only:
+            epoch = self._bootstrap_all()
+        else:
+            epoch = Epoch(strata=[self._stratum(s, old, deltas) for s in self.report.strata])
+            self._publish(epoch)
+            self.epochs += 1
+        self._garbage += [*old.values(), *(f for d in deltas.values() for f in d.frames)]
+        epoch.seconds = time.monotonic() - started
+        return epoch
 
     def relation(self, name: str) -> DataFrame:
         """The current rows of ``name`` (EDB or IDB), with its declared columns."""
-        if name in self.edb:
-            return self.edb[name]
-        return self.relations[name]
+        return self.frames[name].toDF(*self._declared(name))
 
-    # ------------------------------------------------------------ strategies
+    # ------------------------------------------------------------ one stratum
+
+    def _stratum(
+        self, stratum: Stratum, old: dict[str, DataFrame], deltas: dict[str, Delta]
+    ) -> StratumEpoch:
+        inputs = _inputs_of(stratum)
+        changed = {r: deltas[r] for r in inputs if r in deltas}
+        if not changed:
+            return self._unchanged(stratum)
+        started = time.monotonic()
+        method = self._choose(stratum, changed)
+        result: StratumEpoch | None = None
+        note = ""
+        if method is not None:
+            budget = self.switch_fraction * self.bootstrap_seconds.get(stratum.index, float("inf"))
+            context = UpdateContext(
+                self.report,
+                stratum,
+                self.spark,
+                dict(self.frames),
+                {r: old[r] for r in changed},
+                changed,
+                started + budget,
+                self.options.max_iterations,
+            )
+            try:
+                outcome = UPDATES[method](context)
+                result = self._adopt(stratum, outcome.frames, outcome.deltas, old, deltas)
+                result.strategy, result.rounds = f"update:{method}", outcome.rounds
+            except Abandon as abandoned:
+                note = f"update:{method} abandoned: {abandoned}"
+                strategy = "bootstrap:switched" if abandoned.switched else "bootstrap"
+            if result is None:
+                result = self._bootstrap_stratum(stratum, old, deltas)
+                result.strategy, result.note = strategy, note
+        else:
+            result = self._bootstrap_stratum(stratum, old, deltas)
+        result.seconds = time.monotonic() - started
+        log.info(
+            "epoch %d stratum %d %s: %s, %d round(s), %.3f s%s",
+            self.epochs + 1,
+            stratum.index,
+            ",".join(stratum.relations),
+            result.strategy,
+            result.rounds,
+            result.seconds,
+            f" ({result.note})" if result.note else "",
+        )
+        return result
+
+    def _choose(self, stratum: Stratum, changed: dict[str, Delta]) -> str | None:
+        """The cheapest exact update method for this stratum and change, or None."""
+        if any(r in self.options.strategy for r in stratum.relations):
+            return None  # a forced strategy is honoured by re-evaluation
+        insert_only = all(d.n_removed == 0 for d in changed.values())
+        negated = any(
+            isinstance(lit, ast.Negation) and lit.atom.relation in changed
+            for rule in stratum.rules
+            for body in rule.bodies
+            for lit in body.literals
+        )
+        infos = [relation_info(self.report, r) for r in stratum.relations]
+        if any(i.index_pos is not None for i in infos) or negated:
+            return None
+        if not stratum.recursive:
+            if insert_only and all(i.aggregate is None for i in infos):
+                return "delta-rules"
+            return "affected-groups" if self._keys_are_variables(stratum) else None
+        aggregates = {i.aggregate for i in infos}
+        if stratum.eval_class == "mra" and aggregates <= {"sum", "count"} and len(infos) == 1:
+            context = UpdateContext(self.report, stratum, self.spark, self.frames, {}, {}, 0.0, 0)
+            context.deltas = changed  # only the counts and current rows are consulted
+            return "mra-correction" if update.correction_applies(context) else None
+        if not insert_only or not aggregates <= {None, "min", "max"}:
+            return None
+        return {
+            "set": "seminaive",
+            "mra": "mra-improve",
+            "aggregate-seminaive": "continuation",
+        }.get(stratum.eval_class or "")
+
+    def _keys_are_variables(self, stratum: Stratum) -> bool:
+        for rule in stratum.rules:
+            info = relation_info(self.report, rule.head.relation)
+            keys = [rule.head.args[i] for i in info.key_positions]
+            names = [k.name for k in keys if isinstance(k, ast.Var)]
+            if len(names) != len(keys) or len(set(names)) != len(names):
+                return False
+        return True
+
+    def _adopt(
+        self,
+        stratum: Stratum,
+        frames: dict[str, DataFrame],
+        changes: dict[str, Delta],
+        old: dict[str, DataFrame],
+        deltas: dict[str, Delta],
+    ) -> StratumEpoch:
+        """Install a stratum's new rows and record its relations' changes for later strata."""
+        for rel in stratum.relations:
+            change = changes[rel]
+            if change.empty:
+                self._garbage += change.frames
+                if frames[rel] is not self.frames[rel]:
+                    self._garbage.append(frames[rel])
+            else:
+                old[rel], deltas[rel] = self.frames[rel], change
+                self.frames[rel] = frames[rel]
+        return StratumEpoch(stratum.index, stratum.relations, "update")
+
+    def _bootstrap_stratum(
+        self, stratum: Stratum, old: dict[str, DataFrame], deltas: dict[str, Delta]
+    ) -> StratumEpoch:
+        """Re-evaluate one stratum from its current inputs and diff against its old rows."""
+        inputs = _inputs_of(stratum)
+        analysis = replace(
+            self.report.analysis,
+            edb=frozenset(inputs),
+            idb=frozenset(stratum.relations),
+            strata=(stratum,),
+        )
+        sub = replace(self.report, analysis=analysis, strata=(stratum,))
+        frames = {rel: self.frames[rel] for rel in inputs}
+        evaluation = evaluate_with_stats(sub, frames, self.spark, self.options)
+        stats = evaluation.stats[0]
+        self.bootstrap_seconds[stratum.index] = stats.seconds
+        new = {
+            rel: _store(df.toDF(*(positional(i) for i in range(len(df.columns)))))
+            for rel, df in evaluation.relations.items()
+        }
+        changes = {}
+        for rel in stratum.relations:
+            before = self.frames[rel]
+            changes[rel] = update.changes_between(before, new[rel])
+        self._adopt(stratum, new, changes, old, deltas)
+        return self._epoch_of(stats)
+
+    # ------------------------------------------------------------ whole program
 
     def _bootstrap_all(self, publish: bool = True) -> Epoch:
         started = time.monotonic()
-        evaluation = evaluate_with_stats(self.report, self.edb, self.spark, self.options)
-        self.relations = {rel: self._cache(df) for rel, df in evaluation.relations.items()}
+        edb = {rel: self.frames[rel] for rel in self._inputs()}
+        evaluation = evaluate_with_stats(self.report, edb, self.spark, self.options)
+        for rel, df in evaluation.relations.items():
+            if rel in self.frames:
+                self._garbage.append(self.frames[rel])
+            self.frames[rel] = _store(df.toDF(*(positional(i) for i in range(len(df.columns)))))
         epoch = Epoch(strata=[self._epoch_of(s) for s in evaluation.stats])
         epoch.seconds = time.monotonic() - started
         for stratum in epoch.strata:
@@ -158,8 +332,9 @@ class Maintainer:
     def _publish(self, epoch: Epoch) -> None:
         """Record in ``epoch`` how every output relation differs from what was published."""
         for rel in self.outputs:
-            epoch.changes[rel] = self._diff(rel, self.published.get(rel), self.relations[rel])
-            self.published[rel] = self.relations[rel]
+            current = self.relation(rel)
+            epoch.changes[rel] = self._diff(rel, self.published.get(rel), current)
+            self.published[rel] = current
 
     @staticmethod
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
@@ -177,8 +352,37 @@ class Maintainer:
     def _inputs(self) -> tuple[str, ...]:
         return tuple(self.report.analysis.program.inputs)
 
-    def _columns(self, relation: str) -> list[str]:
-        return [a.name for a in self.schemas[relation]]
+    def _declared(self, relation: str) -> list[str]:
+        names = [a.name for a in self.schemas[relation]]
+        if relation in self.report.analysis.idb:
+            info = relation_info(self.report, relation)
+            return [n for i, n in enumerate(names) if i != info.index_pos]
+        return names
+
+    def _reads_indexed_relation(self) -> bool:
+        """A stratum reading another stratum's iteration-indexed relation needs its index
+        column, which results drop: such programs are only re-evaluated as a whole."""
+        indexed = {
+            rel
+            for rel in self.report.analysis.idb
+            if relation_info(self.report, rel).index_pos is not None
+        }
+        return any(rel in indexed for s in self.report.strata for rel in _inputs_of(s))
+
+    def _edb_delta(
+        self, relation: str, inserts: DataFrame | None, deletes: DataFrame | None
+    ) -> Delta:
+        current = self.frames[relation]
+        columns = current.columns
+        added = self._positional_input(relation, inserts).distinct()
+        added = added.join(current, columns, "left_anti")
+        removed = self._positional_input(relation, deletes).distinct()
+        removed = removed.join(current, columns, "left_semi")
+        return update.stored_delta(added, removed)
+
+    def _positional_input(self, relation: str, frame: DataFrame | None) -> DataFrame:
+        conformed = self._conform(relation, frame)
+        return conformed.toDF(*(positional(i) for i in range(len(conformed.columns))))
 
     def _conform(self, relation: str, frame: DataFrame | None) -> DataFrame:
         """``frame`` with exactly the relation's declared columns and types (empty if None)."""
@@ -209,6 +413,29 @@ class Maintainer:
         gone = old.select(*keys).subtract(new.select(*keys))
         return RelationChange(relation, keys, changed_or_new, gone)
 
-    def _cache(self, frame: DataFrame) -> DataFrame:
-        # A local checkpoint cuts the lineage: epochs must not grow the plan without bound.
-        return frame.localCheckpoint(eager=True)
+    def _collect_garbage(self) -> None:
+        """Free the blocks of the previous epoch's replaced rows and deltas. Deferred to the
+        next epoch: the consumer evaluates the reported changes, which read them."""
+        live = {id(f) for f in self.frames.values()}
+        for frame in self._garbage:
+            if id(frame) not in live:
+                update.release(frame)
+        self._garbage = []
+
+
+def _inputs_of(stratum: Stratum) -> list[str]:
+    """Relations the stratum's rules read (negated ones too), outside the stratum."""
+    names: list[str] = []
+    for rule in stratum.rules:
+        for body in rule.bodies:
+            for lit in body.literals:
+                atom = lit.atom if isinstance(lit, ast.Negation) else lit
+                outside = isinstance(atom, ast.Atom) and atom.relation not in stratum.relations
+                if outside and atom.relation not in names:  # type: ignore[union-attr]
+                    names.append(atom.relation)  # type: ignore[union-attr]
+    return names
+
+
+def _store(frame: DataFrame) -> DataFrame:
+    # A local checkpoint cuts the lineage: epochs must not grow the plan without bound.
+    return frame.localCheckpoint(eager=True)
