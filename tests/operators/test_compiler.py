@@ -155,3 +155,21 @@ def test_symbols_and_symbol_comparison(compiled_rows: dict) -> None:
 def test_facts_are_cast_to_declared_types(compiled_rows: dict) -> None:
     (row,) = compiled_rows["fact"]
     assert row == (1, 2.0) and isinstance(row[1], float)
+
+
+def test_program_plans_show_each_stratum_with_its_fixpoint() -> None:
+    from fixflow.checker import load
+    from fixflow.operators.evaluate import program_plans
+    from fixflow.operators.plan import Fixpoint, relations_read
+
+    report = load(
+        ".decl e(a: number, b: number)\n.input e\n.decl tc(a: number, b: number)\n"
+        ".output tc\ntc(X, Y) :- e(X, Y).\ntc(X, Z) :- tc(X, Y), e(Y, Z).\n",
+        "tc.dl",
+    )
+    (plan,) = program_plans(report, max_iterations=50)
+    assert isinstance(plan, Fixpoint)
+    assert (plan.strategy, plan.relations, plan.max_iterations) == ("set", ("tc",), 50)
+    assert relations_read(plan.init[0]) == {("e", "full")}
+    assert relations_read(plan.step[0]) == {("tc", "delta"), ("e", "full")}
+    assert explain(plan).splitlines()[0] == "Fixpoint set (tc) cap 50"

@@ -111,3 +111,11 @@ def test_program_errors_print_the_checker_diagnostics(project: Path) -> None:
     assert result.returncode == 1
     assert "error:" in result.stderr and "bad.dl:3:" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_explain_prints_the_plans_without_running(project: Path) -> None:
+    out = project / "out"
+    result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", out, "--explain")
+    assert result.returncode == 0, result.stderr
+    assert "Fixpoint mra (sssp)" in result.stdout and "Scan sssp[delta]" in result.stdout
+    assert not out.exists()

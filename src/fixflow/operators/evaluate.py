@@ -52,6 +52,7 @@ from fixflow.operators.plan import (
     Cast,
     Col,
     Const,
+    Fixpoint,
     Plan,
     Project,
     Union,
@@ -389,17 +390,14 @@ class _Engine:
         versions: Mapping[int, Version] | None = None,
         iteration: int | None = None,
     ) -> Plan:
-        """Head rows ``h0..hn`` of one body (aggregate position: the contributed value)."""
-        compiler = RuleCompiler(self.schemas)
-        info = self.info[rule.head.relation]
-        start = None
-        index_var = index_variable(rule.head)
-        if iteration is not None and index_var is not None:
-            seed = Project(Unit(), ((index_var, Const(iteration, "number")),))
-            start = (seed, {index_var: "number"})
-        compiled = compiler.body(body, versions, start=start)
-        return compiler.head(
-            rule, compiled, info.types, aggregated=info.aggregate is not None, recursive=recursive
+        return rule_rows(
+            self.schemas,
+            self.info[rule.head.relation],
+            rule,
+            body,
+            recursive=recursive,
+            versions=versions,
+            iteration=iteration,
         )
 
     def _combine(self, relation: str, rows: list[Plan]) -> DataFrame:
@@ -407,11 +405,7 @@ class _Engine:
         info = self.info[relation]
         if not rows:
             return self._empty(relation)
-        if info.aggregate is None:
-            plan: Plan = Union(tuple(rows), distinct=True)
-        else:
-            plan = _aggregate(rows, len(info.types), info.value_pos, info.aggregate, info.types)
-        frame = self.backend.run(plan)
+        frame = self.backend.run(combine_rows(info, rows))
         return frame.select(
             *(
                 F.col(column_name(h)).alias(positional(i))
@@ -650,6 +644,91 @@ class _Engine:
         ).first()
         assert row is not None
         return int(row["changed"]), float(row["m"])
+
+
+def rule_rows(
+    schemas: Mapping[str, tuple[ast.TypeName, ...]],
+    info: RelationInfo,
+    rule: ast.Rule,
+    body: ast.Body,
+    *,
+    recursive: bool,
+    versions: Mapping[int, Version] | None = None,
+    iteration: int | None = None,
+) -> Plan:
+    """Head rows ``h0..hn`` of one body (aggregate position: the contributed value);
+    ``iteration`` binds the index variable of an iteration-indexed head."""
+    compiler = RuleCompiler(schemas)
+    start = None
+    index_var = index_variable(rule.head)
+    if iteration is not None and index_var is not None:
+        seed = Project(Unit(), ((index_var, Const(iteration, "number")),))
+        start = (seed, {index_var: "number"})
+    compiled = compiler.body(body, versions, start=start)
+    return compiler.head(
+        rule, compiled, info.types, aggregated=info.aggregate is not None, recursive=recursive
+    )
+
+
+def combine_rows(info: RelationInfo, rows: list[Plan]) -> Plan:
+    """G over the head rows of every rule of a relation, or their distinct union."""
+    if info.aggregate is None:
+        return Union(tuple(rows), distinct=True)
+    return _aggregate(rows, len(info.types), info.value_pos, info.aggregate, info.types)
+
+
+def program_plans(report: Report, max_iterations: int = 1000) -> list[Plan]:
+    """One plan per stratum, for display (``explain``): a non-recursive stratum's plan, or a
+    ``Fixpoint`` whose ``init`` are the exit rules and whose ``step`` are the delta rules
+    (MRA: F′ reading the frontier)."""
+    schemas = {rel: tuple(a.type for a in attrs) for rel, attrs in report.analysis.schemas.items()}
+    infos = {rel: relation_info(report, rel) for rel in report.analysis.schemas}
+    rules: dict[str, list[ast.Rule]] = {}
+    for rule in report.analysis.program.rules:
+        rules.setdefault(rule.head.relation, []).append(rule)
+    plans: list[Plan] = []
+    for stratum in report.strata:
+        init: list[Plan] = []
+        step: list[Plan] = []
+        for relation in stratum.relations:
+            for rule in rules.get(relation, []):
+                for body in rule.bodies:
+                    occurrences = [
+                        i
+                        for i, lit in enumerate(body.literals)
+                        if isinstance(lit, ast.Atom) and lit.relation in stratum.relations
+                    ]
+                    if not stratum.recursive or not occurrences:
+                        init.append(
+                            rule_rows(
+                                schemas, infos[relation], rule, body, recursive=True, iteration=0
+                            )
+                        )
+                    for k in occurrences:
+                        step.append(
+                            rule_rows(
+                                schemas,
+                                infos[relation],
+                                rule,
+                                body,
+                                recursive=True,
+                                versions={k: "delta"},
+                                iteration=0,
+                            )
+                        )
+        if not stratum.recursive:
+            plans += [combine_rows(infos[r], init) for r in stratum.relations if init]
+        else:
+            plans.append(
+                Fixpoint(
+                    stratum.eval_class or "naive",
+                    stratum.relations,
+                    tuple(init),
+                    tuple(step),
+                    max_iterations,
+                )
+            )
+    return plans
 
 
 @contextmanager

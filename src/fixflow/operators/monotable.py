@@ -40,13 +40,12 @@ from fixflow.operators.compiler import (
     BodyPlan,
     RuleCompiler,
     SparkBackend,
-    column,
     column_name,
     positional,
     spark_type,
 )
 from fixflow.operators.materialize import Materializer, Stored
-from fixflow.operators.plan import Col, Const, Join, Plan, Project, Scan, Unit, explain
+from fixflow.operators.plan import Col, Join, Plan, Project, Scan, Unit, children, explain
 
 log = logging.getLogger(__name__)
 
@@ -408,8 +407,7 @@ def _measure(stored: Stored) -> float | None:
 
 
 def _find_join(plan: Plan) -> Join | None:
-    from fixflow.operators.plan import children
-
+    """The join of the frontier with the auxiliary table in a round plan."""
     if isinstance(plan, Join):
         return plan
     for child in children(plan):
@@ -417,6 +415,3 @@ def _find_join(plan: Plan) -> Join | None:
         if found is not None:
             return found
     return None
-
-
-__all__ = ["Const", "MonoTable", "MraOutcome", "RoundInfo", "column"]

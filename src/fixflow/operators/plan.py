@@ -224,7 +224,8 @@ def show_expr(expr: PExpr) -> str:
         case Compare(op=op, left=left, right=right):
             return f"{show_expr(left)} {op} {show_expr(right)}"
         case Cast(operand=operand, type=type_):
-            return f"{type_}({show_expr(operand)})"
+            inner = show_expr(operand)
+            return inner if operand.type == type_ else f"{type_}({inner})"
     raise TypeError(f"not a plan expression: {expr!r}")
 
 

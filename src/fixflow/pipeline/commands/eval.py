@@ -60,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help="partitions of MonoTables and auxiliary tables (default: Spark's shuffle partitions)",
     )
+    parser.add_argument("--explain", action="store_true", help="print each stratum's plan and exit")
     parser.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
 
 
@@ -111,6 +112,13 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for diagnostic in report.diagnostics:  # warnings
         print(diagnostic.render(source), file=sys.stderr)
+    if args.explain:
+        from fixflow.operators.evaluate import program_plans
+        from fixflow.operators.plan import explain
+
+        for plan in program_plans(report, args.max_iterations):
+            print(explain(plan))
+        return 0
     schemas = report.analysis.schemas
     program = report.analysis.program
     try:
