@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -31,6 +32,7 @@ from fixflow.checker.model import Report, Stratum
 from fixflow.operators import update
 from fixflow.operators.compiler import positional
 from fixflow.operators.evaluate import (
+    ROWS_PER_PARTITION,
     EvalOptions,
     StratumStats,
     evaluate_with_stats,
@@ -110,6 +112,7 @@ class Maintainer:
         self.bootstrap_seconds: dict[int, float] = {}
         self.epochs = 0
         self._garbage: list[DataFrame] = []
+        self.edb_rows: dict[str, int] = {}
         self.whole_program_only = self._reads_indexed_relation()
 
     # ------------------------------------------------------------ public
@@ -133,6 +136,7 @@ class Maintainer:
         reports changes relative to it. Without ``published`` the consumer holds nothing."""
         for rel in self._inputs():
             self.frames[rel] = _store(self._positional_input(rel, edb.get(rel)).distinct())
+            self.edb_rows[rel] = self.frames[rel].count()
         self.published = dict(published or {})
         return self._bootstrap_all(publish=False)
 
@@ -155,6 +159,7 @@ class Maintainer:
             if delta.empty:
                 continue
             old[rel], deltas[rel] = self.frames[rel], delta
+            self.edb_rows[rel] += delta.n_added - delta.n_removed
             kept = self.frames[rel].join(delta.removed, self.frames[rel].columns, "left_anti")
             self.frames[rel] = _store(kept.unionByName(delta.added))
         if not deltas:
@@ -199,7 +204,8 @@ class Maintainer:
                 self.options.max_iterations,
             )
             try:
-                outcome = UPDATES[method](context)
+                with _session_conf(self.spark, self._round_conf()):
+                    outcome = UPDATES[method](context)
                 result = self._adopt(stratum, outcome.frames, outcome.deltas, old, deltas)
                 result.strategy, result.rounds = f"update:{method}", outcome.rounds
             except Abandon as abandoned:
@@ -253,6 +259,20 @@ class Maintainer:
             "mra": "mra-improve",
             "aggregate-seminaive": "continuation",
         }.get(stratum.eval_class or "")
+
+    def _round_conf(self) -> dict[str, str]:
+        """As the engine's rounds: partitions by input size, no adaptive re-planning, and no
+        broadcasts when everything fits one partition (small jobs pay dearly for both)."""
+        default = int(self.spark.conf.get("spark.sql.shuffle.partitions") or 4)
+        rows = sum(self.edb_rows.values())
+        partitions = self.options.partitions or max(1, min(default, -(-rows // ROWS_PER_PARTITION)))
+        conf = {
+            "spark.sql.shuffle.partitions": str(partitions),
+            "spark.sql.adaptive.enabled": "false",
+        }
+        if partitions == 1:
+            conf["spark.sql.autoBroadcastJoinThreshold"] = "-1"
+        return conf
 
     def _keys_are_variables(self, stratum: Stratum) -> bool:
         for rule in stratum.rules:
@@ -434,6 +454,22 @@ def _inputs_of(stratum: Stratum) -> list[str]:
                 if outside and atom.relation not in names:  # type: ignore[union-attr]
                     names.append(atom.relation)  # type: ignore[union-attr]
     return names
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set runtime SQL settings while an update runs, then restore them."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _store(frame: DataFrame) -> DataFrame:

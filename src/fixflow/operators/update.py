@@ -35,7 +35,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fixflow.checker import ast
@@ -411,10 +411,9 @@ def continuation(ctx: UpdateContext) -> Outcome:
             ctx.extra[f"{relation}@delta"] = new
             if count:
                 touched[relation].append(new)
-                previous = ctx.frames[relation]
                 ctx.frames[relation] = _merge_improved(ctx, relation, new)
-                if previous is not original[relation]:
-                    release(previous)
+        if rounds % COMPACT_EVERY == COMPACT_EVERY - 1:
+            _compact(ctx, relations, original)
         rounds += 1
         derived = {
             r: [
@@ -425,6 +424,7 @@ def continuation(ctx: UpdateContext) -> Outcome:
             ]
             for r in relations
         }
+    _compact(ctx, relations, original)
     deltas = {r: _continuation_delta(ctx, r, original[r], touched[r]) for r in relations}
     return Outcome({r: ctx.frames[r] for r in relations}, deltas, rounds)
 
@@ -452,8 +452,20 @@ def _merge_improved(ctx: UpdateContext, relation: str, new: DataFrame) -> DataFr
     else:
         keys = _key_columns(info)
         frame = current.join(new.select(*keys), keys, "left_anti").unionByName(new)
-    stored, _ = _store(frame)
-    return stored
+    return frame
+
+
+COMPACT_EVERY = 4
+"""Continuation rounds between materializations of the (lazily merged) full relations."""
+
+
+def _compact(
+    ctx: UpdateContext, relations: tuple[str, ...], original: dict[str, DataFrame]
+) -> None:
+    """Materialize the full relations that changed, cutting the lineage of the merges."""
+    for relation in relations:
+        if ctx.frames[relation] is not original[relation]:
+            ctx.frames[relation] = ctx.frames[relation].localCheckpoint(eager=True)
 
 
 def _continuation_delta(
@@ -520,32 +532,33 @@ def mra_correction(ctx: UpdateContext) -> Outcome:
                 plan = _rule_rows(ctx, rule, body, _versions(ctx, body, i, kind))
                 rows = _positional(ctx, relation, ctx.backend.run(plan))
                 seeds.append(rows.select(*keys, (F.col(value) * F.lit(sign)).alias("d")))
-    correction = seeds[0]
-    for other in seeds[1:]:
-        correction = correction.unionByName(other)
-    correction = correction.groupBy(*keys).agg(F.sum("d").alias("d"))
-    current, pending, measure = _apply_correction(ctx, relation, original, correction)
+    state, pending, measure = _correct(ctx, relation, original, _summed(seeds, keys))
     rounds = 1
     while pending and not _terminated(spec.termination, measure) and rounds < ctx.max_iterations:
         ctx.check_deadline()
-        rows = [
-            _rule_rows(ctx, rule, body, {atom: f"{relation}@delta"}) for body, atom in recursive
-        ]
-        candidates = [
+        frontier = state.where(F.col("d") != 0).select(*keys, "d")
+        ctx.extra[f"{relation}@delta"] = _as_rows(ctx, relation, frontier)
+        step = [
             _positional(ctx, relation, ctx.backend.run(p)).select(*keys, F.col(value).alias("d"))
-            for p in rows
+            for p in (
+                _rule_rows(ctx, rule, body, {atom: f"{relation}@delta"}) for body, atom in recursive
+            )
         ]
-        step = candidates[0]
-        for other in candidates[1:]:
-            step = step.unionByName(other)
-        step = step.groupBy(*keys).agg(F.sum("d").alias("d"))
-        current, pending, measure = _apply_correction(ctx, relation, current, step)
-        rounds += 1
-    changed = ctx.extra.pop("#changed")
-    now = current.join(changed, keys, "left_semi")
-    before = original.join(changed, keys, "left_semi")
-    delta = _delta(now.subtract(before), before.subtract(now))
-    return Outcome({relation: current}, {relation: delta}, rounds)
+        new_state, pending, measure = _correct(
+            ctx, relation, state.select(*original.columns), _summed(step, keys)
+        )
+        release(state)
+        state, rounds = new_state, rounds + 1
+    current, _ = _store(state.select(*original.columns))
+    release(state)
+    return Outcome({relation: current}, {relation: changes_between(original, current)}, rounds)
+
+
+def _summed(parts: list[DataFrame], keys: list[str]) -> DataFrame:
+    union = parts[0]
+    for other in parts[1:]:
+        union = union.unionByName(other)
+    return union.groupBy(*keys).agg(F.sum("d").alias("d"))
 
 
 def _constant_correction(
@@ -583,33 +596,32 @@ def _constant_correction(
     return joined.where((diff != 0) | F.col("o").isNull()).select(*keys, diff.alias("d"))
 
 
-def _apply_correction(
+def _correct(
     ctx: UpdateContext, relation: str, current: DataFrame, correction: DataFrame
 ) -> tuple[DataFrame, int, float]:
-    """acc ← acc + d for every key with a correction (new keys appear, even at 0);
-    the next round's delta is every non-zero d."""
+    """acc ← acc + d for every key with a correction (new keys appear, even at 0), in one
+    job that also observes the pending count and the termination measure. The stored state
+    keeps ``d``: its non-zero values are the next round's delta."""
+    from pyspark.sql import Observation
+
     spec = ctx.report.mra[relation]
     info = ctx.info(relation)
     keys = _key_columns(info)
     value = positional(info.value_pos)  # type: ignore[arg-type]
     value_type = spark_type(info.types[info.value_pos])  # type: ignore[index]
-    correction, _ = _store(correction)
     joined = current.withColumnRenamed(value, "acc").join(correction, keys, "full_outer")
     acc = (F.coalesce(F.col("acc"), F.lit(0)) + F.coalesce(F.col("d"), F.lit(0))).cast(value_type)
-    merged = joined.select(*keys, acc.alias(value)).select(*current.columns)
-    metrics: list[Column] = [F.count(F.when(F.col("d") != 0, 1)).alias("pending")]
+    d = F.coalesce(F.col("d"), F.lit(0)).cast(value_type)
+    merged = joined.select(*keys, acc.alias(value), d.alias("d")).select(*current.columns, "d")
     func = spec.termination.func if spec.termination is not None else "sum"
-    metrics.append(measure_column(func, F.abs(F.col("d")).cast("double")).alias("m"))
-    stats = correction.agg(*metrics).first()
-    assert stats is not None
-    stored, _ = _store(merged)
-    ctx.extra[f"{relation}@delta"] = _as_rows(ctx, relation, correction.where(F.col("d") != 0))
-    touched = correction.select(*keys)
-    previous = ctx.extra.get("#changed")
-    ctx.extra["#changed"] = (
-        touched if previous is None else previous.unionByName(touched).distinct()
+    observation = Observation()
+    observed = merged.observe(
+        observation,
+        F.count(F.when(F.col("d") != 0, 1)).alias("pending"),
+        measure_column(func, F.abs(F.col("d")).cast("double")).alias("m"),
     )
-    ctx.extra["#changed"], _ = _store(ctx.extra["#changed"])
+    stored = observed.localCheckpoint(eager=True)
+    stats = observation.get
     return stored, int(stats["pending"]), float(stats["m"])
 
 
