@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from fixflow.checker import load
@@ -117,8 +117,10 @@ def check_epochs(name: str, spark: Any, broker: Config, lake_root: Path,
 def test_results_equal_a_fresh_evaluation_after_every_epoch(
         name: str, spark: Any, broker: Config, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    # No shrinking: every example is a streaming run of tens of seconds, and the failing
+    # example is reported with its drawn operations as it is.
     @settings(max_examples=2, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
     @given(data=st.data())
     def scenario(data: st.DataObject) -> None:
         check_epochs(name, spark, broker, tmp_path_factory.mktemp(f"prop-{name}"), data)
