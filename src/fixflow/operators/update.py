@@ -338,21 +338,35 @@ def affected_groups(ctx: UpdateContext) -> Outcome:
                 _delta(ctx.empty(relation), ctx.empty(relation)),
             )
             continue
-        affected = _positional(ctx, relation, ctx.backend.run(set_rows(touched)))
-        affected, _ = _store(affected.select(*keys).distinct())
-        # The scan of the keys names its columns c0.. in key order.
-        ctx.extra["#keys"] = affected.toDF(*(positional(j) for j in range(len(keys))))
-        rows = [
-            _rule_rows(ctx, rule, body, {}, start=_keys_start(ctx, rule, info))
-            for rule in ctx.rules(relation)
-            for body in rule.bodies
-        ]
-        new_rows, _ = _store(_combine(ctx, relation, rows))
-        old_rows = current.join(affected, keys, "left_semi")
+        if keys:
+            new_rows, old_rows = _affected_rows(ctx, relation, touched)
+        else:  # one group (e.g. ``n(count[X])``): re-derive it
+            rows = [_rule_rows(ctx, r, b, {}) for r in ctx.rules(relation) for b in r.bodies]
+            new_rows, old_rows = _combine(ctx, relation, rows), current
         delta = _delta(new_rows.subtract(old_rows), old_rows.subtract(new_rows))
         frames[relation] = _replace_keys(current, delta, keys)
         deltas[relation] = delta
     return Outcome(frames, deltas)
+
+
+def _affected_rows(
+    ctx: UpdateContext, relation: str, touched: list[Plan]
+) -> tuple[DataFrame, DataFrame]:
+    """(new, old) rows of the groups whose bindings changed; the new ones are derived by
+    joining every body onto the affected keys."""
+    info = ctx.info(relation)
+    keys = _key_columns(info)
+    affected = _positional(ctx, relation, ctx.backend.run(set_rows(touched)))
+    affected, _ = _store(affected.select(*keys).distinct())
+    # The scan of the keys names its columns c0.. in key order.
+    ctx.extra["#keys"] = affected.toDF(*(positional(j) for j in range(len(keys))))
+    rows = [
+        _rule_rows(ctx, rule, body, {}, start=_keys_start(ctx, rule, info))
+        for rule in ctx.rules(relation)
+        for body in rule.bodies
+    ]
+    new_rows, _ = _store(_combine(ctx, relation, rows))
+    return new_rows, ctx.frames[relation].join(affected, keys, "left_semi")
 
 
 def _keys_start(
@@ -505,6 +519,11 @@ def correction_applies(ctx: UpdateContext) -> bool:
         if info.value_pos is None:
             return False
         keys = _key_columns(info)
+        if not keys:  # a single group: it survives while the relation has a row
+            lost = ctx.frames[rel].limit(1)
+            if lost.isEmpty():
+                return False
+            continue
         lost = delta.removed.select(*keys).join(ctx.frames[rel].select(*keys), keys, "left_anti")
         if not lost.isEmpty():
             return False

@@ -1,0 +1,302 @@
+"""The Maintainer's incremental updates, class by class: after every epoch the maintained
+relations equal a fresh evaluation of the current facts (the engine's and the oracle's),
+and the stratum ran the update strategy we expect (not a bootstrap) where one applies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from fixflow.checker.model import Report
+from fixflow.operators.evaluate import evaluate, relation_info
+from fixflow.operators.maintain import Epoch, Maintainer
+from reference.evaluator import evaluate as oracle
+
+from .helpers import Row, edb_frames, report_of
+
+PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
+
+TC_AND_DEGREE = """
+.decl arc(src: number, dst: number)
+.input arc
+.decl tc(src: number, dst: number)
+.output tc
+.decl deg(n: number, d: number)
+.output deg
+tc(X, Y) :- arc(X, Y).
+tc(X, Y) :- tc(X, Z), arc(Z, Y).
+deg(X, count[Y]) :- arc(X, Y).
+"""
+
+SSSP = """
+.decl warc(src: number, dst: number, c: float)
+.input warc
+.decl sp(node: number, c: float)
+.output sp
+sp(To, min[C]) :- To = 1, C = 0.0.
+sp(To2, min[C]) :- sp(To1, C1), warc(To1, To2, C2), C = C1 + C2.
+"""
+
+Facts = dict[str, list[Row]]
+Step = tuple[Mapping[str, Sequence[Row]], Mapping[str, Sequence[Row]]]
+
+
+def program(name: str) -> str:
+    return (PROGRAMS / name / "program.dl").read_text()
+
+
+def declared(report: Report, frames: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
+    """Frames with the relations' declared column names, as the pipeline hands them over."""
+    return {
+        rel: df.toDF(*(a.name for a in report.analysis.schemas[rel])) for rel, df in frames.items()
+    }
+
+
+def by_key(report: Report, relation: str, rows: set[Row]) -> dict[Row, object]:
+    """Rows by key: an aggregate relation's group, a set relation's non-float columns
+    (float columns are compared within the tolerance)."""
+    info = relation_info(report, relation)
+    if info.value_pos is None:
+        return {
+            tuple(v for v in row if not isinstance(v, float)): tuple(
+                v for v in row if isinstance(v, float)
+            )
+            for row in rows
+        }
+    value = info.value_pos - (1 if info.index_pos is not None else 0)
+    return {row[:value] + row[value + 1 :]: row[value] for row in rows}
+
+
+def _close(a: object, b: object, tol: float) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= tol
+    return a == b
+
+
+def assert_same(report: Report, relation: str, actual: set[Row], expected: set[Row], tol: float):
+    got, want = by_key(report, relation, actual), by_key(report, relation, expected)
+    assert set(got) == set(want), f"{relation}: keys differ"
+    for key, value in want.items():
+        assert _close(got[key], value, tol), f"{relation}{key}: {got[key]} vs {value}"
+
+
+def check_current(
+    spark: SparkSession,
+    report: Report,
+    maintainer: Maintainer,
+    facts: Facts,
+    tol: float,
+    *,
+    engine: bool,
+) -> None:
+    """The maintained relations equal the oracle's on ``facts`` and, if ``engine``, a
+    fresh Spark evaluation (the costlier check, so run once per sequence)."""
+    expected = oracle(report.analysis.program, facts)
+    fresh = (
+        evaluate(report, declared(report, edb_frames(spark, report, facts)), spark)
+        if engine
+        else {}
+    )
+    for relation in sorted(report.analysis.idb):
+        actual = {tuple(r) for r in maintainer.relation(relation).collect()}
+        assert_same(report, relation, actual, expected[relation], max(tol, 1e-9))
+        if relation in fresh:
+            rows = {tuple(r) for r in fresh[relation].collect()}
+            assert_same(report, relation, actual, rows, tol)
+
+
+def run_epochs(
+    spark: SparkSession,
+    text: str,
+    facts: Facts,
+    steps: Sequence[Step],
+    *,
+    tol: float = 0.0,
+    switch_fraction: float = 1e6,
+) -> list[Epoch]:
+    """Load ``facts``, apply each (inserts, deletes) step, check after every epoch."""
+    report = report_of(text)
+    maintainer = Maintainer(report, spark, switch_fraction=switch_fraction)
+    maintainer.load(declared(report, edb_frames(spark, report, facts)))
+    epochs = []
+    for inserts, deletes in steps:
+        for rel, rows in inserts.items():
+            facts[rel] = [*facts.get(rel, []), *rows]
+        for rel, rows in deletes.items():
+            facts[rel] = [r for r in facts[rel] if r not in rows]
+        epochs.append(
+            maintainer.apply(
+                declared(report, edb_frames(spark, report, inserts)),
+                declared(report, edb_frames(spark, report, deletes)),
+            )
+        )
+        last = len(epochs) == len(steps)
+        check_current(spark, report, maintainer, facts, tol, engine=last)
+    return epochs
+
+
+def strategies(epoch: Epoch) -> dict[str, str]:
+    return {rel: s.strategy for s in epoch.strata for rel in s.relations}
+
+
+def test_set_and_count_strata(spark: SparkSession) -> None:
+    epochs = run_epochs(
+        spark,
+        TC_AND_DEGREE,
+        {"arc": [(1, 2), (2, 3)]},
+        [({"arc": [(3, 4), (1, 3)]}, {}), ({}, {"arc": [(2, 3)]})],
+    )
+    assert strategies(epochs[0]) == {"tc": "update:seminaive", "deg": "update:affected-groups"}
+    assert strategies(epochs[1]) == {"tc": "bootstrap", "deg": "update:affected-groups"}
+    assert epochs[0].strata[0].rounds >= 2  # (1,4) needs a round beyond the seed
+
+
+def test_delta_rules_and_unchanged_strata(spark: SparkSession) -> None:
+    text = """
+    .decl a(x: number, y: number)
+    .input a
+    .decl b(x: number)
+    .input b
+    .decl two(x: number, z: number)
+    .output two
+    .decl lone(x: number)
+    .output lone
+    two(X, Z) :- a(X, Y), a(Y, Z).
+    lone(X) :- b(X), !a(X, _).
+    """
+    epochs = run_epochs(
+        spark,
+        text,
+        {"a": [(1, 2)], "b": [(1,), (5,)]},
+        [({"a": [(2, 3)]}, {}), ({"b": [(7,)]}, {}), ({"a": [(5, 1)]}, {})],
+    )
+    assert strategies(epochs[0]) == {"two": "update:delta-rules", "lone": "bootstrap"}
+    assert strategies(epochs[1]) == {"two": "unchanged", "lone": "update:delta-rules"}
+    assert strategies(epochs[2])["lone"] == "bootstrap"  # a negated relation changed
+
+
+def test_mra_min_sssp(spark: SparkSession) -> None:
+    epochs = run_epochs(
+        spark,
+        SSSP,
+        {"warc": [(1, 2, 1.0), (2, 3, 1.0), (3, 4, 5.0)]},
+        [({"warc": [(1, 4, 2.0), (4, 5, 1.0)]}, {}), ({}, {"warc": [(1, 4, 2.0)]})],
+    )
+    assert strategies(epochs[0]) == {"sp": "update:mra-improve"}
+    assert strategies(epochs[1]) == {"sp": "bootstrap"}
+
+
+def test_mra_min_cc_with_count_of_labels(spark: SparkSession) -> None:
+    epochs = run_epochs(
+        spark,
+        program("nexus_cc"),
+        {"arc": [(2, 3), (3, 2), (5, 6)]},
+        [({"arc": [(6, 2), (1, 5)]}, {}), ({}, {"arc": [(1, 5)]})],
+    )
+    assert strategies(epochs[0]) == {"hcc": "update:mra-improve", "cc": "update:affected-groups"}
+    assert strategies(epochs[1])["hcc"] == "bootstrap"
+
+
+def test_mra_sum_pagerank_degree_change(spark: SparkSession) -> None:
+    facts: Facts = {"edge": [(1, 2), (2, 3), (3, 1), (2, 1)], "node": [(1,), (2,), (3,)]}
+    epochs = run_epochs(
+        spark,
+        program("a3_pagerank"),
+        facts,
+        [
+            ({"edge": [(1, 3)]}, {}),  # degree(1) 1 → 2: a removed and an added degree row
+            ({"edge": [(3, 4)], "node": [(4,)]}, {}),  # a new key
+            ({}, {"edge": [(2, 1)]}),
+        ],
+        tol=1e-4,
+    )
+    assert strategies(epochs[0]) == {
+        "degree": "update:affected-groups",
+        "rank": "update:mra-correction",
+    }
+    assert strategies(epochs[1])["rank"] == "update:mra-correction"
+    assert strategies(epochs[2])["rank"] == "bootstrap"  # degree(2) key kept, but an edge gone
+
+
+def test_mra_sum_constant_change(spark: SparkSession) -> None:
+    """dcd_pagerank: a new vertex changes vnum, hence the constant term of every key."""
+    epochs = run_epochs(
+        spark,
+        program("dcd_pagerank"),
+        {"matrix": [(1, 2, 1), (2, 1, 2), (2, 3, 2), (3, 1, 1)]},
+        [({"matrix": [(4, 1, 1)]}, {})],
+        tol=1e-6,
+    )
+    assert strategies(epochs[0])["rank"] == "update:mra-correction"
+
+
+def test_aggregate_seminaive_apsp(spark: SparkSession) -> None:
+    epochs = run_epochs(
+        spark,
+        program("dcd_apsp"),
+        {"warc": [(1, 2, 1.0), (2, 3, 2.0), (3, 4, 1.0)]},
+        [({"warc": [(1, 3, 1.5), (4, 1, 1.0)]}, {}), ({}, {"warc": [(1, 3, 1.5)]})],
+    )
+    assert strategies(epochs[0]) == {
+        "path": "update:continuation",
+        "apsp": "update:affected-groups",
+    }
+    assert strategies(epochs[1])["path"] == "bootstrap"
+
+
+def test_naive_gcn_is_reevaluated(spark: SparkSession) -> None:
+    epochs = run_epochs(
+        spark,
+        program("powerlog_p7_gcn_forward"),
+        {"H0": [(1, 1.0), (2, 0.5)], "A": [(1, 2, 0.5), (2, 1, 0.25)], "Para": [(0.5,)]},
+        [({"A": [(1, 3, 0.5)]}, {}), ({}, {"A": [(2, 1, 0.25)]})],
+        tol=1e-6,
+    )
+    assert strategies(epochs[0]) == {"GCN": "bootstrap"}
+
+
+def test_elastic_switch_bootstraps(spark: SparkSession) -> None:
+    epochs = run_epochs(
+        spark,
+        SSSP,
+        {"warc": [(1, 2, 1.0), (2, 3, 1.0)]},
+        [({"warc": [(3, 4, 1.0)]}, {})],
+        switch_fraction=0.0,
+    )
+    assert strategies(epochs[0]) == {"sp": "bootstrap:switched"}
+    assert "abandoned" in epochs[0].strata[0].note
+
+
+def test_changes_are_relative_to_published(spark: SparkSession) -> None:
+    report = report_of(SSSP)
+    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    facts = {"warc": [(1, 2, 1.0), (2, 3, 5.0)]}
+    maintainer.load(declared(report, edb_frames(spark, report, facts)))
+    assert maintainer.pending_changes().changes["sp"].upserts.count() == 3
+    epoch = maintainer.apply(
+        declared(report, edb_frames(spark, report, {"warc": [(1, 3, 2.0), (3, 4, 1.0)]})), {}
+    )
+    change = epoch.changes["sp"]
+    assert change.key_columns == ("node",)
+    assert {tuple(r) for r in change.upserts.collect()} == {(3, 2.0), (4, 3.0)}
+    assert change.deletes.count() == 0
+    epoch = maintainer.apply(
+        {}, declared(report, edb_frames(spark, report, {"warc": [(3, 4, 1.0)]}))
+    )
+    assert {tuple(r) for r in epoch.changes["sp"].deletes.collect()} == {(4,)}
+    assert epoch.changes["sp"].upserts.count() == 0
+
+
+def test_no_change_is_unchanged(spark: SparkSession) -> None:
+    report = report_of(SSSP)
+    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer.load(declared(report, edb_frames(spark, report, {"warc": [(1, 2, 1.0)]})))
+    # Inserting a fact already present is no change at all.
+    epoch = maintainer.apply(
+        declared(report, edb_frames(spark, report, {"warc": [(1, 2, 1.0)]})), {}
+    )
+    assert strategies(epoch) == {"sp": "unchanged"}
