@@ -254,7 +254,9 @@ class MonoTable:
         if self.spec.index_pos is not None:
             cols[self.spec.index_pos] = F.lit(0).cast("long")
         frame = frontier.select(*(cols[i].alias(positional(i)) for i in range(len(self.types))))
-        return F.broadcast(frame) if small else frame
+        # Small frontiers are broadcast to the aux partitions; large ones are the build side
+        # of a shuffled hash join, so the big static aux side is neither moved nor sorted.
+        return F.broadcast(frame) if small else frame.hint("shuffle_hash")
 
     def _merge(self, state: DataFrame, candidates: DataFrame, replace: bool = False) -> DataFrame:
         """acc ← G(acc, G(candidates)) with the next pending delta, in one aggregation.
