@@ -63,6 +63,11 @@ class BatchReport:
     seconds: float
     replayed: bool = False
     changed_rows: dict[str, int] = field(default_factory=dict)
+    finished_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def started_at(self) -> float:
+        return self.finished_at - self.seconds
 
 
 class ProgramStream:
@@ -93,6 +98,8 @@ class ProgramStream:
         self.beta = config.stream.max_records_per_trigger
         self.limit_file = str(Path(self.lake.checkpoints) / "max_records_per_trigger")
         self.reports: list[BatchReport] = []
+        self._last_finished: float | None = None
+        self._last_lag = 0
         self.ensure_result_tables()
 
     # ------------------------------------------------------------ the hook
@@ -198,13 +205,27 @@ class ProgramStream:
                 rows = self.maintainer.relations[relation].count()
                 self.metrics.result_rows.labels(relation=relation).set(rows)
 
-    def adapt_batch_size(self, arrived: int, elapsed_s: float) -> int:
-        """PowerLog's β rule on the per-trigger record limit (DESIGN §3.3)."""
+    def adapt_batch_size(self, report: BatchReport, lag: int) -> int:
+        """PowerLog's β rule on the per-trigger record limit (DESIGN §3.3).
+
+        The arrival rate |B|/ΔT is what arrived since the previous batch ended (the batch's
+        records plus the growth of the backlog) over that wall time; τ is what one batch
+        takes (at least the trigger interval). β then tracks the records that arrive while
+        one batch runs, within [``[buffer] initial``, ``max_records_per_trigger``]; a
+        backlog larger than β is read at the cap so the stream catches up.
+        """
+        cap = self.config.stream.max_records_per_trigger
+        interval = report.finished_at - (self._last_finished or report.started_at)
+        arrived = report.records + max(0, lag - self._last_lag)
+        self._last_finished, self._last_lag = report.finished_at, lag
+        tau = max(report.seconds, self.config.stream.trigger_ms / 1000.0)
         buffer = self.config.buffer
-        self.beta = next_batch_limit(
-            self.beta, arrived, elapsed_s, buffer.interval_ms / 1000.0, buffer.alpha,
-            buffer.r, self.config.stream.max_records_per_trigger,
+        beta = next_batch_limit(
+            self.beta, arrived, max(interval, 1e-3), tau, buffer.alpha, buffer.r, cap
         )
+        if lag > beta:
+            beta = cap
+        self.beta = max(beta, min(buffer.initial, cap))
         write_limit_file(self.limit_file, self.beta)
         if self.metrics is not None:
             self.metrics.buffer_beta.labels(buffer="micro_batch").set(self.beta)
@@ -249,18 +270,30 @@ def run_until_stopped(stream: ProgramStream, query: Any, poll_s: float = 0.5) ->
             time.sleep(poll_s)
             if len(stream.reports) > seen:
                 seen = _after_batches(stream, query, seen)
-        if query.isActive:
-            query.stop()
+        _stop_between_batches(query)
         query.awaitTermination()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
 
 
+def _stop_between_batches(query: Any, timeout_s: float = 3600.0) -> None:
+    """Stop ``query`` once no trigger is running: ``stop()`` interrupts a running batch,
+    which would then only be completed by the replay after the next start."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status.get("isTriggerActive", False):
+            break
+        time.sleep(0.05)
+    if query.isActive:
+        query.stop()
+
+
 def _after_batches(stream: ProgramStream, query: Any, seen: int) -> int:
+    lags = lag_from_progress(query.lastProgress)
+    if stream.metrics is not None:
+        stream.metrics.observe_lag(lags)
     for report in stream.reports[seen:]:
         if stream.config.stream.adaptive and report.records:
-            stream.adapt_batch_size(report.records, max(report.seconds, 1e-3))
-    if stream.metrics is not None:
-        stream.metrics.observe_lag(lag_from_progress(query.lastProgress))
+            stream.adapt_batch_size(report, sum(lags.values()))
     return len(stream.reports)
