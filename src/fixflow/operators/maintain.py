@@ -160,7 +160,7 @@ class Maintainer:
                 continue
             old[rel], deltas[rel] = self.frames[rel], delta
             self.edb_rows[rel] += delta.n_added - delta.n_removed
-            kept = self.frames[rel].join(delta.removed, self.frames[rel].columns, "left_anti")
+            kept = self.frames[rel].subtract(delta.removed)
             self.frames[rel] = _store(kept.unionByName(delta.added))
         if not deltas:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
@@ -319,10 +319,7 @@ class Maintainer:
         evaluation = evaluate_with_stats(sub, frames, self.spark, self.options)
         stats = evaluation.stats[0]
         self.bootstrap_seconds[stratum.index] = stats.seconds
-        new = {
-            rel: _store(df.toDF(*(positional(i) for i in range(len(df.columns)))))
-            for rel, df in evaluation.relations.items()
-        }
+        new = {rel: _store(self._evaluated(rel, df)) for rel, df in evaluation.relations.items()}
         changes = {}
         for rel in stratum.relations:
             before = self.frames[rel]
@@ -339,7 +336,7 @@ class Maintainer:
         for rel, df in evaluation.relations.items():
             if rel in self.frames:
                 self._garbage.append(self.frames[rel])
-            self.frames[rel] = _store(df.toDF(*(positional(i) for i in range(len(df.columns)))))
+            self.frames[rel] = _store(self._evaluated(rel, df))
         epoch = Epoch(strata=[self._epoch_of(s) for s in evaluation.stats])
         epoch.seconds = time.monotonic() - started
         for stratum in epoch.strata:
@@ -378,6 +375,16 @@ class Maintainer:
             info = relation_info(self.report, relation)
             return [n for i, n in enumerate(names) if i != info.index_pos]
         return names
+
+    def _evaluated(self, relation: str, frame: DataFrame) -> DataFrame:
+        """An evaluated relation in positional columns. A group-less aggregate over no
+        bindings has no row (docs and oracle); Spark's global aggregate yields a null one."""
+        frame = frame.toDF(*(positional(i) for i in range(len(frame.columns))))
+        info = relation_info(self.report, relation)
+        if info.value_pos is not None and not self.key_columns(relation):
+            value = info.value_pos - (1 if info.index_pos is not None else 0)
+            frame = frame.where(F.col(positional(value)).isNotNull())
+        return frame
 
     def _reads_indexed_relation(self) -> bool:
         """A stratum reading another stratum's iteration-indexed relation needs its index

@@ -342,7 +342,10 @@ def affected_groups(ctx: UpdateContext) -> Outcome:
             new_rows, old_rows = _affected_rows(ctx, relation, touched)
         else:  # one group (e.g. ``n(count[X])``): re-derive it
             rows = [_rule_rows(ctx, r, b, {}) for r in ctx.rules(relation) for b in r.bodies]
-            new_rows, old_rows = _combine(ctx, relation, rows), current
+            value = positional(info.value_pos)  # type: ignore[arg-type]
+            # An aggregate over no bindings is no row (a global aggregate yields a null one).
+            new_rows = _combine(ctx, relation, rows).where(F.col(value).isNotNull())
+            old_rows = current
         delta = _delta(new_rows.subtract(old_rows), old_rows.subtract(new_rows))
         frames[relation] = _replace_keys(current, delta, keys)
         deltas[relation] = delta
@@ -381,7 +384,7 @@ def _replace_keys(current: DataFrame, delta: Delta, keys: list[str]) -> DataFram
     """``current`` with the delta applied (rows removed, rows added), materialized."""
     if delta.empty:
         return current
-    kept = current.join(delta.removed, current.columns, "left_anti")
+    kept = current.subtract(delta.removed)  # null-safe, unlike an equi-join
     frame, _ = _store(kept.unionByName(delta.added))
     return frame
 
