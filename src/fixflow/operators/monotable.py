@@ -49,7 +49,7 @@ from fixflow.operators.plan import Col, Join, Plan, Project, Scan, Unit, childre
 
 log = logging.getLogger(__name__)
 
-BROADCAST_FRONTIER_ROWS = 200_000
+BROADCAST_FRONTIER_ROWS = 100_000
 """Below this many pending keys the frontier is broadcast to the auxiliary table's
 partitions instead of shuffling the (large, static) auxiliary side."""
 
@@ -285,14 +285,17 @@ class MonoTable:
                 F.lit(None).alias("wit"),
             )
         best = F.min if self.g == "min" else F.max
+        best_by = F.min_by if self.g == "min" else F.max_by
+        new_only = F.when(is_new, F.col("v"))
+        # The witness rides along with the best value (min_by/max_by compare the value only,
+        # cheaper than ordering (value, witness) structs).
         grouped = union.groupBy(*self.keys).agg(
             best(F.when(is_old, F.col("v"))).alias("old"),
             F.first(F.when(is_old, F.col("wit")), ignorenulls=True).alias("old_wit"),
-            best(F.when(is_new, F.struct(F.col("v").alias("v"), F.col("wit").alias("w")))).alias(
-                "new"
-            ),
+            best(new_only).alias("new_v"),
+            best_by(F.when(is_new, F.col("wit")), new_only).alias("new_w"),
         )
-        new_value, old = F.col("new.v"), F.col("old")
+        new_value, old = F.col("new_v"), F.col("old")
         better = new_value < old if self.g == "min" else new_value > old
         improved = new_value.isNotNull() & (old.isNull() | better)
         return grouped.select(
@@ -302,7 +305,7 @@ class MonoTable:
             F.when(improved, F.abs(new_value - F.coalesce(old, F.lit(0))))
             .cast("double")
             .alias("chg"),
-            F.when(improved, F.col("new.w")).otherwise(F.col("old_wit")).alias("wit"),
+            F.when(improved, F.col("new_w")).otherwise(F.col("old_wit")).alias("wit"),
         )
 
     def _store(self, frame: DataFrame) -> Stored:
