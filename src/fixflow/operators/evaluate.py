@@ -111,7 +111,7 @@ class Evaluation:
     stats: list[StratumStats]
     monotables: dict[str, DataFrame] = field(default_factory=dict)
     """Final MonoTable of every MRA relation: key columns ``k0..``, ``acc``, ``delta``
-    (null: none pending), ``chg`` and, for min/max, ``wit`` (the predecessor key)."""
+    (null: none pending), ``chg`` and, for min/max, ``wit0..`` (the predecessor's key)."""
 
     @property
     def capped(self) -> list[StratumStats]:

@@ -6,8 +6,9 @@ The MonoTable is a DataFrame with one row per key of the recursive relation:
     acc        the accumulated aggregate x = G(x, Δx)
     delta      the pending intermediate Δx to propagate next round (null = identity)
     chg        |change of acc| this round (the termination clause's measure)
-    wit        for min/max: the key of the predecessor that gave the current value
-               (a struct of the recursive atom's key), used to retract on deletion
+    wit0..     for min/max: the key of the predecessor that gave the current value
+               (the recursive atom's key, one typed column per key column), used to
+               retract on deletion
 
 The auxiliary side of F′ (the recursive body without its recursive atom, e.g.
 ``edge(X, Y, w)`` or ``edge(X, Y), degree(X, d)``) is pre-joined once, deduplicated,
@@ -140,6 +141,9 @@ class MonoTable:
         self.compiler = RuleCompiler(schemas)
         self.g = "sum" if spec.aggregate in ("count", "sum") else spec.aggregate
         self.keys = tuple(f"k{j}" for j in range(len(spec.key_positions)))
+        # The witness is kept as plain typed columns: a struct in the aggregation buffer
+        # would turn the per-round merge from a HashAggregate into a SortAggregate.
+        self.wits = tuple(f"wit{j}" for j in range(len(spec.key_positions)))
         self.value_type = self.types[spec.value_pos]
         self.register_aux = register_aux
         self.bodies = [self._compile_recursive(i) for i in range(len(spec.recursive_bodies))]
@@ -232,18 +236,25 @@ class MonoTable:
             df = self.backend.run(plan)
             names = [column_name(k) for k in self.keys]
             witness = [c for c in df.columns if c.startswith("vw")]
-            wit = F.struct(*(F.col(c) for c in witness)) if witness else F.lit(None)
             frames.append(
                 df.select(
                     *(F.col(n).alias(k) for n, k in zip(names, self.keys, strict=True)),
                     F.col(column_name("v")).alias("v"),
-                    wit.alias("wit") if self.g != "sum" else F.lit(None).alias("wit"),
+                    *self._witness_columns(witness if self.g != "sum" else []),
                 )
             )
         result = frames[0]
         for other in frames[1:]:
             result = result.unionByName(other, allowMissingColumns=True)
         return result
+
+    def _witness_columns(self, sources: Sequence[str]) -> list[Column]:
+        columns = []
+        for j, wit in enumerate(self.wits):
+            type_ = spark_type(self.types[self.spec.key_positions[j]])
+            value = F.col(sources[j]) if j < len(sources) else F.lit(None)
+            columns.append(value.cast(type_).alias(wit))
+        return columns
 
     def _frontier_source(self, frontier: DataFrame, small: bool) -> DataFrame:
         """The pending deltas as tuples of the relation (positional, index column 0)."""
@@ -263,8 +274,10 @@ class MonoTable:
 
         ``replace`` (indexed sum, first round): the candidates are X¹, the table X⁰, and
         the delta is X¹ − X⁰."""
-        old_rows = state.select(*self.keys, F.col("acc").alias("v"), "wit", F.lit(0).alias("t"))
-        new_rows = candidates.select(*self.keys, "v", "wit", F.lit(1).alias("t"))
+        old_rows = state.select(
+            *self.keys, F.col("acc").alias("v"), *self.wits, F.lit(0).alias("t")
+        )
+        new_rows = candidates.select(*self.keys, "v", *self.wits, F.lit(1).alias("t"))
         union = old_rows.unionByName(new_rows)
         is_old, is_new = F.col("t") == 0, F.col("t") == 1
         if self.g == "sum":
@@ -282,7 +295,7 @@ class MonoTable:
                 acc.cast(spark_type(self.value_type)).alias("acc"),
                 pending.cast(spark_type(self.value_type)).alias("delta"),
                 F.abs(F.coalesce(pending, F.lit(0))).cast("double").alias("chg"),
-                F.lit(None).alias("wit"),
+                *self._witness_columns([]),
             )
         best = F.min if self.g == "min" else F.max
         best_by = F.min_by if self.g == "min" else F.max_by
@@ -291,9 +304,12 @@ class MonoTable:
         # cheaper than ordering (value, witness) structs).
         grouped = union.groupBy(*self.keys).agg(
             best(F.when(is_old, F.col("v"))).alias("old"),
-            F.first(F.when(is_old, F.col("wit")), ignorenulls=True).alias("old_wit"),
             best(new_only).alias("new_v"),
-            best_by(F.when(is_new, F.col("wit")), new_only).alias("new_w"),
+            *(
+                F.first(F.when(is_old, F.col(w)), ignorenulls=True).alias(f"old_{w}")
+                for w in self.wits
+            ),
+            *(best_by(F.when(is_new, F.col(w)), new_only).alias(f"new_{w}") for w in self.wits),
         )
         new_value, old = F.col("new_v"), F.col("old")
         better = new_value < old if self.g == "min" else new_value > old
@@ -305,7 +321,10 @@ class MonoTable:
             F.when(improved, F.abs(new_value - F.coalesce(old, F.lit(0))))
             .cast("double")
             .alias("chg"),
-            F.when(improved, F.col("new_w")).otherwise(F.col("old_wit")).alias("wit"),
+            *(
+                F.when(improved, F.col(f"new_{w}")).otherwise(F.col(f"old_{w}")).alias(w)
+                for w in self.wits
+            ),
         )
 
     def _store(self, frame: DataFrame) -> Stored:
@@ -340,7 +359,7 @@ class MonoTable:
                     "acc",
                     F.lit(None).cast("double").alias("delta"),
                     F.lit(None).cast("double").alias("chg"),
-                    "wit",
+                    *self.wits,
                 )
             )
             state0 = x0_stored.frame
@@ -388,11 +407,11 @@ class MonoTable:
             F.col("v").alias("acc"),
             F.col("v").alias("delta"),
             F.lit(None).cast("double").alias("chg"),
-            F.lit(None).alias("wit"),
+            *self._witness_columns([]),
         )
 
     def _no_candidates(self) -> DataFrame:
-        return self._empty_rows().select(*self.keys, "v", F.lit(None).alias("wit"))
+        return self._empty_rows().select(*self.keys, "v", *self._witness_columns([]))
 
     def _relation_rows(self, state: DataFrame, rounds: int) -> DataFrame:
         cols: dict[int, Column] = {}
