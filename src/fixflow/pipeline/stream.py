@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
-from fixflow.operators.evaluate import EvalOptions, relation_info
+from fixflow.operators.evaluate import EvalOptions, Progress, relation_info
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.ingest import (
@@ -90,7 +90,9 @@ class ProgramStream:
         self.lake = ProgramLake.for_program(config.lake.path, self.program_file)
         self.metrics = metrics
         self.on_batch = on_batch
-        options = EvalOptions(max_iterations=config.engine.max_iterations)
+        options = EvalOptions(
+            max_iterations=config.engine.max_iterations, progress=self._on_round
+        )
         self.maintainer = Maintainer(
             self.report, spark, options, switch_fraction=config.elastic.switch_fraction
         )
@@ -190,6 +192,16 @@ class ProgramStream:
         return upserts, deletes
 
     # ------------------------------------------------------------ metrics and β
+
+    def _on_round(self, progress: Progress) -> None:
+        """Per evaluation round: deltas propagated and the termination residual."""
+        if self.metrics is None:
+            return
+        stratum = str(progress.stratum)
+        self.metrics.deltas_propagated.labels(stratum=stratum).inc(max(progress.pending, 0))
+        if progress.measure is not None:
+            for relation in progress.relations:
+                self.metrics.residual.labels(relation=relation).set(progress.measure)
 
     def _observe(self, report: BatchReport) -> None:
         if self.metrics is None:
