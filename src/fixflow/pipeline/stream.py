@@ -209,7 +209,7 @@ class ProgramStream:
         if report.epoch is not None:
             for stratum in report.epoch.strata:
                 if stratum.strategy != "unchanged":
-                    kind = "bootstrap" if stratum.strategy == "bootstrap" else "update"
+                    kind = "bootstrap" if stratum.strategy.startswith("bootstrap") else "update"
                     self.metrics.choose_strategy(stratum.stratum, kind)  # type: ignore[arg-type]
                     self.metrics.rounds.labels(stratum=str(stratum.stratum)).inc(stratum.rounds)
         for relation in self.program.outputs:
