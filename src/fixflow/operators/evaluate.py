@@ -266,7 +266,7 @@ class _Engine:
         if self.options.partitions is None:
             self.partitions = max(1, min(self.partitions, -(-rows // ROWS_PER_PARTITION)))
         stats = []
-        with _session_conf(self.spark, self._round_conf()):
+        with session_conf(self.spark, self._round_conf()):
             for stratum in self.report.strata:
                 stats.append(self._stratum(stratum))
         idb = self.report.analysis.idb
@@ -732,7 +732,7 @@ def program_plans(report: Report, max_iterations: int = 1000) -> list[Plan]:
 
 
 @contextmanager
-def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
     """Set runtime SQL settings for the duration of an evaluation, then restore them."""
     previous = {key: spark.conf.get(key, None) for key in conf}
     for key, value in conf.items():

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +36,7 @@ from fixflow.operators.evaluate import (
     StratumStats,
     evaluate_with_stats,
     relation_info,
+    session_conf,
 )
 from fixflow.operators.update import Abandon, Delta, UpdateContext
 
@@ -204,7 +204,7 @@ class Maintainer:
                 self.options.max_iterations,
             )
             try:
-                with _session_conf(self.spark, self._round_conf()):
+                with session_conf(self.spark, self._round_conf()):
                     outcome = UPDATES[method](context)
                 result = self._adopt(stratum, outcome.frames, outcome.deltas, old, deltas)
                 result.strategy, result.rounds = f"update:{method}", outcome.rounds
@@ -461,22 +461,6 @@ def _inputs_of(stratum: Stratum) -> list[str]:
                 if outside and atom.relation not in names:  # type: ignore[union-attr]
                     names.append(atom.relation)  # type: ignore[union-attr]
     return names
-
-
-@contextmanager
-def _session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
-    """Set runtime SQL settings while an update runs, then restore them."""
-    previous = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def _store(frame: DataFrame) -> DataFrame:
