@@ -338,16 +338,14 @@ def classes_of(path: Path) -> dict[str, str]:
 @pytest.mark.parametrize("name", sorted(POWERLOG_TABLE_1))
 def test_powerlog_table_1(name: str) -> None:
     path = EXAMPLES / name
-    if not path.exists():
-        pytest.skip(f"{name} is not in the corpus")
+    assert path.exists(), f"{name} is missing from the corpus"
     relation, expected = POWERLOG_TABLE_1[name]
     assert classes_of(path)[relation] == expected
 
 
 def test_every_example_is_accepted_and_checked_quickly() -> None:
     paths = sorted(EXAMPLES.glob("*.dl"))
-    if not paths:
-        pytest.skip("no corpus")
+    assert paths, "the corpus examples/*.dl is empty"
     for path in paths:
         started = time.monotonic()
         classes_of(path)
@@ -380,8 +378,7 @@ def test_corpus_classes_match_the_expected_table(name: str) -> None:
 
 def test_every_example_is_in_the_expected_table() -> None:
     listed = set(expected_classes())
-    if not listed:
-        pytest.skip("no expected_classes.toml")
+    assert listed, "examples/expected_classes.toml is missing or empty"
     assert {p.name for p in EXAMPLES.glob("*.dl")} <= listed
 
 
