@@ -66,3 +66,21 @@ def test_invalid_configs_say_where_and_why(text: str, message: str) -> None:
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_run_refuses_settings_this_build_cannot_honour(tmp_path: Path) -> None:
+    """`consistency = "async"`, engine modes other than sync and priority scheduling parse,
+    but `fixflow run` must refuse them instead of silently running converged/sync."""
+    import subprocess
+    import sys
+
+    conf = tmp_path / "async.toml"
+    conf.write_text('[stream]\nconsistency = "async"\n[engine]\nmode = "hybrid"\n'
+                    "[metrics]\nport = 0\n")
+    program = Path(__file__).resolve().parents[2] / "examples" / "powerlog_p1_sssp.dl"
+    fixflow = Path(sys.executable).parent / "fixflow"
+    done = subprocess.run([str(fixflow), "run", str(program), "--conf", str(conf)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert 'consistency = "async"' in done.stderr
+    assert 'mode = "hybrid"' in done.stderr

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         return Demo(config, keep=args.keep).run()
-    except BrokerError as error:
+    except (BrokerError, ConfigError) as error:
         print(f"fixflow demo: {error}", file=sys.stderr)
         return 1
 
@@ -62,10 +62,12 @@ class Demo:
     def run(self) -> int:
         from fixflow.pipeline.broker import start_broker
         from fixflow.pipeline.metrics import Metrics, serve_configured
+        from fixflow.pipeline.session import refuse_unimplemented
         from fixflow.pipeline.spark import make_session
         from fixflow.pipeline.stream import ProgramStream
 
         config = self.config
+        refuse_unimplemented(config)
         files = self._materialize_bundle()
         say("Fixflow demo: SSSP, CC and PageRank kept up to date from one Kafka topic")
         if config.kafka.embedded:
