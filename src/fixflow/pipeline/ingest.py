@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from fixflow.checker.ast import Attribute, Program
+from fixflow.pipeline.lake import arrow_schema
 from fixflow.pipeline.lakehouse import (
     DEAD_LETTER_SCHEMA,
     BatchCommit,
@@ -53,16 +54,6 @@ log = logging.getLogger(__name__)
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """Spark sets this local property on the thread that runs foreachBatch."""
-
-ARROW_TYPES: dict[str, pa.DataType] = {
-    "number": pa.int64(), "float": pa.float64(), "symbol": pa.string(),
-}
-
-
-def relation_schema(attributes: Sequence[Attribute]) -> pa.Schema:
-    """The Arrow (and Delta) schema of a relation: exactly its declared attributes."""
-    return pa.schema([pa.field(a.name, ARROW_TYPES[a.type]) for a in attributes])
-
 
 @dataclass(frozen=True, slots=True)
 class RelationChanges:
@@ -171,7 +162,7 @@ def ensure_edb_tables(program: Program, lake: ProgramLake) -> list[str]:
     created = []
     for relation, attributes in input_schemas(program).items():
         if open_table(lake.edb(relation)) is None:
-            append_rows(lake.edb(relation), relation_schema(attributes).empty_table())
+            append_rows(lake.edb(relation), arrow_schema(attributes).empty_table())
             created.append(relation)
     return created
 
@@ -249,7 +240,7 @@ def write_dead_letters(lake: ProgramLake, letters: list[Letter], commit: BatchCo
 def normalize(relation: str, attributes: tuple[Attribute, ...], facts: list[Fact],
               before: pa.Table | None) -> RelationChanges:
     """Net changes of ``facts`` (in order) against the EDB contents ``before``."""
-    schema = relation_schema(attributes)
+    schema = arrow_schema(attributes)
     last_op: dict[tuple[Value, ...], str] = {}
     for fact in facts:
         last_op.pop(fact.values, None)  # re-insert so dict order follows the last operation

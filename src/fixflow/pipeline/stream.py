@@ -34,10 +34,10 @@ from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.ingest import (
     IngestResult,
-    relation_schema,
     start_ingest_query,
 )
 from fixflow.pipeline.kafka_source import lag_from_progress, next_batch_limit, write_limit_file
+from fixflow.pipeline.lake import arrow_schema
 from fixflow.pipeline.lakehouse import (
     ProgramLake,
     append_rows,
@@ -161,7 +161,7 @@ class ProgramStream:
         """A result table's schema: the declared attributes, minus any iteration index."""
         info = relation_info(self.report, relation)
         attributes = self.report.analysis.schemas[relation]
-        return relation_schema(
+        return arrow_schema(
             tuple(a for i, a in enumerate(attributes) if i != info.index_pos)
         )
 
