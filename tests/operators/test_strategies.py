@@ -101,11 +101,15 @@ def test_set_seminaive_transitive_closure(spark: SparkSession) -> None:
     assert stats.strategy == "set" and not stats.capped
 
 
-def test_mra_min_sssp_matches_dijkstra(spark: SparkSession) -> None:
-    rows, evaluation = run(spark, SSSP, {"edge": WEIGHTED})
+def _weighted_graph() -> nx.DiGraph:
     graph = nx.DiGraph()
     graph.add_weighted_edges_from(WEIGHTED)
-    expected = nx.single_source_dijkstra_path_length(graph, 1)
+    return graph
+
+
+def test_mra_min_sssp_matches_dijkstra(spark: SparkSession) -> None:
+    rows, evaluation = run(spark, SSSP, {"edge": WEIGHTED}, witness=True)
+    expected = nx.single_source_dijkstra_path_length(_weighted_graph(), 1)
     assert dict(rows["sssp"]) == pytest.approx(expected)
     assert evaluation.stats[-1].strategy == "mra"
     # The MonoTable keeps, per key, the predecessor that gave the current minimum.
@@ -113,6 +117,14 @@ def test_mra_min_sssp_matches_dijkstra(spark: SparkSession) -> None:
     witness = {r["k0"]: r["wit0"] for r in table.collect()}
     assert witness == {1: None, 3: 1, 2: 3, 4: 2, 5: 4}
     assert table.where("delta is not null").count() == 0
+
+
+def test_mra_min_keeps_no_witness_unless_asked(spark: SparkSession) -> None:
+    rows, evaluation = run(spark, SSSP, {"edge": WEIGHTED})
+    assert not [c for c in evaluation.monotables["sssp"].columns if c.startswith("wit")]
+    assert dict(rows["sssp"])[5] == pytest.approx(
+        nx.single_source_dijkstra_path_length(_weighted_graph(), 1)[5]
+    )
 
 
 def _pagerank_limit(edges: list[tuple[int, int]], nodes: list[int]) -> dict[int, float]:

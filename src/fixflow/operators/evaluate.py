@@ -103,6 +103,10 @@ class EvalOptions:
     progress: Callable[[Progress], None] | None = None
     strategy: Mapping[str, EvalClass] = field(default_factory=dict)
     """Force a strategy for the stratum holding a relation (tests compare MRA and naive)."""
+    witness: bool = False
+    """Keep, for min/max MonoTables, the key of the predecessor that gave each value
+    (``wit0..``): what deleting by retraction needs. Off by default because it costs a
+    second aggregate per round and nothing reads it yet (deletions re-evaluate)."""
 
 
 @dataclass
@@ -111,7 +115,8 @@ class Evaluation:
     stats: list[StratumStats]
     monotables: dict[str, DataFrame] = field(default_factory=dict)
     """Final MonoTable of every MRA relation: key columns ``k0..``, ``acc``, ``delta``
-    (null: none pending), ``chg`` and, for min/max, ``wit0..`` (the predecessor's key)."""
+    (null: none pending), ``chg`` and, for min/max with ``EvalOptions.witness``, ``wit0..``
+    (the predecessor's key)."""
 
     @property
     def capped(self) -> list[StratumStats]:
@@ -441,6 +446,7 @@ class _Engine:
             self.materializer,
             self.aux.__setitem__,
             self.partitions,
+            self.options.witness,
         )
 
         def set_frontier(frame: DataFrame) -> None:
@@ -449,7 +455,8 @@ class _Engine:
         outcome = table.run(
             self.options.max_iterations, lambda info: self._progress(stats, info), set_frontier
         )
-        self.full[relation] = self._store(outcome.rows).frame
+        # The rows are a projection of the stored MonoTable: no job of their own.
+        self.full[relation] = outcome.rows
         self.monotables[relation] = outcome.stored.frame
         stats.rounds, stats.capped = outcome.rounds, outcome.capped
         for name in [n for n in self.aux if n.startswith(f"#aux:{relation}:")]:

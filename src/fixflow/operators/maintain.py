@@ -46,7 +46,7 @@ UPDATES = {
     "delta-rules": update.delta_rules,
     "affected-groups": update.affected_groups,
     "seminaive": update.continuation,
-    "mra-improve": update.continuation,
+    "mra-improve": update.mra_improve,
     "continuation": update.continuation,
     "mra-correction": update.mra_correction,
 }

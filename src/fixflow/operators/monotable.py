@@ -6,7 +6,7 @@ The MonoTable is a DataFrame with one row per key of the recursive relation:
     acc        the accumulated aggregate x = G(x, Δx)
     delta      the pending intermediate Δx to propagate next round (null = identity)
     chg        |change of acc| this round (the termination clause's measure)
-    wit0..     for min/max: the key of the predecessor that gave the current value
+    wit0..     for min/max, when asked for: the key of the predecessor that gave the current value
                (the recursive atom's key, one typed column per key column), used to
                retract on deletion
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -75,7 +75,7 @@ class MraOutcome:
 class _RecursiveBody:
     plan: Plan
     aux_name: str | None
-    aux_plan: Plan | None
+    aux_plan: Project | None
 
 
 def constant_value(expr: ast.Expr) -> float:
@@ -131,6 +131,7 @@ class MonoTable:
         materializer: Materializer,
         register_aux: Callable[[str, DataFrame], None],
         partitions: int,
+        witness: bool = False,
     ) -> None:
         self.spec = spec
         self.spark = spark
@@ -143,7 +144,8 @@ class MonoTable:
         self.keys = tuple(f"k{j}" for j in range(len(spec.key_positions)))
         # The witness is kept as plain typed columns: a struct in the aggregation buffer
         # would turn the per-round merge from a HashAggregate into a SortAggregate.
-        self.wits = tuple(f"wit{j}" for j in range(len(spec.key_positions)))
+        tracked = witness and self.g != "sum"
+        self.wits = tuple(f"wit{j}" for j in range(len(spec.key_positions)) if tracked)
         self.value_type = self.types[spec.value_pos]
         self.register_aux = register_aux
         self.bodies = [self._compile_recursive(i) for i in range(len(spec.recursive_bodies))]
@@ -207,14 +209,16 @@ class MonoTable:
         for body in self.bodies:
             if body.aux_plan is None or body.aux_name is None:
                 continue
-            frame = self.backend.run(body.aux_plan)
+            # Deduplicate after partitioning by the join key: hash partitioning by a subset
+            # of the columns already clusters duplicates, so the whole build is ONE shuffle.
+            frame = self.backend.run(replace(body.aux_plan, distinct=False))
             names = frame.columns
             frame = frame.toDF(*(positional(i) for i in range(len(names))))
             shared = [
                 positional(i) for i, n in enumerate(names) if n in self._frontier_columns(body)
             ]
             frame = frame.repartition(self.partitions, *shared) if shared else frame
-            self.register_aux(body.aux_name, frame.cache())
+            self.register_aux(body.aux_name, frame.distinct().cache())
 
     def _frontier_columns(self, body: _RecursiveBody) -> set[str]:
         join = _find_join(body.plan)
@@ -269,6 +273,24 @@ class MonoTable:
         # of a shuffled hash join, so the big static aux side is neither moved nor sorted.
         return F.broadcast(frame) if small else frame.hint("shuffle_hash")
 
+    def _combine(self, candidates: DataFrame) -> DataFrame:
+        """G over the candidates alone, one row per key.
+
+        Grouping the candidates by themselves hash-partitions them by key like the stored
+        MonoTable, so the union below keeps that partitioning
+        (``spark.sql.unionOutputPartitioning``) and the merge needs no exchange: only the
+        candidates are shuffled each round, never the whole table."""
+        v = F.col("v")
+        if self.g == "sum":
+            return candidates.groupBy(*self.keys).agg(
+                F.sum(v).alias("v"), *self._witness_columns([])
+            )
+        best = F.min if self.g == "min" else F.max
+        best_by = F.min_by if self.g == "min" else F.max_by
+        return candidates.groupBy(*self.keys).agg(
+            best(v).alias("v"), *(best_by(F.col(w), v).alias(w) for w in self.wits)
+        )
+
     def _merge(self, state: DataFrame, candidates: DataFrame, replace: bool = False) -> DataFrame:
         """acc ← G(acc, G(candidates)) with the next pending delta, in one aggregation.
 
@@ -277,7 +299,9 @@ class MonoTable:
         old_rows = state.select(
             *self.keys, F.col("acc").alias("v"), *self.wits, F.lit(0).alias("t")
         )
-        new_rows = candidates.select(*self.keys, "v", *self.wits, F.lit(1).alias("t"))
+        new_rows = self._combine(candidates).select(
+            *self.keys, "v", *self.wits, F.lit(1).alias("t")
+        )
         union = old_rows.unionByName(new_rows)
         is_old, is_new = F.col("t") == 0, F.col("t") == 1
         if self.g == "sum":
@@ -375,7 +399,54 @@ class MonoTable:
             for other in seed_frames[1:]:
                 seed = seed.unionByName(other)
             frame = self._merge(state0, seed, replace=self.g == "sum")
-        stored = self._store(frame)
+        return self._rounds(self._store(frame), max_rounds, on_round, set_frontier)
+
+    def resume(
+        self,
+        rows: DataFrame,
+        seed: DataFrame,
+        max_rounds: int,
+        on_round: Callable[[RoundInfo], None] = lambda info: None,
+        set_frontier: Callable[[DataFrame], None] = lambda df: None,
+    ) -> MraOutcome:
+        """Continue from a fixpoint after the inputs changed (incremental maintenance).
+
+        ``rows`` are the relation's current rows (positional columns, no index), ``seed``
+        the change as candidates ``k0.., v``: for min/max new candidate values (only keys
+        they improve become pending), for sum signed corrections Δ (every non-zero one
+        becomes pending). The auxiliary tables are built from the current inputs, so the
+        rounds propagate under the new facts exactly as a bootstrap's would."""
+        assert self.spec.index_pos is None, "iteration-indexed relations are re-evaluated"
+        self.build_aux()
+        state = rows.select(
+            *(
+                F.col(positional(p)).alias(k)
+                for k, p in zip(self.keys, self.spec.key_positions, strict=True)
+            ),
+            F.col(positional(self.spec.value_pos)).alias("acc"),
+            F.lit(None).cast(spark_type(self.value_type)).alias("delta"),
+            F.lit(None).cast("double").alias("chg"),
+            *self._witness_columns([]),
+        )
+        candidates = seed.select(*self.keys, "v", *self._witness_columns([]))
+        stored = self._store(self._merge(state, candidates))
+        return self._rounds(stored, max_rounds, on_round, set_frontier)
+
+    def release_aux(self, drop: Callable[[str], None]) -> None:
+        """Unpersist the cached auxiliary tables (``drop`` unregisters one by name)."""
+        for body in self.bodies:
+            if body.aux_name is not None:
+                drop(body.aux_name)
+
+    def _rounds(
+        self,
+        stored: Stored,
+        max_rounds: int,
+        on_round: Callable[[RoundInfo], None],
+        set_frontier: Callable[[DataFrame], None],
+    ) -> MraOutcome:
+        """Synchronous rounds from a stored table until no delta is pending, the
+        termination clause holds, or ``max_rounds`` rounds have run in all."""
         rounds, pending = 1, int(stored.metrics.get("pending", 0))  # type: ignore[arg-type]
         on_round(RoundInfo(rounds, pending, _measure(stored)))
         while pending and not self._terminated(stored) and rounds < max_rounds:

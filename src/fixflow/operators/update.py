@@ -17,12 +17,17 @@ Strategies (each exact; the Maintainer picks, see ``choose``):
 - ``update:affected-groups`` (non-recursive otherwise): the groups (head keys) whose
   bindings gained or lost a row are re-derived from the new inputs, joined onto the
   affected keys; old vs new rows of those groups give the change.
-- ``update:seminaive`` / ``update:mra-improve`` / ``update:continuation`` (recursive set or
-  min/max, insert-only inputs): semi-naive continuation from the current fixpoint, seeded
-  by the delta rules over the added input rows; for min/max a round keeps only improved keys.
+- ``update:seminaive`` / ``update:continuation`` (recursive set or aggregate-seminaive,
+  insert-only inputs): semi-naive continuation from the current fixpoint, seeded by the
+  delta rules over the added input rows; for min/max a round keeps only improved keys.
+- ``update:mra-improve`` (MRA min/max, insert-only inputs): the same delta rules give
+  candidate values, and the relation's MonoTable resumes from the current fixpoint: only
+  improved keys become pending, one Spark job per round over the cached, co-partitioned
+  auxiliary tables (``MonoTable.resume``), exactly the engine's bootstrap rounds.
 - ``update:mra-correction`` (MRA sum): exact signed corrections from every changed
   auxiliary, constant or initial fact with the recursive atom bound to the current
-  values, then ΔX ← F′(ΔX) rounds under the new auxiliaries until the termination clause.
+  values, then ΔX ← F′(ΔX) rounds on the resumed MonoTable under the new auxiliaries until
+  the termination clause.
 
 An update that outlives its deadline raises ``Abandon`` between rounds (the elastic
 switch); so does one that finds its method does not apply after all.
@@ -52,7 +57,8 @@ from fixflow.operators.compiler import (
     spark_type,
 )
 from fixflow.operators.evaluate import RelationInfo, relation_info
-from fixflow.operators.monotable import clause_holds, measure_column
+from fixflow.operators.materialize import Materializer
+from fixflow.operators.monotable import MonoTable
 from fixflow.operators.plan import Plan, Scan, Version
 
 log = logging.getLogger(__name__)
@@ -271,9 +277,13 @@ def changes_between(old: DataFrame, new: DataFrame) -> Delta:
 
 
 def release(frame: DataFrame) -> None:
-    """Free the blocks of a locally checkpointed frame nobody reads any more."""
+    """Free the blocks of a locally checkpointed frame nobody reads any more (or of the
+    checkpoint under a projection/filter of one, such as a MonoTable's relation rows)."""
     try:
-        frame._jdf.queryExecution().logical().rdd().unpersist(False)
+        plan = frame._jdf.queryExecution().logical()
+        while plan.children().size() == 1:
+            plan = plan.children().head()
+        plan.rdd().unpersist(False)
     except Exception:  # not a checkpointed LogicalRDD (e.g. an empty local relation)
         log.debug("nothing to release under %s", frame, exc_info=True)
 
@@ -534,46 +544,85 @@ def correction_applies(ctx: UpdateContext) -> bool:
 
 
 def mra_correction(ctx: UpdateContext) -> Outcome:
+    """Exact signed corrections (constant/initial facts, and every changed auxiliary fact
+    with the recursive atom bound to the current values) resumed on a MonoTable."""
     relation = ctx.stratum.relations[0]
     spec = ctx.report.mra[relation]
     info = ctx.info(relation)
     keys = _key_columns(info)
     value = positional(info.value_pos)  # type: ignore[arg-type]
-    original = ctx.frames[relation]
     seeds = [_constant_correction(ctx, relation, keys, value)]
-    recursive = [
-        (body, atom)
-        for body, atom in zip(spec.recursive_bodies, spec.recursive_atom_index, strict=True)
-    ]
-    rule = spec.head
-    for body, atom in recursive:
+    for body, atom in zip(spec.recursive_bodies, spec.recursive_atom_index, strict=True):
         for i in _atoms_over(body, ctx.deltas):
             if i == atom:
                 continue
             for kind, sign in (("add", 1.0), ("del", -1.0)):
-                plan = _rule_rows(ctx, rule, body, _versions(ctx, body, i, kind))
+                plan = _rule_rows(ctx, spec.head, body, _versions(ctx, body, i, kind))
                 rows = _positional(ctx, relation, ctx.backend.run(plan))
                 seeds.append(rows.select(*keys, (F.col(value) * F.lit(sign)).alias("d")))
-    state, pending, measure = _correct(ctx, relation, original, _summed(seeds, keys))
-    rounds = 1
-    while pending and not _terminated(spec.termination, measure) and rounds < ctx.max_iterations:
-        ctx.check_deadline()
-        frontier = state.where(F.col("d") != 0).select(*keys, "d")
-        ctx.extra[f"{relation}@delta"] = _as_rows(ctx, relation, frontier)
-        step = [
-            _positional(ctx, relation, ctx.backend.run(p)).select(*keys, F.col(value).alias("d"))
-            for p in (
-                _rule_rows(ctx, rule, body, {atom: f"{relation}@delta"}) for body, atom in recursive
-            )
-        ]
-        new_state, pending, measure = _correct(
-            ctx, relation, state.select(*original.columns), _summed(step, keys)
+    return _resume(ctx, relation, _summed(seeds, keys).withColumnRenamed("d", value))
+
+
+def mra_improve(ctx: UpdateContext) -> Outcome:
+    """Insert-only min/max MRA: the delta rules over the added input rows give candidate
+    values; only the keys they improve become pending, and rounds resume on a MonoTable."""
+    relation = ctx.stratum.relations[0]
+    rows = [
+        _rule_rows(ctx, rule, body, {i: _projected_delta(ctx, body.literals[i], "add")})  # type: ignore[arg-type]
+        for rule in ctx.rules(relation)
+        for body in rule.bodies
+        for i in _atoms_over(body, ctx.deltas)
+    ]
+    return _resume(ctx, relation, _combine(ctx, relation, rows))
+
+
+def _resume(ctx: UpdateContext, relation: str, seed: DataFrame) -> Outcome:
+    """Run ``relation``'s MonoTable from its current rows and a seed (positional rows whose
+    value column holds the candidate or the correction), under the new inputs."""
+    spec = ctx.report.mra[relation]
+    info = ctx.info(relation)
+    frontier: dict[str, DataFrame] = {}
+    aux: dict[str, DataFrame] = {}
+
+    def source(name: str, version: Version) -> DataFrame:
+        if version == "aux":
+            return aux[name]
+        if version == "delta" and name == relation:
+            return frontier[name]
+        return ctx.frames[name] if name in ctx.frames else ctx.empty(name)
+
+    partitions = int(ctx.spark.conf.get("spark.sql.shuffle.partitions") or 1)
+    table = MonoTable(
+        spec,
+        ctx.types,
+        ctx.spark,
+        SparkBackend(ctx.spark, source),
+        Materializer(ctx.spark),
+        aux.__setitem__,
+        partitions,
+    )
+    candidates = seed.select(
+        *(
+            F.col(positional(p)).alias(k)
+            for k, p in zip(table.keys, info.key_positions, strict=True)
+        ),
+        F.col(positional(info.value_pos)).alias("v"),  # type: ignore[arg-type]
+    )
+    original = ctx.frames[relation]
+    try:
+        outcome = table.resume(
+            original,
+            candidates,
+            ctx.max_iterations,
+            lambda _round: ctx.check_deadline(),
+            lambda frame: frontier.__setitem__(relation, frame),
         )
-        release(state)
-        state, rounds = new_state, rounds + 1
-    current, _ = _store(state.select(*original.columns))
-    release(state)
-    return Outcome({relation: current}, {relation: changes_between(original, current)}, rounds)
+    finally:
+        table.release_aux(lambda name: aux.pop(name).unpersist())
+    current = outcome.rows.select(*original.columns)
+    return Outcome(
+        {relation: current}, {relation: changes_between(original, current)}, outcome.rounds
+    )
 
 
 def _summed(parts: list[DataFrame], keys: list[str]) -> DataFrame:
@@ -616,50 +665,3 @@ def _constant_correction(
     diff = F.coalesce(F.col("n"), F.lit(0)) - F.coalesce(F.col("o"), F.lit(0))
     # Unchanged keys need no correction; a new key appears even when its value is 0.
     return joined.where((diff != 0) | F.col("o").isNull()).select(*keys, diff.alias("d"))
-
-
-def _correct(
-    ctx: UpdateContext, relation: str, current: DataFrame, correction: DataFrame
-) -> tuple[DataFrame, int, float]:
-    """acc ← acc + d for every key with a correction (new keys appear, even at 0), in one
-    job that also observes the pending count and the termination measure. The stored state
-    keeps ``d``: its non-zero values are the next round's delta."""
-    from pyspark.sql import Observation
-
-    spec = ctx.report.mra[relation]
-    info = ctx.info(relation)
-    keys = _key_columns(info)
-    value = positional(info.value_pos)  # type: ignore[arg-type]
-    value_type = spark_type(info.types[info.value_pos])  # type: ignore[index]
-    joined = current.withColumnRenamed(value, "acc").join(correction, keys, "full_outer")
-    acc = (F.coalesce(F.col("acc"), F.lit(0)) + F.coalesce(F.col("d"), F.lit(0))).cast(value_type)
-    d = F.coalesce(F.col("d"), F.lit(0)).cast(value_type)
-    merged = joined.select(*keys, acc.alias(value), d.alias("d")).select(*current.columns, "d")
-    func = spec.termination.func if spec.termination is not None else "sum"
-    observation = Observation()
-    observed = merged.observe(
-        observation,
-        F.count(F.when(F.col("d") != 0, 1)).alias("pending"),
-        measure_column(func, F.abs(F.col("d")).cast("double")).alias("m"),
-    )
-    stored = observed.localCheckpoint(eager=True)
-    stats = observation.get
-    return stored, int(stats["pending"]), float(stats["m"])
-
-
-def _as_rows(ctx: UpdateContext, relation: str, correction: DataFrame) -> DataFrame:
-    info = ctx.info(relation)
-    value = positional(info.value_pos)  # type: ignore[arg-type]
-    types = ctx.types[relation]
-    return correction.select(
-        *(
-            (F.col("d") if positional(i) == value else F.col(positional(i)))
-            .cast(spark_type(t))
-            .alias(positional(i))
-            for i, t in enumerate(types)
-        )
-    )
-
-
-def _terminated(termination: ast.Termination | None, measure: float) -> bool:
-    return termination is not None and clause_holds(termination, measure)
