@@ -82,6 +82,9 @@ class Epoch:
     """Per output relation that changed."""
     strata: list[StratumEpoch] = field(default_factory=list)
     seconds: float = 0.0
+    provisional: bool = False
+    """Async consistency: some MRA relation still has pending deltas (its rows are not yet
+    the fixpoint of the current facts); later epochs carry them on."""
 
     @property
     def rounds(self) -> int:
@@ -98,11 +101,20 @@ class Maintainer:
         options: EvalOptions | None = None,
         *,
         switch_fraction: float = 0.2,
+        round_budget: int | None = None,
     ) -> None:
         self.report = report
         self.spark = spark
         self.options = options or EvalOptions()
         self.switch_fraction = switch_fraction
+        if round_budget is not None and round_budget < 1:
+            raise ValueError(f"round_budget must be at least 1, not {round_budget}")
+        self.round_budget = round_budget
+        """Async consistency: propagation rounds (at least 1) an incremental MRA update may
+        run per epoch, after merging its seed; the deltas still pending are carried into
+        the next epoch. None: converge every epoch."""
+        self.carried: dict[str, DataFrame] = {}
+        """MRA relations with pending deltas: their MonoTables (async consistency)."""
         self.schemas = report.analysis.schemas
         self.outputs = tuple(report.analysis.program.outputs)
         self.frames: dict[str, DataFrame] = {}
@@ -140,6 +152,11 @@ class Maintainer:
         self.published = dict(published or {})
         return self._bootstrap_all(publish=False)
 
+    @property
+    def provisional(self) -> bool:
+        """Some relation has pending deltas: an epoch without input would make progress."""
+        return bool(self.carried)
+
     def pending_changes(self) -> Epoch:
         """An epoch holding only the differences between the current relations and what was
         published (none after a regular epoch)."""
@@ -149,7 +166,8 @@ class Maintainer:
 
     def apply(self, inserts: Mapping[str, DataFrame], deletes: Mapping[str, DataFrame]) -> Epoch:
         """One epoch: net insertions/deletions per EDB relation (inserted facts are absent
-        and deleted facts present beforehand, as the pipeline's normalization guarantees)."""
+        and deleted facts present beforehand, as the pipeline's normalization guarantees).
+        With no change at all it only carries pending deltas on (async consistency)."""
         started = time.monotonic()
         self._collect_garbage()
         old: dict[str, DataFrame] = {}
@@ -162,7 +180,7 @@ class Maintainer:
             self.edb_rows[rel] += delta.n_added - delta.n_removed
             kept = self.frames[rel].subtract(delta.removed)
             self.frames[rel] = _store(kept.unionByName(delta.added))
-        if not deltas:
+        if not deltas and not self.carried:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
         if self.whole_program_only:
             epoch = self._bootstrap_all()
@@ -172,6 +190,7 @@ class Maintainer:
             self.epochs += 1
         self._garbage += [*old.values(), *(f for d in deltas.values() for f in d.frames)]
         epoch.seconds = time.monotonic() - started
+        epoch.provisional = self.provisional
         return epoch
 
     def relation(self, name: str) -> DataFrame:
@@ -185,12 +204,15 @@ class Maintainer:
     ) -> StratumEpoch:
         inputs = _inputs_of(stratum)
         changed = {r: deltas[r] for r in inputs if r in deltas}
-        if not changed:
+        carried = {r: self.carried[r] for r in stratum.relations if r in self.carried}
+        if not changed and not carried:
             return self._unchanged(stratum)
         started = time.monotonic()
         method = self._choose(stratum, changed)
         result: StratumEpoch | None = None
         note = ""
+        if carried and method not in ("mra-improve", "mra-correction"):
+            method = None  # the bootstrap converges, and the carried deltas go with it
         if method is not None:
             budget = self.switch_fraction * self.bootstrap_seconds.get(stratum.index, float("inf"))
             context = UpdateContext(
@@ -202,20 +224,27 @@ class Maintainer:
                 changed,
                 started + budget,
                 self.options.max_iterations,
+                carried=carried,
+                round_budget=self.round_budget,
             )
             try:
                 with session_conf(self.spark, self._round_conf()):
                     outcome = UPDATES[method](context)
                 result = self._adopt(stratum, outcome.frames, outcome.deltas, old, deltas)
                 result.strategy, result.rounds = f"update:{method}", outcome.rounds
+                self._carry(stratum, outcome.carried)
             except Abandon as abandoned:
                 note = f"update:{method} abandoned: {abandoned}"
                 strategy = "bootstrap:switched" if abandoned.switched else "bootstrap"
             if result is None:
                 result = self._bootstrap_stratum(stratum, old, deltas)
                 result.strategy, result.note = strategy, note
+                self._carry(stratum, {})
         else:
             result = self._bootstrap_stratum(stratum, old, deltas)
+            self._carry(stratum, {})
+        if stratum.relations[0] in self.carried:
+            result.note = (result.note + "; " if result.note else "") + "deltas pending"
         result.seconds = time.monotonic() - started
         log.info(
             "epoch %d stratum %d %s: %s, %d round(s), %.3f s%s",
@@ -228,6 +257,14 @@ class Maintainer:
             f" ({result.note})" if result.note else "",
         )
         return result
+
+    def _carry(self, stratum: Stratum, left: dict[str, DataFrame]) -> None:
+        """Record which of the stratum's MonoTables still have pending deltas."""
+        for relation in stratum.relations:
+            previous = self.carried.pop(relation, None)
+            if previous is not None and previous is not left.get(relation):
+                self._garbage.append(previous)
+        self.carried.update(left)
 
     def _choose(self, stratum: Stratum, changed: dict[str, Delta]) -> str | None:
         """The cheapest exact update method for this stratum and change, or None."""
@@ -331,6 +368,8 @@ class Maintainer:
 
     def _bootstrap_all(self, publish: bool = True) -> Epoch:
         started = time.monotonic()
+        self._garbage += self.carried.values()
+        self.carried = {}
         edb = {rel: self.frames[rel] for rel in self._inputs()}
         evaluation = evaluate_with_stats(self.report, edb, self.spark, self.options)
         for rel, df in evaluation.relations.items():
@@ -443,10 +482,13 @@ class Maintainer:
     def _collect_garbage(self) -> None:
         """Free the blocks of the previous epoch's replaced rows and deltas. Deferred to the
         next epoch: the consumer evaluates the reported changes, which read them."""
-        live = {id(f) for f in self.frames.values()}
+        live = set()
+        for frame in [*self.frames.values(), *self.carried.values()]:
+            rdd = update.checkpoint_rdd(frame)
+            if rdd is not None:
+                live.add(rdd.id())  # type: ignore[attr-defined]
         for frame in self._garbage:
-            if id(frame) not in live:
-                update.release(frame)
+            update.release(frame, keep=live)
         self._garbage = []
 
 

@@ -291,16 +291,27 @@ class MonoTable:
             best(v).alias("v"), *(best_by(F.col(w), v).alias(w) for w in self.wits)
         )
 
-    def _merge(self, state: DataFrame, candidates: DataFrame, replace: bool = False) -> DataFrame:
+    def _merge(
+        self,
+        state: DataFrame,
+        candidates: DataFrame,
+        replace: bool = False,
+        carry: bool = False,
+    ) -> DataFrame:
         """acc ← G(acc, G(candidates)) with the next pending delta, in one aggregation.
 
         ``replace`` (indexed sum, first round): the candidates are X¹, the table X⁰, and
-        the delta is X¹ − X⁰."""
+        the delta is X¹ − X⁰. ``carry``: the table's own pending deltas (left by a
+        round-bounded update, async consistency) stay pending, combined with the new ones."""
+        # The carried pending delta rides along as column p only when asked for: the
+        # bootstrap's rounds pay nothing for it.
+        p_old = [F.col("delta").alias("p")] if carry else []
+        p_new = [F.lit(None).cast(spark_type(self.value_type)).alias("p")] if carry else []
         old_rows = state.select(
-            *self.keys, F.col("acc").alias("v"), *self.wits, F.lit(0).alias("t")
+            *self.keys, F.col("acc").alias("v"), *p_old, *self.wits, F.lit(0).alias("t")
         )
         new_rows = self._combine(candidates).select(
-            *self.keys, "v", *self.wits, F.lit(1).alias("t")
+            *self.keys, "v", *p_new, *self.wits, F.lit(1).alias("t")
         )
         union = old_rows.unionByName(new_rows)
         is_old, is_new = F.col("t") == 0, F.col("t") == 1
@@ -308,12 +319,15 @@ class MonoTable:
             grouped = union.groupBy(*self.keys).agg(
                 F.sum(F.when(is_old, F.col("v"))).alias("old"),
                 F.sum(F.when(is_new, F.col("v"))).alias("d"),
+                *([F.sum(F.col("p")).alias("p")] if carry else []),
             )
             old, d = F.coalesce(F.col("old"), F.lit(0)), F.col("d")
             if replace:
                 d = F.coalesce(d, F.lit(0)) - old
             acc = old + F.coalesce(d, F.lit(0))
-            pending = F.when(d != 0, d)
+            # A carried delta is already in acc, but not yet propagated.
+            total = F.coalesce(d, F.lit(0)) + F.coalesce(F.col("p"), F.lit(0)) if carry else d
+            pending = F.when(total != 0, total)
             return grouped.select(
                 *self.keys,
                 acc.cast(spark_type(self.value_type)).alias("acc"),
@@ -329,6 +343,7 @@ class MonoTable:
         grouped = union.groupBy(*self.keys).agg(
             best(F.when(is_old, F.col("v"))).alias("old"),
             best(new_only).alias("new_v"),
+            *([F.first(F.col("p"), ignorenulls=True).alias("p")] if carry else []),
             *(
                 F.first(F.when(is_old, F.col(w)), ignorenulls=True).alias(f"old_{w}")
                 for w in self.wits
@@ -341,7 +356,7 @@ class MonoTable:
         return grouped.select(
             *self.keys,
             F.when(improved, new_value).otherwise(old).alias("acc"),
-            F.when(improved, new_value).alias("delta"),
+            F.when(improved, new_value).otherwise(F.col("p") if carry else None).alias("delta"),
             F.when(improved, F.abs(new_value - F.coalesce(old, F.lit(0))))
             .cast("double")
             .alias("chg"),
@@ -408,17 +423,28 @@ class MonoTable:
         max_rounds: int,
         on_round: Callable[[RoundInfo], None] = lambda info: None,
         set_frontier: Callable[[DataFrame], None] = lambda df: None,
+        carried: DataFrame | None = None,
     ) -> MraOutcome:
         """Continue from a fixpoint after the inputs changed (incremental maintenance).
 
         ``rows`` are the relation's current rows (positional columns, no index), ``seed``
         the change as candidates ``k0.., v``: for min/max new candidate values (only keys
         they improve become pending), for sum signed corrections Δ (every non-zero one
-        becomes pending). The auxiliary tables are built from the current inputs, so the
-        rounds propagate under the new facts exactly as a bootstrap's would."""
+        becomes pending). ``carried``, when given, replaces ``rows``: a MonoTable an earlier
+        round-bounded resume left with pending deltas, which stay pending. The auxiliary
+        tables are built from the current inputs, so the rounds propagate under the new
+        facts exactly as a bootstrap's would. ``max_rounds`` bounds this call's rounds
+        (the seed's merge is the first); the outcome is ``capped`` if deltas remain."""
         assert self.spec.index_pos is None, "iteration-indexed relations are re-evaluated"
         self.build_aux()
-        state = rows.select(
+        state = carried if carried is not None else self.state_of(rows)
+        candidates = seed.select(*self.keys, "v", *self._witness_columns([]))
+        stored = self._store(self._merge(state, candidates, carry=carried is not None))
+        return self._rounds(stored, max_rounds, on_round, set_frontier)
+
+    def state_of(self, rows: DataFrame) -> DataFrame:
+        """A MonoTable (nothing pending) holding the relation rows ``rows``."""
+        return rows.select(
             *(
                 F.col(positional(p)).alias(k)
                 for k, p in zip(self.keys, self.spec.key_positions, strict=True)
@@ -428,9 +454,6 @@ class MonoTable:
             F.lit(None).cast("double").alias("chg"),
             *self._witness_columns([]),
         )
-        candidates = seed.select(*self.keys, "v", *self._witness_columns([]))
-        stored = self._store(self._merge(state, candidates))
-        return self._rounds(stored, max_rounds, on_round, set_frontier)
 
     def release_aux(self, drop: Callable[[str], None]) -> None:
         """Unpersist the cached auxiliary tables (``drop`` unregisters one by name)."""

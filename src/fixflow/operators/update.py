@@ -98,6 +98,8 @@ class Outcome:
     deltas: dict[str, Delta]
     rounds: int = 1
     note: str = ""
+    carried: dict[str, DataFrame] = field(default_factory=dict)
+    """MonoTables left with pending deltas because the round budget ran out."""
 
 
 @dataclass
@@ -115,6 +117,10 @@ class UpdateContext:
     max_iterations: int
     extra: dict[str, DataFrame] = field(default_factory=dict)
     """Frames registered under derived names (``R@add``, ``R@delta``, ...)."""
+    carried: dict[str, DataFrame] = field(default_factory=dict)
+    """MonoTables an earlier round-bounded update left with pending deltas (async)."""
+    round_budget: int | None = None
+    """Rounds an MRA resume may run in this epoch (async consistency); None: to the end."""
 
     def __post_init__(self) -> None:
         self.types = {
@@ -276,16 +282,25 @@ def changes_between(old: DataFrame, new: DataFrame) -> Delta:
     return _delta(new.subtract(old), old.subtract(new))
 
 
-def release(frame: DataFrame) -> None:
-    """Free the blocks of a locally checkpointed frame nobody reads any more (or of the
-    checkpoint under a projection/filter of one, such as a MonoTable's relation rows)."""
+def checkpoint_rdd(frame: DataFrame) -> object | None:
+    """The checkpointed RDD holding ``frame``'s rows, looking through projections and
+    filters (such as a MonoTable's relation rows); None when there is none."""
     try:
         plan = frame._jdf.queryExecution().logical()
         while plan.children().size() == 1:
             plan = plan.children().head()
-        plan.rdd().unpersist(False)
+        return plan.rdd()
     except Exception:  # not a checkpointed LogicalRDD (e.g. an empty local relation)
-        log.debug("nothing to release under %s", frame, exc_info=True)
+        log.debug("no checkpoint under %s", frame, exc_info=True)
+        return None
+
+
+def release(frame: DataFrame, keep: set[int] | None = None) -> None:
+    """Free the blocks of a locally checkpointed frame nobody reads any more, unless its
+    RDD's id is in ``keep``."""
+    rdd = checkpoint_rdd(frame)
+    if rdd is not None and (keep is None or rdd.id() not in keep):  # type: ignore[attr-defined]
+        rdd.unpersist(False)  # type: ignore[attr-defined]
 
 
 def _key_columns(info: RelationInfo) -> list[str]:
@@ -551,6 +566,11 @@ def mra_correction(ctx: UpdateContext) -> Outcome:
     info = ctx.info(relation)
     keys = _key_columns(info)
     value = positional(info.value_pos)  # type: ignore[arg-type]
+    current = ctx.frames[relation]
+    if relation in ctx.carried:
+        # What has been propagated so far is acc − pending: the auxiliary corrections
+        # re-weigh exactly that; the pending part propagates under the new facts anyway.
+        ctx.frames[relation] = _propagated_rows(ctx, relation, ctx.carried[relation])
     seeds = [_constant_correction(ctx, relation, keys, value)]
     for body, atom in zip(spec.recursive_bodies, spec.recursive_atom_index, strict=True):
         for i in _atoms_over(body, ctx.deltas):
@@ -560,7 +580,20 @@ def mra_correction(ctx: UpdateContext) -> Outcome:
                 plan = _rule_rows(ctx, spec.head, body, _versions(ctx, body, i, kind))
                 rows = _positional(ctx, relation, ctx.backend.run(plan))
                 seeds.append(rows.select(*keys, (F.col(value) * F.lit(sign)).alias("d")))
-    return _resume(ctx, relation, _summed(seeds, keys).withColumnRenamed("d", value))
+    seed = _summed(seeds, keys).withColumnRenamed("d", value)
+    ctx.frames[relation] = current
+    return _resume(ctx, relation, seed)
+
+
+def _propagated_rows(ctx: UpdateContext, relation: str, table: DataFrame) -> DataFrame:
+    """A sum MonoTable's acc − pending Δ as positional relation rows."""
+    info = ctx.info(relation)
+    columns = {p: F.col(f"k{j}") for j, p in enumerate(info.key_positions)}
+    columns[info.value_pos] = F.col("acc") - F.coalesce(F.col("delta"), F.lit(0))  # type: ignore[index]
+    types = ctx.types[relation]
+    return table.select(
+        *(columns[i].cast(spark_type(t)).alias(positional(i)) for i, t in enumerate(types))
+    )
 
 
 def mra_improve(ctx: UpdateContext) -> Outcome:
@@ -609,20 +642,25 @@ def _resume(ctx: UpdateContext, relation: str, seed: DataFrame) -> Outcome:
         F.col(positional(info.value_pos)).alias("v"),  # type: ignore[arg-type]
     )
     original = ctx.frames[relation]
+    # The budget counts propagation rounds; the seed's merge comes on top of them.
+    budget = min(ctx.max_iterations, ctx.round_budget + 1 if ctx.round_budget else 1 << 62)
     try:
         outcome = table.resume(
             original,
             candidates,
-            ctx.max_iterations,
+            budget,
             lambda _round: ctx.check_deadline(),
             lambda frame: frontier.__setitem__(relation, frame),
+            carried=ctx.carried.get(relation),
         )
     finally:
         table.release_aux(lambda name: aux.pop(name).unpersist())
     current = outcome.rows.select(*original.columns)
-    return Outcome(
-        {relation: current}, {relation: changes_between(original, current)}, outcome.rounds
-    )
+    left = {relation: outcome.stored.frame} if outcome.capped else {}
+    if outcome.capped and ctx.round_budget is None:
+        log.warning("%s: hit the iteration cap (%d rounds)", relation, ctx.max_iterations)
+    changes = {relation: changes_between(original, current)}
+    return Outcome({relation: current}, changes, outcome.rounds, carried=left)
 
 
 def _summed(parts: list[DataFrame], keys: list[str]) -> DataFrame:
