@@ -24,10 +24,9 @@ from streams.harness import (
     mismatches_with_expected,
     mismatches_with_oracle,
     publish,
+    run_available_now,
     step_messages,
 )
-
-QUERY_TIMEOUT_S = 240
 
 
 def test_every_case_has_the_acceptance_programs() -> None:
@@ -37,14 +36,6 @@ def test_every_case_has_the_acceptance_programs() -> None:
         case = load_case(name)
         assert case.steps and all(s.expected for s in case.steps), name
         assert any(s.deletes for s in case.steps), f"{name}: no step deletes anything"
-
-
-def run_available_now(stream: ProgramStream) -> None:
-    """One availableNow run on the stream's checkpoint; a failed batch raises here."""
-    query = stream.start(available_now=True)
-    finished = query.awaitTermination(QUERY_TIMEOUT_S)
-    assert finished, f"the query did not finish within {QUERY_TIMEOUT_S} s"
-    assert query.exception() is None, query.exception()
 
 
 def step_problems(stream: ProgramStream, case: StreamCase, facts: dict[str, set[Any]],

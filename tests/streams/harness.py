@@ -241,3 +241,14 @@ class ContinuousRun:
     def stop(self) -> None:
         self.query.stop()
         self.query.awaitTermination(60)
+
+
+QUERY_TIMEOUT_S = 240
+
+
+def run_available_now(stream: Any) -> None:
+    """One availableNow run on a ``ProgramStream``'s checkpoint; a failed batch raises."""
+    query = stream.start(available_now=True)
+    finished = query.awaitTermination(QUERY_TIMEOUT_S)
+    assert finished, f"the query did not finish within {QUERY_TIMEOUT_S} s"
+    assert query.exception() is None, query.exception()

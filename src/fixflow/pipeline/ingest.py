@@ -24,6 +24,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -306,20 +307,24 @@ def topics_for(program: Program, topic_prefix: str = "") -> list[str]:
 
 def batch_handler(program: Program, lake: ProgramLake, metrics: Metrics | None = None,
                   maintain: Maintain | None = None, *, topic_prefix: str = "",
+                  lock: AbstractContextManager[Any] | None = None,
                   ) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function: ingest → ``maintain`` (the engine) → EDB commit → metrics.
 
     Any exception propagates and stops the query without committing the batch in Spark's
     checkpoint, so the batch is replayed on restart; the idempotent commits make that safe.
+    ``lock`` is held for the whole batch (work between batches, such as carrying pending
+    deltas on under async consistency, takes it too).
     """
 
     def handle(batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        result = ingest_batch(batch_df, batch_id, program, lake, metrics,
-                              topic_prefix=topic_prefix)
-        if maintain is not None:
-            maintain(result)
-        result.commit_edb()
+        with lock or nullcontext():
+            result = ingest_batch(batch_df, batch_id, program, lake, metrics,
+                                  topic_prefix=topic_prefix)
+            if maintain is not None:
+                maintain(result)
+            result.commit_edb()
         if metrics is not None:
             if result.replayed:
                 metrics.batches_replayed.inc()
@@ -332,7 +337,8 @@ def batch_handler(program: Program, lake: ProgramLake, metrics: Metrics | None =
 def start_ingest_query(spark: SparkSession, config: Config, program: Program,
                        lake: ProgramLake, metrics: Metrics | None = None,
                        maintain: Maintain | None = None, *, available_now: bool = False,
-                       limit_file: str | None = None) -> StreamingQuery:
+                       limit_file: str | None = None,
+                       lock: AbstractContextManager[Any] | None = None) -> StreamingQuery:
     """Start the streaming query of a program: its input topics (created if missing) →
     ``batch_handler`` → the lake, checkpointed under ``lake.checkpoint()``.
 
@@ -347,7 +353,8 @@ def start_ingest_query(spark: SparkSession, config: Config, program: Program,
     ensure_topics(config, topics)
     ensure_edb_tables(program, lake)
     writer = (read_stream(spark, config, topics, limit_file=limit_file).writeStream
-              .foreachBatch(batch_handler(program, lake, metrics, maintain, topic_prefix=prefix))
+              .foreachBatch(batch_handler(program, lake, metrics, maintain, topic_prefix=prefix,
+                                          lock=lock))
               .option("checkpointLocation", lake.checkpoint())
               .queryName(f"fixflow-{lake.program}"))
     if available_now:

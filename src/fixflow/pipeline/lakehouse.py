@@ -175,33 +175,46 @@ def read_before_batch(table_path: str, query_id: str, batch_id: int) -> pa.Table
 
 
 def append_rows(table_path: str, rows: pa.Table, commit: BatchCommit | None = None,
-                partition_by: Sequence[str] | None = None) -> bool:
+                partition_by: Sequence[str] | None = None,
+                metadata: Mapping[str, str] | None = None) -> bool:
     """Append ``rows``; with ``commit``, skip a batch already in the table. True if written."""
     if commit is not None and already_committed(table_path, commit.query_id, commit.batch_id):
         log.info("%s: batch %d already committed, skipping append", table_path, commit.batch_id)
         return False
     write_deltalake(table_path, rows, mode="append",
                     partition_by=list(partition_by) if partition_by else None,
-                    commit_properties=commit.properties() if commit else None)
+                    commit_properties=_properties(commit, metadata))
     return True
 
 
-def overwrite_rows(table_path: str, rows: pa.Table, commit: BatchCommit | None = None) -> bool:
+def overwrite_rows(table_path: str, rows: pa.Table, commit: BatchCommit | None = None,
+                   metadata: Mapping[str, str] | None = None) -> bool:
     """Replace the table's contents with ``rows`` (same idempotence as ``append_rows``)."""
     if commit is not None and already_committed(table_path, commit.query_id, commit.batch_id):
         log.info("%s: batch %d already committed, skipping overwrite", table_path,
                  commit.batch_id)
         return False
     write_deltalake(table_path, rows, mode="overwrite", schema_mode="overwrite",
-                    commit_properties=commit.properties() if commit else None)
+                    commit_properties=_properties(commit, metadata))
     return True
 
 
+def _properties(commit: BatchCommit | None,
+                metadata: Mapping[str, str] | None) -> CommitProperties | None:
+    """A batch's commit properties, or plain metadata for a commit between batches."""
+    if commit is not None:
+        return commit.properties(metadata)
+    return CommitProperties(custom_metadata=dict(metadata)) if metadata else None
+
+
 def merge_changes(table_path: str, key_columns: Sequence[str], upserts: pa.Table | None = None,
-                  deletes: pa.Table | None = None, commit: BatchCommit | None = None) -> bool:
+                  deletes: pa.Table | None = None, commit: BatchCommit | None = None,
+                  metadata: Mapping[str, str] | None = None) -> bool:
     """Upsert ``upserts`` and delete the rows whose key matches a row of ``deletes``, in one
     commit. Rows are matched on ``key_columns``; ``deletes`` needs only those columns. A key
-    both upserted and deleted is an error (normalize first). True if a commit was made."""
+    both upserted and deleted is an error (normalize first). True if a commit was made.
+    ``metadata``: more ``fixflow.*`` commit entries (e.g. ``fixflow.provisional``); without
+    ``commit`` the commit is not tied to a batch (work between batches)."""
     upserts = _empty_if_none(upserts)
     deletes = _empty_if_none(deletes)
     if upserts.num_rows == 0 and deletes.num_rows == 0:
@@ -213,11 +226,11 @@ def merge_changes(table_path: str, key_columns: Sequence[str], upserts: pa.Table
     if table is None:
         if upserts.num_rows == 0:
             return False  # deleting from a table that does not exist: nothing to do
-        return append_rows(table_path, upserts, commit)
+        return append_rows(table_path, upserts, commit, metadata=metadata)
     source = _merge_source(table.to_pyarrow_dataset().schema, key_columns, upserts, deletes)
     merger = table.merge(
         source, predicate=_key_predicate(key_columns), source_alias="s", target_alias="t",
-        commit_properties=commit.properties() if commit else None,
+        commit_properties=_properties(commit, metadata),
     )
     is_delete = f"s.{OP_COLUMN} = 'delete'"
     is_upsert = f"s.{OP_COLUMN} = 'upsert'"

@@ -21,8 +21,6 @@ def refuse_unimplemented(config: Config) -> None:
     """Settings the config format accepts but this build cannot honour yet: refuse them
     rather than silently running something else."""
     missing = []
-    if config.stream.consistency != "converged":
-        missing.append('[stream] consistency = "async" (only "converged" is implemented)')
     if config.engine.mode != "sync":
         missing.append(f'[engine] mode = "{config.engine.mode}" (only "sync" is implemented)')
     if config.engine.priority:
@@ -88,5 +86,9 @@ def format_batch(report: BatchReport) -> str:
                if s.strategy != "unchanged"]
         strategies = "; " + " ".join(ran) if ran else ""
     dead = f", {report.dead_letters} dead letters" if report.dead_letters else ""
+    flag = " (provisional: deltas pending)" if report.provisional else ""
+    if report.between_batches:
+        return (f"after batch {report.batch_id}: carrying pending deltas on{strategies}{flag}"
+                f" [{report.seconds:.2f} s]")
     return (f"batch {report.batch_id}: {report.records} records{dead}: {changes}{strategies}"
-            f" [{report.seconds:.2f} s]")
+            f"{flag} [{report.seconds:.2f} s]")

@@ -11,6 +11,15 @@
 5. the EDB commit, made last by ``batch_handler``, marks the batch as applied.
 
 Every Delta commit carries (query id, batch id) so a replayed batch changes nothing.
+
+Consistency (``[stream] consistency``): ``converged`` runs every epoch to the fixpoint.
+``async`` lets an incremental MRA update run ``async_rounds_per_batch`` propagation rounds,
+commits, and carries the pending deltas on: into the next batch, and between batches
+(``converge``: epochs without input while the query is idle, and to the end after an
+``--available-now`` run). While deltas are pending, result commits carry
+``fixflow.provisional = true`` and ``state/<relation>`` holds the pending deltas; the
+commit that completes convergence says ``false``. A restart re-evaluates the EDB, which
+converges, so nothing provisional survives a crash.
 """
 
 from __future__ import annotations
@@ -20,12 +29,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
@@ -39,11 +49,14 @@ from fixflow.pipeline.ingest import (
 from fixflow.pipeline.kafka_source import lag_from_progress, next_batch_limit, write_limit_file
 from fixflow.pipeline.lake import arrow_schema
 from fixflow.pipeline.lakehouse import (
+    BatchCommit,
     ProgramLake,
     append_rows,
     merge_changes,
     open_table,
+    overwrite_rows,
     read_before_batch,
+    read_table,
 )
 from fixflow.pipeline.metrics import Metrics
 
@@ -64,6 +77,12 @@ class BatchReport:
     replayed: bool = False
     changed_rows: dict[str, int] = field(default_factory=dict)
     finished_at: float = field(default_factory=time.monotonic)
+    between_batches: bool = False
+    """An epoch without input carrying pending deltas on (async), after ``batch_id``."""
+
+    @property
+    def provisional(self) -> bool:
+        return self.epoch is not None and self.epoch.provisional
 
     @property
     def started_at(self) -> float:
@@ -93,9 +112,16 @@ class ProgramStream:
         options = EvalOptions(
             max_iterations=config.engine.max_iterations, progress=self._on_round
         )
+        self.async_mode = config.stream.consistency == "async"
         self.maintainer = Maintainer(
-            self.report, spark, options, switch_fraction=config.elastic.switch_fraction
+            self.report, spark, options, switch_fraction=config.elastic.switch_fraction,
+            round_budget=config.stream.async_rounds_per_batch if self.async_mode else None,
         )
+        self.lock = threading.Lock()
+        """Held by each batch (``batch_handler``) and by ``converge`` between batches."""
+        self._flagged: dict[str, bool] = {}
+        """Per output relation, the ``provisional`` flag of its last result commit."""
+        self._last_batch = -1
         self.loaded = False
         self.beta = config.stream.max_records_per_trigger
         self.limit_file = str(Path(self.lake.checkpoints) / "max_records_per_trigger")
@@ -121,7 +147,8 @@ class ProgramStream:
             epoch = self.maintainer.pending_changes()
         else:
             epoch = None
-        changed_rows = self._commit_results(epoch, result) if epoch else {}
+        changed_rows = self._commit_epoch(epoch, result.commit) if epoch else {}
+        self._last_batch = result.batch_id
         seconds = time.monotonic() - started
         report = BatchReport(
             result.batch_id, result.records, result.dead_letters,
@@ -172,17 +199,87 @@ class ProgramStream:
             if open_table(self.lake.results(relation)) is None:
                 append_rows(self.lake.results(relation), self.result_schema(relation).empty_table())
 
-    def _commit_results(self, epoch: Epoch, result: IngestResult) -> dict[str, int]:
+    def _commit_epoch(self, epoch: Epoch, commit: BatchCommit | None) -> dict[str, int]:
+        """Commit an epoch's changed result rows (and, async, the pending deltas)."""
         changed = {}
+        metadata = self._metadata(epoch)
         for relation, change in epoch.changes.items():
             upserts, deletes = self._arrow_change(relation, change)
-            if upserts.num_rows or deletes.num_rows:
-                merge_changes(
-                    self.lake.results(relation), list(change.key_columns), upserts, deletes,
-                    result.commit,
-                )
+            if not (upserts.num_rows or deletes.num_rows) and self._flag_unchanged(relation,
+                                                                                   epoch):
+                continue
+            if not (upserts.num_rows or deletes.num_rows):
+                # Only the flag changes (e.g. the last pending delta changed no row): commit
+                # one unchanged row again so the newest commit tells the truth.
+                upserts = _to_arrow(self.maintainer.relation(relation).limit(1),
+                                    self.result_schema(relation))
+            if merge_changes(self.lake.results(relation), list(change.key_columns), upserts,
+                             deletes, commit, metadata):
                 changed[relation] = upserts.num_rows + deletes.num_rows
+            if self.async_mode:
+                self._flagged[relation] = epoch.provisional
+        if self.async_mode:
+            self._commit_state(commit, metadata)
         return changed
+
+    def _metadata(self, epoch: Epoch) -> dict[str, str] | None:
+        if not self.async_mode:
+            return None
+        return {"fixflow.provisional": "true" if epoch.provisional else "false"}
+
+    def _flag_unchanged(self, relation: str, epoch: Epoch) -> bool:
+        return not self.async_mode or self._flagged.get(relation, False) == epoch.provisional
+
+    def _commit_state(self, commit: BatchCommit | None, metadata: dict[str, str] | None) -> None:
+        """``state/<relation>``: the pending deltas of every MRA relation (async)."""
+        for relation in self.report.mra:
+            rows = self._pending_rows(relation)
+            path = self.lake.state(relation)
+            if rows.num_rows == 0 and open_table(path) is not None and not _has_rows(path):
+                continue
+            overwrite_rows(path, rows, commit, metadata)
+
+    def _pending_rows(self, relation: str) -> pa.Table:
+        info = relation_info(self.report, relation)
+        attributes = self.report.analysis.schemas[relation]
+        keys = [attributes[p] for p in info.key_positions]
+        value = attributes[info.value_pos]  # type: ignore[index]
+        schema = arrow_schema((*keys, value, replace(value, name="pending_delta")))
+        table = self.maintainer.carried.get(relation)
+        if table is None:
+            return schema.empty_table()
+        frame = table.where("delta is not null").select(
+            *(F.col(f"k{j}").alias(a.name) for j, a in enumerate(keys)),
+            F.col("acc").alias(value.name), F.col("delta").alias("pending_delta"),
+        )
+        return _to_arrow(frame, schema)
+
+    # ------------------------------------------------------------ async: between batches
+
+    def converge(self) -> BatchReport | None:
+        """One epoch without input that carries pending deltas on (async consistency),
+        its result changes committed outside any batch; None when nothing is pending."""
+        with self.lock:
+            if not self.maintainer.provisional:
+                return None
+            started = time.monotonic()
+            epoch = self.maintainer.apply({}, {})
+            changed_rows = self._commit_epoch(epoch, None)
+            report = BatchReport(self._last_batch, 0, 0, {}, {}, epoch,
+                                 time.monotonic() - started, changed_rows=changed_rows,
+                                 between_batches=True)
+        self._observe(report)
+        self.reports.append(report)
+        if self.on_batch is not None:
+            self.on_batch(report)
+        return report
+
+    def settle(self) -> int:
+        """Carry every pending delta on until the results are converged; the epochs run."""
+        epochs = 0
+        while self.converge() is not None:
+            epochs += 1
+        return epochs
 
     def _arrow_change(self, relation: str, change: RelationChange) -> tuple[pa.Table, pa.Table]:
         schema = self.result_schema(relation)
@@ -255,7 +352,13 @@ class ProgramStream:
             self.spark, self.config, self.program, self.lake, self.metrics, self.maintain,
             available_now=available_now,
             limit_file=self.limit_file if self.config.stream.adaptive else None,
+            lock=self.lock,
         )
+
+
+def _has_rows(path: str) -> bool:
+    table = read_table(path)
+    return table is not None and table.num_rows > 0
 
 
 def _to_arrow(frame: DataFrame, schema: pa.Schema) -> pa.Table:
@@ -282,11 +385,17 @@ def run_until_stopped(stream: ProgramStream, query: Any, poll_s: float = 0.5) ->
             time.sleep(poll_s)
             if len(stream.reports) > seen:
                 seen = _after_batches(stream, query, seen)
+            elif _idle(query) and stream.maintainer.provisional:
+                stream.converge()  # async: no input arrives, so carry pending deltas on
         _stop_between_batches(query)
         query.awaitTermination()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _idle(query: Any) -> bool:
+    return query.isActive and not query.status.get("isTriggerActive", False)
 
 
 def _stop_between_batches(query: Any, timeout_s: float = 3600.0) -> None:

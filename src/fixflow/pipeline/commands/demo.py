@@ -137,6 +137,7 @@ class Demo:
             started = time.monotonic()
             query = stream.start(available_now=True)  # type: ignore[attr-defined]
             query.awaitTermination()
+            stream.settle()  # type: ignore[attr-defined]
             seconds = time.monotonic() - started
             reports = stream.reports[before:]  # type: ignore[attr-defined]
             strategies = sorted({

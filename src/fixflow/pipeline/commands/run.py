@@ -50,6 +50,7 @@ def _run(config: object, program: str, available_now: bool) -> int:
         query = session.stream.start(available_now=available_now)
         if available_now:
             query.awaitTermination()
+            session.stream.settle()  # async consistency: converge before exiting
         else:
             from fixflow.pipeline.stream import run_until_stopped
 
