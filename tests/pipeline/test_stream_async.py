@@ -19,6 +19,7 @@ from fixflow.pipeline.config import Config
 from fixflow.pipeline.lakehouse import read_table
 from fixflow.pipeline.session import format_batch
 from fixflow.pipeline.stream import ProgramStream
+from operators.test_maintain import SSSP as PROGRAM  # the same program as the Maintainer's
 from streams.harness import (
     apply_changes,
     isolated_config,
@@ -27,15 +28,6 @@ from streams.harness import (
     run_available_now,
     step_messages,
 )
-
-PROGRAM = """
-.decl warc(src: number, dst: number, c: float)
-.input warc
-.decl sp(node: number, c: float)
-.output sp
-sp(To, min[C]) :- To = 1, C = 0.0.
-sp(To2, min[C]) :- sp(To1, C1), warc(To1, To2, C2), C = C1 + C2.
-"""
 
 PATH = [(i, i + 1, 10.0) for i in range(1, 12)]
 

@@ -100,7 +100,7 @@ class Maintainer:
         spark: SparkSession,
         options: EvalOptions | None = None,
         *,
-        switch_fraction: float = 0.2,
+        switch_fraction: float = 1.0,
         round_budget: int | None = None,
     ) -> None:
         self.report = report
