@@ -178,7 +178,8 @@ class Maintainer:
                 continue
             old[rel], deltas[rel] = self.frames[rel], delta
             self.edb_rows[rel] += delta.n_added - delta.n_removed
-            kept = self.frames[rel].subtract(delta.removed)
+            # Insert-only (the common case) needs no shuffle of the whole relation.
+            kept = self.frames[rel].subtract(delta.removed) if delta.n_removed else old[rel]
             self.frames[rel] = _store(kept.unionByName(delta.added))
         if not deltas and not self.carried:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
@@ -440,10 +441,12 @@ class Maintainer:
     ) -> Delta:
         current = self.frames[relation]
         columns = current.columns
-        added = self._positional_input(relation, inserts).distinct()
-        added = added.join(current, columns, "left_anti")
-        removed = self._positional_input(relation, deletes).distinct()
-        removed = removed.join(current, columns, "left_semi")
+        added = self._positional_input(relation, inserts)
+        if inserts is not None:  # no join with the whole relation for an absent side
+            added = added.distinct().join(current, columns, "left_anti")
+        removed = self._positional_input(relation, deletes)
+        if deletes is not None:
+            removed = removed.distinct().join(current, columns, "left_semi")
         return update.stored_delta(added, removed)
 
     def _positional_input(self, relation: str, frame: DataFrame | None) -> DataFrame:
