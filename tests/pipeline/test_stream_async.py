@@ -15,11 +15,13 @@ from typing import Any
 
 from deltalake import DeltaTable
 
+from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.lakehouse import read_table
+from fixflow.pipeline.lakehouse import ProgramLake, read_table
 from fixflow.pipeline.session import format_batch
 from fixflow.pipeline.stream import ProgramStream
 from operators.test_maintain import SSSP as PROGRAM  # the same program as the Maintainer's
+from streams.cli import FixflowRun, write_conf
 from streams.harness import (
     apply_changes,
     isolated_config,
@@ -69,3 +71,40 @@ def test_async_batches_commit_provisional_results_then_converge(
         assert mismatches_with_oracle(program, stream.lake, facts, 0.0) == {}
         assert _newest_flag(results) == "false"
         assert read_table(state).num_rows == 0  # type: ignore[union-attr]
+
+
+def test_fixflow_run_converges_while_idle(broker: Config, tmp_path: Path) -> None:
+    """`fixflow run` (continuous) on an async config: no input arrives after the shortcut,
+    yet the run carries the pending deltas on between batches until the results converge."""
+    program_file = tmp_path / "sp_idle.dl"
+    program_file.write_text(PROGRAM)
+    config = isolated_config(broker, tmp_path / "lake")
+    conf = write_conf(
+        tmp_path / "async.toml", config, trigger_ms=200,
+        stream_keys='consistency = "async"\nasync_rounds_per_batch = 1',
+        sections="[elastic]\nswitch_fraction = 1e6",
+    )
+    lake = ProgramLake.for_program(config.lake.path, program_file)
+    parsed = parse(PROGRAM, str(program_file))
+    publish(config, parsed, step_messages({"warc": PATH}, {}))
+    run = FixflowRun.start(program_file, conf, tmp_path / "run.out")
+    try:
+        facts: dict[str, set[Any]] = {"warc": set(PATH)}
+
+        def converged() -> bool:
+            table = read_table(lake.results("sp"))
+            return (table is not None and table.num_rows > 0
+                    and mismatches_with_oracle(parsed, lake, facts, 0.0) == {}
+                    and _newest_flag(lake.results("sp")) in (None, "false"))
+
+        run.wait_until(converged, "the path's distances")
+        shortcut = [(1, 3, 1.0)]
+        publish(config, parsed, step_messages({"warc": shortcut}, {}))
+        facts["warc"] |= set(shortcut)
+        run.wait_until(converged, "the shortcut's distances, converged while idle")
+        assert _newest_flag(lake.results("sp")) == "false"
+        assert "carrying pending deltas on" in run.output
+        assert "(provisional: deltas pending)" in run.output
+        assert run.stop() == 0, run.output[-3000:]
+    finally:
+        run.kill_if_running()

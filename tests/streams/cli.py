@@ -23,9 +23,11 @@ STOPPED_LINE = re.compile(r"^stopped after (\d+) batch\(es\)$", re.MULTILINE)
 
 
 def write_conf(path: Path, config: Config, *, trigger_ms: int = 300, metrics_port: int = 0,
-               max_records_per_trigger: int = 10000, adaptive: bool = True) -> Path:
+               max_records_per_trigger: int = 10000, adaptive: bool = True,
+               stream_keys: str = "", sections: str = "") -> Path:
     """A TOML config for the test's broker, topics and lake (the embedded broker is the
-    test session's, so `fixflow run` must not manage one)."""
+    test session's, so `fixflow run` must not manage one); ``stream_keys`` are more
+    ``[stream]`` lines, ``sections`` more tables."""
     path.write_text(f"""
 [kafka]
 bootstrap_servers = "{config.kafka.bootstrap_servers}"
@@ -46,9 +48,11 @@ master = "local[2]"
 trigger_ms = {trigger_ms}
 max_records_per_trigger = {max_records_per_trigger}
 adaptive = {str(adaptive).lower()}
+{stream_keys}
 
 [metrics]
 port = {metrics_port}
+{sections}
 """)
     load_config(path)  # a config the CLI would refuse would make every check below moot
     return path
