@@ -139,7 +139,8 @@ class ProgramStream:
         changes = result.changes.items()
         inserts = {r: self._frame(c.inserts) for r, c in changes if c.inserts.num_rows}
         deletes = {r: self._frame(c.deletes) for r, c in changes if c.deletes.num_rows}
-        if inserts or deletes:
+        if inserts or deletes or self.maintainer.provisional:
+            # (async: a batch of no-ops or dead letters still carries pending deltas on)
             epoch: Epoch | None = self.maintainer.apply(inserts, deletes)
         elif loaded is not None:
             # Nothing changed in this batch, but the results may lag the EDB they were
