@@ -56,7 +56,6 @@ from fixflow.pipeline.lakehouse import (
     open_table,
     overwrite_rows,
     read_before_batch,
-    read_table,
 )
 from fixflow.pipeline.metrics import Metrics
 
@@ -122,6 +121,8 @@ class ProgramStream:
         self._flagged: dict[str, bool] = {}
         """Per output relation, the ``provisional`` flag of its last result commit."""
         self._last_batch = -1
+        self._state_rows: dict[str, int] = {}
+        """Per MRA relation, the rows of ``state/<relation>`` this process last committed."""
         self.loaded = False
         self.beta = config.stream.max_records_per_trigger
         self.limit_file = str(Path(self.lake.checkpoints) / "max_records_per_trigger")
@@ -157,6 +158,9 @@ class ProgramStream:
             {r: c.deletes.num_rows for r, c in changes},
             epoch, seconds, result.replayed, changed_rows,
         )
+        self._record(report)
+
+    def _record(self, report: BatchReport) -> None:
         self._observe(report)
         self.reports.append(report)
         if self.on_batch is not None:
@@ -235,10 +239,10 @@ class ProgramStream:
         """``state/<relation>``: the pending deltas of every MRA relation (async)."""
         for relation in self.report.mra:
             rows = self._pending_rows(relation)
-            path = self.lake.state(relation)
-            if rows.num_rows == 0 and open_table(path) is not None and not _has_rows(path):
-                continue
-            overwrite_rows(path, rows, commit, metadata)
+            if rows.num_rows == 0 and self._state_rows.get(relation) == 0:
+                continue  # already committed empty: nothing to rewrite
+            overwrite_rows(self.lake.state(relation), rows, commit, metadata)
+            self._state_rows[relation] = rows.num_rows
 
     def _pending_rows(self, relation: str) -> pa.Table:
         info = relation_info(self.report, relation)
@@ -269,10 +273,7 @@ class ProgramStream:
             report = BatchReport(self._last_batch, 0, 0, {}, {}, epoch,
                                  time.monotonic() - started, changed_rows=changed_rows,
                                  between_batches=True)
-        self._observe(report)
-        self.reports.append(report)
-        if self.on_batch is not None:
-            self.on_batch(report)
+        self._record(report)
         return report
 
     def settle(self) -> int:
@@ -355,11 +356,6 @@ class ProgramStream:
             limit_file=self.limit_file if self.config.stream.adaptive else None,
             lock=self.lock,
         )
-
-
-def _has_rows(path: str) -> bool:
-    table = read_table(path)
-    return table is not None and table.num_rows > 0
 
 
 def _to_arrow(frame: DataFrame, schema: pa.Schema) -> pa.Table:
