@@ -1,0 +1,665 @@
+"""The sharded asynchronous MRA engine (PowerLog §5.3, A3 §5–6) on Spark.
+
+The MonoTable is split into shards that keep neighbours together (``engines.sharding``
+computes the assignment from the graph of the recursive bodies, once per bootstrap, and
+keeps it for updates). A *stage* is one Spark job: every task owns one shard and runs the
+local asynchronous loop of ``engines.shard_loop`` over vectorized kernels compiled from
+the same round plans the sync engine runs on Spark, until it is locally quiescent, one of
+its per-destination buffers holds β updates, or its time budget τ is spent. The buffers
+leave the task as message rows for their destination shards; the next stage merges them.
+A stage is therefore worth many synchronous rounds: on a road-like graph the local loops
+follow the shortest paths inside a shard and only the cut is crossed at stage boundaries.
+
+The stage frame (one row layout for everything, see ``Layout``) is checkpointed between
+stages, hash-partitioned by shard; the auxiliary rows are checkpointed once with the same
+partitioning, so the union of both hands each task exactly its shard without a shuffle of
+the auxiliary side. Nothing lives in a Python worker between stages.
+
+Modes: ``async`` flushes buffers by PowerLog's adaptive β rule and τ; ``hybrid`` lets every
+shard run to local quiescence before exchanging (synchronous between shards, asynchronous
+inside). Both run a stratum whose plans do not compile to kernels on the sync engine and
+say why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ByteType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StructField,
+    StructType,
+)
+
+from fixflow.operators.compiler import SparkBackend, column_name, positional, spark_type
+from fixflow.operators.engines import kernels
+from fixflow.operators.engines.base import EngineEnv, MraOutcome, OnRound, RoundInfo
+from fixflow.operators.engines.program import MraProgram, RecursiveBody
+from fixflow.operators.engines.shard_loop import (
+    AUX,
+    MESSAGE,
+    STATE,
+    STATS,
+    StageParams,
+    run_stage,
+)
+from fixflow.operators.materialize import Stored
+from fixflow.operators.plan import Cast, Col, PExpr, Project, Scan
+from fixflow.operators.evaluate import session_conf
+from fixflow.operators.monotable import clause_holds, constant_value, measure_column
+
+log = logging.getLogger(__name__)
+
+UNBOUNDED = float("inf")
+
+
+# ---------------------------------------------------------------- what compiles
+
+
+def _plain_column(expr: PExpr) -> str | None:
+    """The column an output copies (``Y`` or a cast of it), or None for a computation."""
+    if isinstance(expr, Cast):
+        expr = expr.operand
+    return expr.name if isinstance(expr, Col) else None
+
+
+def _aux_scan(body: RecursiveBody) -> Scan | None:
+    from fixflow.operators.plan import children
+
+    stack = [body.plan]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Scan) and node.version == "aux":
+            return node
+        stack.extend(children(node))
+    return None
+
+
+def unsupported(program: MraProgram) -> str | None:
+    """Why ``program`` cannot run on the async engine, or None."""
+    if program.indexed:
+        return "iteration-indexed relations run their first round against X⁰ (sync only)"
+    for i, body in enumerate(program.bodies):
+        reason = _body_unsupported(program, i, body)
+        if reason is not None:
+            return f"recursive body {i + 1}: {reason}"
+    return None
+
+
+def _body_unsupported(program: MraProgram, i: int, body: RecursiveBody) -> str | None:
+    scan = _aux_scan(body)
+    if scan is None:
+        return "no auxiliary atom to shard by"
+    reason = kernels.unsupported(body.plan)
+    if reason is not None:
+        return reason
+    if _join_key_columns(program, i, scan) is None:
+        return "the auxiliary side does not join on the whole key of the recursive atom"
+    if _head_key_columns(program, body, scan) is None:
+        return "a head key is computed, not copied from the auxiliary side"
+    return None
+
+
+def _join_key_columns(program: MraProgram, i: int, scan: Scan) -> list[int] | None:
+    """Positions in the aux scan of the recursive atom's key variables (its shard)."""
+    from fixflow.checker import ast
+
+    atom = program.spec.recursive_bodies[i].literals[program.spec.recursive_atom_index[i]]
+    assert isinstance(atom, ast.Atom)
+    positions = []
+    for pos in program.spec.key_positions:
+        arg = atom.args[pos]
+        if not isinstance(arg, ast.Var) or arg.name not in scan.columns:
+            return None
+        positions.append(scan.columns.index(arg.name))
+    return positions
+
+
+def _head_key_columns(program: MraProgram, body: RecursiveBody, scan: Scan) -> list[int] | None:
+    """Positions in the aux scan of the columns the head's key copies (the destination)."""
+    assert isinstance(body.plan, Project)
+    outputs = dict(body.plan.outputs)
+    positions = []
+    for key in program.keys:
+        name = _plain_column(outputs[key])
+        if name is None or name not in scan.columns:
+            return None
+        positions.append(scan.columns.index(name))
+    return positions
+
+
+# ---------------------------------------------------------------- shards
+
+
+def murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of a 32-bit integer (Murmur3 x86_32, seed 42), as a signed int."""
+    mask = 0xFFFFFFFF
+    k1 = (value & mask) * 0xCC9E2D51 & mask
+    k1 = ((k1 << 15) | (k1 >> 17)) & mask
+    k1 = k1 * 0x1B873593 & mask
+    h1 = seed ^ k1
+    h1 = ((h1 << 13) | (h1 >> 19)) & mask
+    h1 = (h1 * 5 + 0xE6546B64) & mask
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & mask
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & mask
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
+
+
+def shard_labels(shards: int) -> list[int]:
+    """One label per shard such that Spark's hash partitioning into ``shards`` partitions
+    sends each label to a partition of its own (shard i → partition i)."""
+    labels: dict[int, int] = {}
+    candidate = 0
+    while len(labels) < shards:
+        labels.setdefault(murmur3_int(candidate) % shards, candidate)
+        candidate += 1
+    return [labels[p] for p in range(shards)]
+
+
+@dataclass
+class ShardMap:
+    """Key → shard label: the locality-aware assignment, with a hash fallback for keys it
+    does not know (new keys of later updates)."""
+
+    shards: int
+    labels: list[int]
+    assignment: DataFrame | None = None
+    """(key, shard index) for single-column keys; None: hash sharding only."""
+    method: str = "hash"
+    cut: int | None = None
+    links: int | None = None
+
+    def label(self, frame: DataFrame, keys: Sequence[str], out: str) -> DataFrame:
+        """``frame`` with column ``out`` = the shard label of the key columns ``keys``."""
+        fallback = F.pmod(F.xxhash64(*(F.col(k) for k in keys)), F.lit(self.shards))
+        index: Column = fallback
+        if self.assignment is not None and len(keys) == 1:
+            lookup = self.assignment.select(
+                F.col("key").alias("#key"), F.col("shard").alias("#shard")
+            )
+            frame = frame.join(lookup, frame[keys[0]] == lookup["#key"], "left")
+            index = F.coalesce(F.col("#shard").cast("long"), fallback)
+        labels = F.array(*(F.lit(x) for x in self.labels))
+        labelled = frame.withColumn(out, F.element_at(labels, (index + 1).cast("int")))
+        return labelled.drop("#key", "#shard")
+
+
+# ---------------------------------------------------------------- the row layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The columns of a stage frame: state, message, auxiliary and statistics rows."""
+
+    program: MraProgram
+    witness: bool
+    aux_types: tuple[tuple[str, ...], ...]
+
+    @property
+    def schema(self) -> StructType:
+        p = self.program
+        fields = [StructField("shard", IntegerType()), StructField("kind", ByteType())]
+        fields += [StructField(k, spark_type(t)) for k, t in zip(p.keys, p.key_types, strict=True)]
+        fields += [StructField(n, spark_type(p.value_type)) for n in ("acc", "delta")]
+        if self.witness:
+            fields += [
+                StructField(f"wit{j}", spark_type(t)) for j, t in enumerate(p.key_types)
+            ]
+        fields.append(StructField("body", IntegerType()))
+        for b, types in enumerate(self.aux_types):
+            fields += [StructField(f"a{b}_{i}", spark_type(t)) for i, t in enumerate(types)]
+        fields.append(StructField("dshard", IntegerType()))
+        fields += [
+            StructField("s_dst", IntegerType()),
+            StructField("s_count", LongType()),
+            StructField("s_seconds", DoubleType()),
+            StructField("s_iters", LongType()),
+        ]
+        return StructType(fields)
+
+    def conform(self, frame: DataFrame) -> DataFrame:
+        """``frame`` with every layout column, in order (missing ones null)."""
+        return frame.select(
+            *(
+                (F.col(f.name) if f.name in frame.columns else F.lit(None))
+                .cast(f.dataType)
+                .alias(f.name)
+                for f in self.schema.fields
+            )
+        )
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass
+class AsyncState:
+    """The stage frame after a run (``MraState``)."""
+
+    stored: Stored
+    program: MraProgram
+    shard_map: ShardMap
+    layout: Layout
+    pending: int
+    stages: int
+    env: EngineEnv
+
+    @property
+    def frame(self) -> DataFrame:
+        return self.stored.frame
+
+    @property
+    def has_pending(self) -> bool:
+        return self.pending > 0
+
+    def rows(self) -> DataFrame:
+        return relation_rows(self.program, self._state(), F.col("acc"), self.stages)
+
+    def pending_rows(self) -> DataFrame:
+        state = self._state().where(F.col("delta").isNotNull())
+        rows = relation_rows(self.program, state, F.col("acc"), None, extra=[F.col("delta")])
+        messages = self.frame.where(F.col("kind") == MESSAGE)
+        typed = F.lit(None).cast(spark_type(self.program.value_type))
+        in_flight = relation_rows(self.program, messages, typed, None, extra=[F.col("acc")])
+        return rows.unionByName(in_flight)
+
+    def propagated_rows(self) -> DataFrame:
+        value = F.col("acc") - F.coalesce(F.col("delta"), F.lit(0))
+        return relation_rows(self.program, self._state(), value, None)
+
+    def release(self) -> None:
+        self.env.materializer.release(self.stored)
+
+    def _state(self) -> DataFrame:
+        return self.frame.where((F.col("kind") == STATE) & F.col("acc").isNotNull())
+
+
+def relation_rows(
+    program: MraProgram,
+    frame: DataFrame,
+    value: Column,
+    index: int | None,
+    extra: Sequence[Column] = (),
+) -> DataFrame:
+    """Stage-frame rows as positional relation rows (``pending`` from ``extra``)."""
+    spec = program.spec
+    cols: dict[int, Column] = {
+        pos: F.col(k) for k, pos in zip(program.keys, spec.key_positions, strict=True)
+    }
+    cols[spec.value_pos] = value.cast(spark_type(program.value_type))
+    if spec.index_pos is not None:
+        cols[spec.index_pos] = F.lit(index or 0).cast("long")
+    out = [cols[i].alias(positional(i)) for i in range(len(program.types))]
+    out += [c.cast(spark_type(program.value_type)).alias("pending") for c in extra]
+    return frame.select(*out)
+
+
+# ---------------------------------------------------------------- the engine
+
+
+@dataclass
+class _Run:
+    """One bootstrap or resume: the program, its layout, shards and auxiliary rows."""
+
+    program: MraProgram
+    env: EngineEnv
+    layout: Layout
+    shard_map: ShardMap
+    aux: Stored
+    beta: dict[tuple[int, int], float] = field(default_factory=dict)
+
+
+class AsyncEngine:
+    """``MraEngine`` running shards' local loops inside Spark tasks."""
+
+    def __init__(self, hybrid: bool = False) -> None:
+        self.hybrid = hybrid
+        self.name = "hybrid" if hybrid else "async"
+        self.shard_maps: dict[str, ShardMap] = {}
+        """Per relation, the assignment computed at its bootstrap (kept for updates)."""
+
+    # ------------------------------------------------------------ MraEngine
+
+    def bootstrap(
+        self, program: MraProgram, env: EngineEnv, max_rounds: int, on_round: OnRound
+    ) -> MraOutcome:
+        self.shard_maps.pop(program.relation, None)
+        run = self._prepare(program, env)
+        seeds = self._candidates(run, [*program.init_plans, *program.constant_plans])
+        return self._stages(run, self._messages(run, seeds), max_rounds, on_round)
+
+    def resume(
+        self,
+        program: MraProgram,
+        env: EngineEnv,
+        rows: DataFrame,
+        seed: DataFrame,
+        max_rounds: int,
+        on_round: OnRound,
+        carried: object | None = None,
+    ) -> MraOutcome:
+        run = self._prepare(program, env)
+        messages = self._messages(run, seed.select(*program.keys, "v"))
+        if isinstance(carried, AsyncState):
+            base = carried.frame.where(F.col("kind") < AUX)
+        else:
+            base = self._state_rows(run, rows)
+        frame = base.union(messages)
+        try:
+            return self._stages(run, frame, max_rounds, on_round)
+        finally:
+            if isinstance(carried, AsyncState):
+                carried.release()
+
+    # ------------------------------------------------------------ preparation
+
+    def _prepare(self, program: MraProgram, env: EngineEnv) -> _Run:
+        reason = unsupported(program)
+        if reason is not None:
+            raise kernels.KernelUnsupported(reason)
+        backend = SparkBackend(env.spark, env.source)
+        aux = self._aux_tables(program, backend)
+        shard_map = self.shard_maps.get(program.relation)
+        if shard_map is None:
+            shard_map = self._shard_map(program, env, aux)
+            self.shard_maps[program.relation] = shard_map
+        layout = Layout(program, env.witness, tuple(self._aux_types(program)))
+        wide = self._wide_aux(program, layout, shard_map, aux)
+        stored = env.materializer.store(wide)
+        return _Run(program, env, layout, shard_map, stored)
+
+    @staticmethod
+    def _aux_types(program: MraProgram) -> list[tuple[str, ...]]:
+        out = []
+        for body in program.bodies:
+            assert body.aux_plan is not None
+            out.append(tuple(t for _, t in body.aux_plan.schema))
+        return out
+
+    @staticmethod
+    def _aux_tables(program: MraProgram, backend: SparkBackend) -> list[DataFrame]:
+        tables = []
+        for body in program.bodies:
+            assert body.aux_plan is not None
+            frame = backend.run(replace(body.aux_plan, distinct=False))
+            tables.append(frame.toDF(*(positional(i) for i in range(len(frame.columns)))))
+        return tables
+
+    def _shard_map(self, program: MraProgram, env: EngineEnv, aux: list[DataFrame]) -> ShardMap:
+        shards = env.options.shards or env.spark.sparkContext.defaultParallelism
+        shard_map = ShardMap(shards, shard_labels(shards))
+        if len(program.keys) != 1:
+            return shard_map
+        links = None
+        for i, (body, frame) in enumerate(zip(program.bodies, aux, strict=True)):
+            scan = _aux_scan(body)
+            assert scan is not None
+            src = _join_key_columns(program, i, scan)
+            dst = _head_key_columns(program, body, scan)
+            assert src is not None and dst is not None
+            pairs = frame.select(
+                F.col(positional(src[0])).alias("src"), F.col(positional(dst[0])).alias("dst")
+            )
+            links = pairs if links is None else links.union(pairs)
+        return _assign(shard_map, links)
+
+    def _wide_aux(
+        self, program: MraProgram, layout: Layout, shard_map: ShardMap, aux: list[DataFrame]
+    ) -> DataFrame:
+        parts = []
+        for i, (body, frame) in enumerate(zip(program.bodies, aux, strict=True)):
+            scan = _aux_scan(body)
+            assert scan is not None
+            src = [positional(p) for p in _join_key_columns(program, i, scan) or []]
+            dst = [positional(p) for p in _head_key_columns(program, body, scan) or []]
+            labelled = shard_map.label(frame.distinct(), src, "shard")
+            labelled = shard_map.label(labelled, dst, "dshard")
+            renamed = labelled.select(
+                "shard",
+                "dshard",
+                F.lit(AUX).alias("kind"),
+                F.lit(i).alias("body"),
+                *(F.col(c).alias(f"a{i}_{c[1:]}") for c in frame.columns),
+            )
+            parts.append(layout.conform(renamed))
+        union = parts[0]
+        for other in parts[1:]:
+            union = union.union(other)
+        return union.repartition(shard_map.shards, "shard")
+
+    def _candidates(self, run: _Run, plans: Sequence[object]) -> DataFrame:
+        program = run.program
+        backend = SparkBackend(run.env.spark, run.env.source)
+        frames = []
+        for plan in plans:
+            frame = backend.run(plan)  # type: ignore[arg-type]
+            frames.append(
+                frame.select(
+                    *(F.col(column_name(k)).alias(k) for k in program.keys),
+                    F.col(column_name("v")).alias("v"),
+                )
+            )
+        if not frames:
+            schema = ", ".join(
+                [f"{k} {spark_type(t).simpleString()}" for k, t in zip(program.keys, program.key_types, strict=True)]
+                + [f"v {spark_type(program.value_type).simpleString()}"]
+            )
+            return run.env.spark.createDataFrame([], schema)
+        union = frames[0]
+        for other in frames[1:]:
+            union = union.union(other)
+        return union
+
+    def _messages(self, run: _Run, candidates: DataFrame) -> DataFrame:
+        labelled = run.shard_map.label(candidates, list(run.program.keys), "shard")
+        rows = labelled.select(
+            "shard", F.lit(MESSAGE).alias("kind"), *run.program.keys, F.col("v").alias("acc")
+        )
+        return run.layout.conform(rows)
+
+    def _state_rows(self, run: _Run, rows: DataFrame) -> DataFrame:
+        spec = run.program.spec
+        named = rows.select(
+            *(
+                F.col(positional(p)).alias(k)
+                for k, p in zip(run.program.keys, spec.key_positions, strict=True)
+            ),
+            F.col(positional(spec.value_pos)).alias("acc"),
+        )
+        labelled = run.shard_map.label(named, list(run.program.keys), "shard")
+        return run.layout.conform(labelled.withColumn("kind", F.lit(STATE)))
+
+    # ------------------------------------------------------------ stages
+
+    def _params(self, run: _Run) -> StageParams:
+        program, options = run.program, run.env.options
+        buffer = options.buffer
+        tau = UNBOUNDED if self.hybrid else buffer.interval_ms / 1000.0
+        beta0 = UNBOUNDED if self.hybrid else float(buffer.initial)
+        return StageParams(
+            relation=program.relation,
+            arity=len(program.types),
+            key_positions=program.spec.key_positions,
+            value_pos=program.spec.value_pos,
+            index_pos=program.spec.index_pos,
+            key_types=program.key_types,
+            value_type=program.value_type,
+            g=program.g,
+            witness=run.layout.witness,
+            plans=tuple((body.plan, body.aux_name or "") for body in program.bodies),
+            aux_widths=tuple(len(t) for t in run.layout.aux_types),
+            beta={} if self.hybrid else dict(run.beta),
+            beta0=beta0,
+            tau=tau,
+            priority=options.priority,
+            portion=options.schedule_portion,
+            local_bound=_local_bound(program, run.shard_map.shards),
+            local_func=program.spec.termination.func if program.spec.termination else "sum",
+        )
+
+    def _stage(self, run: _Run, frame: DataFrame) -> Stored:
+        layout = run.layout
+        arrow_schema = _arrow_schema(layout.schema)
+        kernel = partial(run_stage, self._params(run), arrow_schema)
+        union = frame.union(run.aux.frame)
+        if union.rdd.getNumPartitions() != run.shard_map.shards:
+            raise RuntimeError("stage frame and auxiliary rows are not partitioned alike")
+        out = union.mapInArrow(kernel, layout.schema)
+        out = out.repartition(run.shard_map.shards, "shard")
+        return run.env.materializer.store(out, _stage_metrics(run.program))
+
+    def _stages(self, run: _Run, frame: DataFrame, max_rounds: int, on_round: OnRound) -> MraOutcome:
+        # Adaptive execution would re-plan the exchange and break the partition-aligned
+        # union of the stage frame with the auxiliary rows.
+        with session_conf(run.env.spark, {"spark.sql.adaptive.enabled": "false"}):
+            return self._run_stages(run, frame, max_rounds, on_round)
+
+    def _run_stages(
+        self, run: _Run, frame: DataFrame, max_rounds: int, on_round: OnRound
+    ) -> MraOutcome:
+        program, env = run.program, run.env
+        started, last_check = time.monotonic(), -UNBOUNDED
+        stage, capped = 0, False
+        # Materialized first: a shard column the optimizer could fold to a constant would
+        # not partition like the auxiliary rows.
+        stored = env.materializer.store(frame)
+        frame = stored.frame.repartition(run.shard_map.shards, "shard")
+        try:
+            while True:
+                stage += 1
+                new = self._stage(run, frame)
+                env.materializer.release(stored)
+                stored = new
+                pending, measure, detail = self._observe(run, stored)
+                on_round(RoundInfo(stage, pending, measure, detail))
+                if pending == 0:
+                    break
+                if program.spec.termination is not None and self._due(env, last_check):
+                    last_check = time.monotonic()
+                    if measure is not None and clause_holds(program.spec.termination, measure):
+                        break
+                if stage >= max_rounds:
+                    capped = True
+                    break
+                frame = stored.frame.where(F.col("kind") < AUX)
+        finally:
+            env.materializer.release(run.aux)
+        log.info(
+            "%s: %d stage(s), %.2f s, %s shards (%s, cut %s)",
+            program.relation,
+            stage,
+            time.monotonic() - started,
+            run.shard_map.shards,
+            run.shard_map.method,
+            run.shard_map.cut,
+        )
+        state = AsyncState(stored, program, run.shard_map, run.layout, pending, stage, env)
+        return MraOutcome(state.rows(), stage, capped, state)
+
+    @staticmethod
+    def _due(env: EngineEnv, last_check: float) -> bool:
+        """The termination clause is consulted at most every ``check_interval_ms``."""
+        return (time.monotonic() - last_check) * 1000.0 >= env.options.check_interval_ms
+
+    def _observe(self, run: _Run, stored: Stored) -> tuple[int, float | None, dict[str, float]]:
+        metrics = stored.metrics
+        pending = int(metrics.get("pending") or 0) + int(metrics.get("messages") or 0)
+        measure = metrics.get("m")
+        stats = metrics.get("stats") or []
+        detail = self._adapt(run, stats)  # type: ignore[arg-type]
+        detail["messages"] = float(metrics.get("messages") or 0)
+        detail["cut"] = float(run.shard_map.cut or 0)
+        return pending, None if measure is None else float(measure), detail  # type: ignore[arg-type]
+
+    def _adapt(self, run: _Run, stats: list[object]) -> dict[str, float]:
+        """PowerLog's rule per buffer: when its fill rate |B|/ΔT leaves the band
+        [β/(r·τ), r·β/τ], β becomes α·τ·|B|/ΔT."""
+        buffer = run.env.options.buffer
+        tau = buffer.interval_ms / 1000.0
+        iterations = 0.0
+        for row in stats:
+            src, dst, count, seconds, iters = row  # type: ignore[misc]
+            iterations = max(iterations, float(iters))
+            if dst < 0 or self.hybrid:
+                continue
+            beta = run.beta.get((src, dst), float(buffer.initial))
+            rate = count / max(seconds, 1e-6)
+            if rate > buffer.r * beta / tau or rate < beta / (buffer.r * tau):
+                run.beta[(src, dst)] = max(1.0, buffer.alpha * tau * rate)
+        betas = list(run.beta.values()) or [float(buffer.initial)]
+        return {
+            "local_iterations": iterations,
+            "beta_min": min(betas),
+            "beta_max": max(betas),
+        }
+
+
+def _local_bound(program: MraProgram, shards: int) -> float | None:
+    """Sum programs with a clause ``measure < bound``: a shard stops iterating once its own
+    pending measure is below bound / (2 · shards) (sum, count) or bound / 2 (max, avg)."""
+    termination = program.spec.termination
+    if program.g != "sum" or termination is None or termination.op not in ("<", "<="):
+        return None
+    bound = constant_value(termination.bound)
+    share = 2.0 * shards if termination.func in ("sum", "count") else 2.0
+    return bound / share
+
+
+def _stage_metrics(program: MraProgram) -> list[Column]:
+    kind = F.col("kind")
+    pending = (kind == STATE) & F.col("delta").isNotNull()
+    metrics = [
+        F.count(F.when(pending, 1)).alias("pending"),
+        F.count(F.when(kind == MESSAGE, 1)).alias("messages"),
+        F.collect_list(
+            F.when(
+                kind == STATS,
+                F.struct("shard", "s_dst", "s_count", "s_seconds", "s_iters"),
+            )
+        ).alias("stats"),
+    ]
+    if program.spec.termination is not None:
+        change = F.when(pending, F.col("delta")).when(kind == MESSAGE, F.col("acc"))
+        metrics.append(
+            measure_column(program.spec.termination.func, F.abs(change).cast("double")).alias("m")
+        )
+    return metrics
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema)
+
+
+def _assign(shard_map: ShardMap, links: DataFrame | None) -> ShardMap:
+    """The locality-aware assignment of ``engines.sharding`` (hash when there is no graph)."""
+    if links is None or shard_map.shards == 1:
+        return shard_map
+    import importlib.util
+
+    if importlib.util.find_spec("fixflow.operators.engines.sharding") is None:
+        return shard_map
+    from fixflow.operators.engines import sharding
+
+    assignment = sharding.assign(links, shard_map.shards)  # type: ignore[attr-defined]
+    shard_map.assignment = assignment.frame
+    shard_map.method = assignment.method
+    shard_map.cut = assignment.cut
+    shard_map.links = assignment.links
+    return shard_map
+

@@ -1,0 +1,345 @@
+"""The second backend of the one compiler: plan IR → vectorized numpy kernels.
+
+The async engine runs an MRA relation's round plans (``engines.program``) inside Spark
+tasks, many local iterations per Spark stage. Each iteration evaluates the same plan the
+Spark backend runs, over numpy columns instead of DataFrames:
+
+- a ``Batch`` is a set of equally long columns (numpy arrays) with validity masks: a value
+  is null where Spark's would be (``x / 0``, ``log(x <= 0)``) and nulls behave as in Spark
+  SQL (filters drop them, ``least``/``greatest`` skip them, arithmetic propagates them);
+- columns whose names start with ``@`` are row annotations (the destination shard of an
+  auxiliary row): every operator carries them along with their rows;
+- a join whose right side is a prepared table (the shard's auxiliary rows) looks keys up in
+  a sorted index built once per task (``prepare``), so an iteration costs O(frontier).
+
+Only what round plans contain compiles: scans, filters, projections, joins and unions.
+``unsupported(plan)`` says why a plan cannot run here (the engine then runs it on Spark).
+User expressions become numpy operations on whole columns, never Python ``eval``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fixflow.operators.plan import (
+    Arith,
+    Cast,
+    Col,
+    Compare,
+    Const,
+    Filter,
+    Func,
+    Join,
+    Negate,
+    PExpr,
+    Plan,
+    Project,
+    Scan,
+    Union,
+    Unit,
+    children,
+)
+
+ANNOTATION = "@"
+"""Prefix of row annotations: carried along by every operator, never computed on."""
+
+NUMPY_TYPES = {"number": np.int64, "float": np.float64, "symbol": object}
+
+
+@dataclass
+class Batch:
+    """Equally long columns; ``valid[name]`` (absent: all valid) marks non-null values."""
+
+    n: int
+    cols: dict[str, np.ndarray] = field(default_factory=dict)
+    valid: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def take(self, index: np.ndarray) -> Batch:
+        return Batch(
+            len(index),
+            {k: v[index] for k, v in self.cols.items()},
+            {k: v[index] for k, v in self.valid.items()},
+        )
+
+    def mask(self, name: str) -> np.ndarray:
+        found = self.valid.get(name)
+        return found if found is not None else np.ones(self.n, dtype=bool)
+
+    def annotations(self) -> dict[str, np.ndarray]:
+        return {k: v for k, v in self.cols.items() if k.startswith(ANNOTATION)}
+
+
+def concat(batches: list[Batch]) -> Batch:
+    """Row-wise concatenation of batches with the same columns."""
+    if len(batches) == 1:
+        return batches[0]
+    names = list(batches[0].cols)
+    cols = {k: np.concatenate([b.cols[k] for b in batches]) for k in names}
+    masked = {k for b in batches for k in b.valid}
+    valid = {k: np.concatenate([b.mask(k) for b in batches]) for k in masked}
+    return Batch(sum(b.n for b in batches), cols, valid)
+
+
+class KernelUnsupported(Exception):
+    """A plan that the numpy backend cannot run."""
+
+
+def unsupported(plan: Plan) -> str | None:
+    """Why ``plan`` cannot run as a kernel, or None when it can."""
+    if not isinstance(plan, Scan | Unit | Filter | Project | Join | Union):
+        return f"{type(plan).__name__} is not supported by the vectorized backend"
+    for child in children(plan):
+        reason = unsupported(child)
+        if reason is not None:
+            return reason
+    return None
+
+
+# ---------------------------------------------------------------- expressions
+
+Value = tuple[np.ndarray, np.ndarray | None]
+"""Values and their validity (None: all valid)."""
+
+
+def _both(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    if a is None:
+        return b
+    return a if b is None else a & b
+
+
+def evaluate_expr(expr: PExpr, batch: Batch) -> Value:
+    """A plan expression over a batch's columns, vectorized."""
+    match expr:
+        case Col(name=name):
+            return batch.cols[name], batch.valid.get(name)
+        case Const(value=value, type=type_):
+            return np.full(batch.n, value, dtype=NUMPY_TYPES[type_]), None
+        case Arith(op=op, left=left, right=right):
+            return _arith(op, evaluate_expr(left, batch), evaluate_expr(right, batch))
+        case Negate(operand=operand):
+            values, valid = evaluate_expr(operand, batch)
+            return -values, valid
+        case Func(name=name, args=args, type=type_):
+            return _builtin(name, [evaluate_expr(a, batch) for a in args], type_)
+        case Compare(op=op, left=left, right=right):
+            (a, va), (b, vb) = evaluate_expr(left, batch), evaluate_expr(right, batch)
+            return COMPARISONS[op](a, b), _both(va, vb)
+        case Cast(operand=operand, type=type_):
+            return _cast(evaluate_expr(operand, batch), operand.type, type_)
+    raise KernelUnsupported(f"not a plan expression: {expr!r}")
+
+
+COMPARISONS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "=": np.equal,
+    "!=": np.not_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+}
+
+
+def _arith(op: str, left: Value, right: Value) -> Value:
+    (a, va), (b, vb) = left, right
+    valid = _both(va, vb)
+    if op == "+":
+        return a + b, valid
+    if op == "-":
+        return a - b, valid
+    if op == "*":
+        return a * b, valid
+    # Float division, as in the checker's typing; x / 0 has no value (Spark's try_divide).
+    nonzero = b != 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quotient = np.divide(a.astype(np.float64), np.where(nonzero, b, 1))
+    return quotient, _both(valid, nonzero)
+
+
+def _builtin(name: str, args: list[Value], type_: str) -> Value:
+    dtype = NUMPY_TYPES[type_]
+    if name in ("min", "max"):
+        # Spark's least/greatest skip nulls: null only when both are null.
+        (a, va), (b, vb) = ((v.astype(dtype), m) for v, m in args)
+        pick = np.minimum if name == "min" else np.maximum
+        out = pick(a, b)
+        if va is not None:
+            out = np.where(va, out, b)
+        if vb is not None:
+            out = np.where(vb, out, a if va is None else np.where(va, a, b))
+        return out, None if va is None or vb is None else va | vb
+    values, valid = args[0]
+    if name == "abs":
+        return np.abs(values), valid
+    if name == "exp":
+        return np.exp(values.astype(np.float64)), valid
+    if name == "log":
+        positive = values > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(np.where(positive, values, 1).astype(np.float64)), _both(valid, positive)
+    if name == "relu":
+        # greatest(x, 0) skips a null x: relu(null) = 0.
+        out = np.maximum(values, 0).astype(dtype)
+        return (out if valid is None else np.where(valid, out, 0).astype(dtype)), None
+    raise KernelUnsupported(f"unknown built-in `{name}`")
+
+
+def _cast(value: Value, source: str, target: str) -> Value:
+    values, valid = value
+    if source == target:
+        return value
+    if target == "float":
+        return values.astype(np.float64), valid
+    if target == "number" and source == "float":
+        finite = np.isfinite(values)
+        out = np.trunc(np.where(finite, values, 0)).astype(np.int64)
+        return out, _both(valid, finite)
+    raise KernelUnsupported(f"cast from {source} to {target}")
+
+
+# ---------------------------------------------------------------- joins
+
+
+@dataclass
+class JoinIndex:
+    """The right side of a join, sorted by its join key, for O(probe) lookups."""
+
+    batch: Batch
+    uniques: list[pd.Index]
+    radix: list[int]
+    sorted_codes: np.ndarray
+    order: np.ndarray
+
+    @classmethod
+    def build(cls, batch: Batch, on: tuple[str, ...]) -> JoinIndex:
+        codes = np.zeros(batch.n, dtype=np.int64)
+        uniques, radix = [], []
+        for name in on:
+            column_codes, values = pd.factorize(batch.cols[name])
+            size = max(len(values), 1)
+            codes = codes * size + column_codes
+            uniques.append(pd.Index(values))
+            radix.append(size)
+        order = np.argsort(codes, kind="stable")
+        return cls(batch, uniques, radix, codes[order], order)
+
+    def probe(self, left: Batch, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(left rows, right rows) of every matching pair."""
+        codes = np.zeros(left.n, dtype=np.int64)
+        found = np.ones(left.n, dtype=bool)
+        for name, index, size in zip(on, self.uniques, self.radix, strict=True):
+            column_codes = index.get_indexer(left.cols[name])
+            found &= (column_codes >= 0) & left.mask(name)
+            codes = codes * size + column_codes
+        lo = np.searchsorted(self.sorted_codes, codes, "left")
+        hi = np.searchsorted(self.sorted_codes, codes, "right")
+        counts = np.where(found, hi - lo, 0)
+        total = int(counts.sum())
+        left_rows = np.repeat(np.arange(left.n), counts)
+        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
+        right_rows = self.order[np.arange(total) + starts]
+        return left_rows, right_rows
+
+
+def _join(left: Batch, right: Batch, on: tuple[str, ...], index: JoinIndex | None) -> Batch:
+    if on:
+        index = index if index is not None else JoinIndex.build(right, on)
+        left_rows, right_rows = index.probe(left, on)
+    else:
+        left_rows = np.repeat(np.arange(left.n), right.n)
+        right_rows = np.tile(np.arange(right.n), left.n)
+    out = left.take(left_rows)
+    picked = right.take(right_rows)
+    for name, values in picked.cols.items():
+        if name not in out.cols:
+            out.cols[name] = values
+            if name in picked.valid:
+                out.valid[name] = picked.valid[name]
+    return out
+
+
+# ---------------------------------------------------------------- operators
+
+
+def _distinct(batch: Batch) -> Batch:
+    if batch.n <= 1 or not batch.cols:
+        return batch.take(np.arange(min(batch.n, 1)))
+    frame = pd.DataFrame(batch.cols)
+    for name, valid in batch.valid.items():
+        frame[name] = frame[name].where(valid)
+    return batch.take(np.flatnonzero(~frame.duplicated().to_numpy()))
+
+
+class Kernel:
+    """A compiled plan: ``run(sources)`` evaluates it over numpy batches.
+
+    ``sources`` maps a scan's (relation, version) to a batch with positional columns
+    ``c0..`` (and annotations); ``prepare`` indexes a source that every run joins against
+    (the shard's auxiliary table), once."""
+
+    def __init__(self, plan: Plan) -> None:
+        reason = unsupported(plan)
+        if reason is not None:
+            raise KernelUnsupported(reason)
+        self.plan = plan
+        self.indexes: dict[int, JoinIndex] = {}
+
+    def prepare(self, sources: Mapping[tuple[str, str], Batch]) -> None:
+        self.indexes = {}
+        self._prepare(self.plan, sources)
+
+    def _prepare(self, plan: Plan, sources: Mapping[tuple[str, str], Batch]) -> None:
+        if isinstance(plan, Join) and isinstance(plan.right, Scan) and plan.on:
+            key = (plan.right.relation, plan.right.version)
+            if plan.right.version == "aux" and key in sources:
+                right = _scan(plan.right, sources)
+                self.indexes[id(plan)] = JoinIndex.build(right, plan.on)
+        for child in children(plan):
+            self._prepare(child, sources)
+
+    def run(self, sources: Mapping[tuple[str, str], Batch]) -> Batch:
+        return self._run(self.plan, sources)
+
+    def _run(self, plan: Plan, sources: Mapping[tuple[str, str], Batch]) -> Batch:
+        match plan:
+            case Scan():
+                return _scan(plan, sources)
+            case Unit():
+                return Batch(1)
+            case Filter(input=inner, condition=condition):
+                batch = self._run(inner, sources)
+                values, valid = evaluate_expr(condition, batch)
+                keep = values if valid is None else values & valid
+                return batch.take(np.flatnonzero(keep))
+            case Project(input=inner, outputs=outputs, distinct=distinct):
+                batch = self._run(inner, sources)
+                out = Batch(batch.n, batch.annotations())
+                for name, expr in outputs:
+                    values, valid = evaluate_expr(expr, batch)
+                    out.cols[name] = values
+                    if valid is not None:
+                        out.valid[name] = valid
+                return _distinct(out) if distinct else out
+            case Join(left=left, right=right, on=on):
+                index = self.indexes.get(id(plan))
+                right_batch = index.batch if index is not None else self._run(right, sources)
+                return _join(self._run(left, sources), right_batch, on, index)
+            case Union(inputs=inputs, distinct=distinct):
+                out = concat([self._run(i, sources) for i in inputs])
+                return _distinct(out) if distinct else out
+        raise KernelUnsupported(f"{type(plan).__name__} is not supported")
+
+
+def _scan(scan: Scan, sources: Mapping[tuple[str, str], Batch]) -> Batch:
+    source = sources[(scan.relation, scan.version)]
+    cols = {name: source.cols[f"c{i}"] for i, name in enumerate(scan.columns)}
+    valid = {
+        name: source.valid[f"c{i}"]
+        for i, name in enumerate(scan.columns)
+        if f"c{i}" in source.valid
+    }
+    cols.update(source.annotations())
+    return Batch(source.n, cols, valid)

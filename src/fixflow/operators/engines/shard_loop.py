@@ -1,0 +1,435 @@
+"""One shard's local asynchronous loop, run inside a Spark task (A3's AsyncTable, PowerLog §5.3).
+
+A Spark stage of the async engine hands every task the rows of its shard: the shard's
+MonoTable rows (key, ``acc``, pending ``delta``, witness), the messages other shards sent
+it (candidate values for its keys) and its auxiliary rows (the pre-joined rest of each
+recursive body, annotated with the shard of the key each row leads to). The task then
+
+1. merges the messages into its keys with G (min/max keep improvements, sum adds);
+2. iterates locally: the pending keys (with priority scheduling, the best
+   ``schedule_portion`` of them by G's order) form a frontier, the round kernels compiled
+   from the rule bodies (``engines.kernels``) derive candidates, candidates for this shard
+   are merged at once and candidates for other shards collect in per-destination buffers;
+3. stops when nothing local is pending, a buffer holds β updates, or the time budget τ is
+   spent (a flush ends the stage), and emits its rows, its buffers (combined by key with
+   G) and one statistics row per destination buffer.
+
+Everything the next stage needs leaves the task as rows: no state stays in the worker.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from fixflow.operators.engines.kernels import Batch, Kernel, concat
+from fixflow.operators.plan import Plan
+
+STATE, MESSAGE, AUX, STATS = 0, 1, 2, 3
+"""Row kinds of a stage frame."""
+
+DESTINATION = "@dshard"
+"""The annotation of an auxiliary row: the shard of the key its candidates go to."""
+
+LOCAL_ITERATION_CAP = 1_000_000
+"""Local iterations per stage at most (a guard; τ normally ends a stage first)."""
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Everything a task needs for one stage (shipped with the task, small)."""
+
+    relation: str
+    arity: int
+    key_positions: tuple[int, ...]
+    value_pos: int
+    index_pos: int | None
+    key_types: tuple[str, ...]
+    value_type: str
+    g: str
+    witness: bool
+    plans: tuple[tuple[Plan, str], ...]
+    """Per recursive body: its round plan and the name of its auxiliary table."""
+    aux_widths: tuple[int, ...]
+    beta: dict[tuple[int, int], float]
+    """Flush size per (source, destination) buffer; absent: ``beta0``."""
+    beta0: float
+    tau: float
+    """Seconds a stage may run locally before its buffers are flushed."""
+    priority: bool
+    portion: float
+    local_bound: float | None
+    """Sum programs with a termination clause: the local pending mass below which a shard
+    stops iterating (the rest is left to the clause); None: run to quiescence."""
+    local_func: str = "sum"
+
+
+# ---------------------------------------------------------------- the local MonoTable
+
+
+def _numpy_type(type_name: str) -> type:
+    return {"number": np.int64, "float": np.float64}.get(type_name, object)
+
+
+class LocalTable:
+    """A shard's keys kept sorted, with acc, pending flag, delta and witness per key."""
+
+    def __init__(
+        self,
+        params: StageParams,
+        keys: list[np.ndarray],
+        acc: np.ndarray,
+        delta: tuple[np.ndarray, np.ndarray] | None = None,
+        wits: list[np.ndarray | None] | None = None,
+    ) -> None:
+        """``delta``: (pending flags, pending deltas); ``wits``: witness columns (None
+        entries: unknown)."""
+        self.params = params
+        order = np.argsort(self._sort_key(keys), kind="stable")
+        self.columns = [c[order] for c in keys]
+        self.sort_key = self._sort_key(self.columns)
+        self.acc = acc[order]
+        n = len(order)
+        self.pending = np.zeros(n, dtype=bool)
+        self.delta = np.zeros(n, dtype=self.acc.dtype)
+        if delta is not None:
+            pending, values = delta
+            self.pending = pending[order]
+            self.delta = values[order].astype(self.acc.dtype)
+        self.wits = [np.zeros(n, dtype=_numpy_type(t)) for t in self._wit_types()]
+        self.has_wit = np.zeros(n, dtype=bool)
+        if wits:
+            for j, w in enumerate(wits[: len(self.wits)]):
+                if w is not None:
+                    self.wits[j] = w[order].astype(self.wits[j].dtype)
+                    self.has_wit = np.ones(n, dtype=bool)
+
+    def _wit_types(self) -> tuple[str, ...]:
+        return self.params.key_types if self.params.witness else ()
+
+    @staticmethod
+    def _sort_key(keys: list[np.ndarray]) -> np.ndarray:
+        if len(keys) == 1:
+            return keys[0]
+        out = np.empty(len(keys[0]), dtype=object)
+        out[:] = list(zip(*keys, strict=True))
+        return out
+
+    def __len__(self) -> int:
+        return len(self.sort_key)
+
+    # ------------------------------------------------------------ merging candidates
+
+    def merge(self, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]) -> int:
+        """acc ← G(acc, candidates): improved (min/max) or changed (sum) keys become
+        pending. Returns how many keys became pending."""
+        if len(values) == 0:
+            return 0
+        keys, values, wits = self.combined(keys, values, wits)
+        sort_key = self._sort_key(keys)
+        pos = np.searchsorted(self.sort_key, sort_key)
+        found = pos < len(self)
+        found[found] = self.sort_key[pos[found]] == sort_key[found]
+        touched = self._update_existing(pos[found], values[found], [w[found] for w in wits])
+        new = ~found
+        self._insert(pos[new], [k[new] for k in keys], values[new], [w[new] for w in wits])
+        return touched + int(new.sum())
+
+    def combined(
+        self, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]
+    ) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray]]:
+        """G over candidates with the same key (the best one keeps its witness)."""
+        sort_key = self._sort_key(keys)
+        g = self.params.g
+        if g == "sum":
+            order = np.argsort(sort_key, kind="stable")
+        else:
+            ranked = values if g == "min" else -values
+            order = np.lexsort((ranked, sort_key)) if len(keys) == 1 else _object_order(
+                sort_key, ranked
+            )
+        ordered = sort_key[order]
+        starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        if g == "sum":
+            combined = np.add.reduceat(values[order], starts)
+        else:
+            combined = values[order][starts]
+        firsts = order[starts]
+        return [k[firsts] for k in keys], combined, [w[firsts] for w in wits]
+
+    def _update_existing(self, pos: np.ndarray, values: np.ndarray, wits: list[np.ndarray]) -> int:
+        if self.params.g == "sum":
+            self.acc[pos] += values
+            self.delta[pos] += values
+            self.pending[pos] = self.delta[pos] != 0
+            return int(np.count_nonzero(values))
+        better = values < self.acc[pos] if self.params.g == "min" else values > self.acc[pos]
+        pos, values = pos[better], values[better]
+        self.acc[pos] = values
+        self.delta[pos] = values
+        self.pending[pos] = True
+        if self.wits and len(wits) == len(self.wits):
+            for column, w in zip(self.wits, wits, strict=True):
+                column[pos] = w[better]
+            self.has_wit[pos] = True
+        return len(pos)
+
+    def _insert(
+        self, pos: np.ndarray, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]
+    ) -> None:
+        if len(pos) == 0:
+            return
+        self.columns = [np.insert(c, pos, k) for c, k in zip(self.columns, keys, strict=True)]
+        self.sort_key = np.insert(self.sort_key, pos, self._sort_key(keys))
+        self.acc = np.insert(self.acc, pos, values.astype(self.acc.dtype))
+        self.delta = np.insert(self.delta, pos, values.astype(self.delta.dtype))
+        self.pending = np.insert(self.pending, pos, values != 0 if self.params.g == "sum" else True)
+        known = len(wits) == len(self.wits)
+        for j, column in enumerate(self.wits):
+            filler = wits[j] if known else np.zeros(len(pos), dtype=column.dtype)
+            self.wits[j] = np.insert(column, pos, filler)
+        self.has_wit = np.insert(self.has_wit, pos, known and bool(self.wits))
+
+    # ------------------------------------------------------------ the frontier
+
+    def take_frontier(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, deltas) of the keys to propagate now; they stop being pending."""
+        idx = np.flatnonzero(self.pending)
+        params = self.params
+        if params.priority and len(idx) > 64:
+            keep = max(1, math.ceil(params.portion * len(idx)))
+            rank = {"min": self.delta[idx], "max": -self.delta[idx]}.get(
+                params.g, -np.abs(self.delta[idx])
+            )
+            idx = idx[np.argpartition(rank, keep - 1)[:keep]]
+        deltas = self.delta[idx].copy()
+        self.pending[idx] = False
+        if params.g == "sum":
+            self.delta[idx] = 0
+        return idx, deltas
+
+    def local_measure(self) -> float:
+        pending = np.abs(self.delta[self.pending]).astype(np.float64)
+        if len(pending) == 0:
+            return 0.0
+        return float({"max": pending.max, "min": pending.min, "avg": pending.mean}.get(
+            self.params.local_func, pending.sum
+        )())
+
+
+def _object_order(sort_key: np.ndarray, ranked: np.ndarray) -> np.ndarray:
+    """Order by (key, rank) for keys that are Python objects (tuples, strings)."""
+    return np.array(sorted(range(len(sort_key)), key=lambda i: (sort_key[i], ranked[i])))
+
+
+# ---------------------------------------------------------------- one shard
+
+
+class ShardLoop:
+    def __init__(self, params: StageParams, shard: int, rows: pa.Table) -> None:
+        self.params = params
+        self.shard = shard
+        kind = rows.column("kind").to_numpy()
+        self.table = self._state(rows.filter(pa.array(kind == STATE)))
+        self.kernels = self._kernels(rows, kind)
+        self.messages = rows.filter(pa.array(kind == MESSAGE))
+        self.buffers: dict[int, list[Batch]] = {}
+        self.buffered: dict[int, int] = {}
+        self.iterations = 0
+
+    def _state(self, rows: pa.Table) -> LocalTable:
+        p = self.params
+        keys = [_numpy(rows, f"k{j}", t) for j, t in enumerate(p.key_types)]
+        delta = rows.column("delta")
+        # Pending deltas carried from the previous stage stay pending.
+        pending = (
+            delta.is_valid().to_numpy(zero_copy_only=False),
+            delta.fill_null(0).to_numpy(zero_copy_only=False),
+        )
+        wits: list[np.ndarray | None] = []
+        for j, t in enumerate(p.key_types if p.witness else ()):
+            column = rows.column(f"wit{j}")
+            wits.append(_numpy(rows, f"wit{j}", t) if column.null_count == 0 else None)
+        return LocalTable(p, keys, _numpy(rows, "acc", p.value_type), pending, wits)
+
+    def _kernels(self, rows: pa.Table, kind: np.ndarray) -> list[tuple[Kernel, dict]]:
+        aux_rows = rows.filter(pa.array(kind == AUX))
+        body = aux_rows.column("body").to_numpy() if len(aux_rows) else np.zeros(0, np.int64)
+        kernels = []
+        for b, (plan, aux_name) in enumerate(self.params.plans):
+            mine = aux_rows.filter(pa.array(body == b))
+            cols = {
+                f"c{i}": mine.column(f"a{b}_{i}").to_numpy(zero_copy_only=False)
+                for i in range(self.params.aux_widths[b])
+            }
+            cols[DESTINATION] = mine.column("dshard").to_numpy(zero_copy_only=False)
+            sources = {(aux_name, "aux"): Batch(len(mine), cols)}
+            kernel = Kernel(plan)
+            kernel.prepare(sources)
+            kernels.append((kernel, sources))
+        return kernels
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> tuple[float, int]:
+        """Merge the messages, iterate to a flush; (seconds, local iterations)."""
+        started = time.perf_counter()
+        p = self.params
+        self._merge_messages()
+        while self.table.pending.any() and self.iterations < LOCAL_ITERATION_CAP:
+            if p.local_bound is not None and self.table.local_measure() < p.local_bound:
+                break
+            self._iterate()
+            self.iterations += 1
+            if self._flush_due(time.perf_counter() - started):
+                break
+        return time.perf_counter() - started, self.iterations
+
+    def _merge_messages(self) -> None:
+        p, rows = self.params, self.messages
+        if not len(rows):
+            return
+        keys = [_numpy(rows, f"k{j}", t) for j, t in enumerate(p.key_types)]
+        wits = [_numpy(rows, f"wit{j}", t) for j, t in enumerate(p.key_types)] if p.witness else []
+        self.table.merge(keys, _numpy(rows, "acc", p.value_type), wits)
+
+    def _iterate(self) -> None:
+        p = self.params
+        idx, deltas = self.table.take_frontier()
+        cols: dict[str, np.ndarray] = {}
+        for j, pos in enumerate(p.key_positions):
+            cols[f"c{pos}"] = self.table.columns[j][idx]
+        cols[f"c{p.value_pos}"] = deltas
+        if p.index_pos is not None:
+            cols[f"c{p.index_pos}"] = np.zeros(len(idx), dtype=np.int64)
+        frontier = Batch(len(idx), cols)
+        derived = []
+        for kernel, sources in self.kernels:
+            derived.append(kernel.run({**sources, (p.relation, "delta"): frontier}))
+        candidates = _valid_rows(concat(derived), len(p.key_positions), p.witness)
+        here = candidates.cols[DESTINATION] == self.shard
+        local = candidates.take(np.flatnonzero(here))
+        self._merge_batch(local)
+        self._buffer(candidates.take(np.flatnonzero(~here)))
+
+    def _merge_batch(self, batch: Batch) -> None:
+        p = self.params
+        keys = [batch.cols[f"k{j}"] for j in range(len(p.key_positions))]
+        values = batch.cols["v"].astype(_numpy_type(p.value_type))
+        self.table.merge(keys, values, _witness(batch, p))
+
+    def _buffer(self, remote: Batch) -> None:
+        if remote.n == 0:
+            return
+        dest = remote.cols[DESTINATION]
+        for d in np.unique(dest):
+            part = remote.take(np.flatnonzero(dest == d))
+            self.buffers.setdefault(int(d), []).append(part)
+            self.buffered[int(d)] = self.buffered.get(int(d), 0) + part.n
+
+    def _flush_due(self, elapsed: float) -> bool:
+        if elapsed >= self.params.tau:
+            return True
+        beta = self.params.beta
+        return any(
+            n >= beta.get((self.shard, d), self.params.beta0) for d, n in self.buffered.items()
+        )
+
+    # ------------------------------------------------------------ output
+
+    def emit(self, seconds: float, iterations: int, schema: pa.Schema) -> pa.Table:
+        parts = [self._state_rows(schema), *self._message_rows(schema)]
+        parts.append(self._stats_rows(schema, seconds, iterations))
+        return pa.concat_tables([t for t in parts if t is not None])
+
+    def _state_rows(self, schema: pa.Schema) -> pa.Table:
+        t = self.table
+        cols: dict[str, object] = {f"k{j}": c for j, c in enumerate(t.columns)}
+        cols["acc"] = t.acc
+        cols["delta"] = pa.array(t.delta, mask=~t.pending)
+        for j, w in enumerate(t.wits):
+            cols[f"wit{j}"] = pa.array(w, mask=~t.has_wit)
+        return _rows(schema, len(t), self.shard, STATE, cols)
+
+    def _message_rows(self, schema: pa.Schema) -> Iterator[pa.Table]:
+        p = self.params
+        for dest, parts in self.buffers.items():
+            batch = concat(parts)
+            keys = [batch.cols[f"k{j}"] for j in range(len(p.key_positions))]
+            values = batch.cols["v"].astype(_numpy_type(p.value_type))
+            keys, values, wits = self.table.combined(keys, values, _witness(batch, p))
+            cols: dict[str, object] = {f"k{j}": k for j, k in enumerate(keys)}
+            cols["acc"] = values
+            for j, w in enumerate(wits):
+                cols[f"wit{j}"] = w
+            yield _rows(schema, len(values), dest, MESSAGE, cols)
+
+    def _stats_rows(self, schema: pa.Schema, seconds: float, iterations: int) -> pa.Table:
+        dests = sorted(self.buffers) or [-1]
+        n = len(dests)
+        cols: dict[str, object] = {
+            "s_dst": np.array(dests, dtype=np.int32),
+            "s_count": np.array([self.buffered.get(d, 0) for d in dests], dtype=np.int64),
+            "s_seconds": np.full(n, seconds),
+            "s_iters": np.full(n, iterations, dtype=np.int64),
+        }
+        return _rows(schema, n, self.shard, STATS, cols)
+
+
+def _witness(batch: Batch, p: StageParams) -> list[np.ndarray]:
+    """The candidates' witness columns, or none when the rule gives no witness."""
+    names = [f"w{j}" for j in range(len(p.key_positions))]
+    if not p.witness or not all(n in batch.cols for n in names):
+        return []
+    return [batch.cols[n] for n in names]
+
+
+def _valid_rows(batch: Batch, keys: int, witness: bool) -> Batch:
+    """Candidates whose key and value are not null (a null candidate contributes nothing)."""
+    names = [f"k{j}" for j in range(keys)] + ["v"]
+    keep = np.ones(batch.n, dtype=bool)
+    for name in names:
+        keep &= batch.mask(name)
+        values = batch.cols[name]
+        if values.dtype.kind == "f":
+            keep &= ~np.isnan(values)
+    return batch if keep.all() else batch.take(np.flatnonzero(keep))
+
+
+def _numpy(rows: pa.Table, name: str, type_name: str) -> np.ndarray:
+    column = rows.column(name)
+    if column.null_count:
+        column = column.fill_null(0 if type_name != "symbol" else "")
+    return column.to_numpy(zero_copy_only=False).astype(_numpy_type(type_name))
+
+
+def _rows(schema: pa.Schema, n: int, shard: int, kind: int, cols: dict[str, object]) -> pa.Table:
+    arrays = []
+    for field in schema:
+        if field.name == "shard":
+            arrays.append(pa.array(np.full(n, shard, dtype=np.int32)))
+        elif field.name == "kind":
+            arrays.append(pa.array(np.full(n, kind, dtype=np.int8)))
+        elif field.name in cols:
+            arrays.append(pa.array(cols[field.name], type=field.type))
+        else:
+            arrays.append(pa.nulls(n, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def run_stage(params: StageParams, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function of one stage: every shard in the partition, in turn."""
+    collected = list(batches)
+    if not collected:
+        return
+    rows = pa.Table.from_batches(collected)
+    shard = rows.column("shard").to_numpy()
+    for label in np.unique(shard):
+        loop = ShardLoop(params, int(label), rows.filter(pa.array(shard == label)))
+        seconds, iterations = loop.run()
+        yield from loop.emit(seconds, iterations, schema).to_batches()
