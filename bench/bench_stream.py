@@ -76,8 +76,9 @@ def random_graph(program: str, n_edges: int, seed: int) -> tuple[int, list[tuple
     return n_nodes, sorted(edges)
 
 
-def new_edges(program: str, present: set[tuple], n_nodes: int, count: int,
-              rng: random.Random) -> list[tuple]:
+def new_edges(
+    program: str, present: set[tuple], n_nodes: int, count: int, rng: random.Random
+) -> list[tuple]:
     fresh: list[tuple] = []
     keys = {e[:2] for e in present}
     while len(fresh) < count:
@@ -94,11 +95,18 @@ def publish(config: Any, program: Any, relation: str, rows: list[tuple]) -> None
     from fixflow.pipeline.messages import encode_fact, fact_key
 
     attributes = program.declaration(relation).attributes
-    producer = KafkaProducer(bootstrap_servers=config.kafka.bootstrap_servers, acks=1,
-                             linger_ms=20, batch_size=256 * 1024)
+    producer = KafkaProducer(
+        bootstrap_servers=config.kafka.bootstrap_servers,
+        acks=1,
+        linger_ms=20,
+        batch_size=256 * 1024,
+    )
     for row in rows:
-        producer.send(config.kafka.topic(relation), key=fact_key(row).encode(),
-                      value=encode_fact(attributes, row).encode())
+        producer.send(
+            config.kafka.topic(relation),
+            key=fact_key(row).encode(),
+            value=encode_fact(attributes, row).encode(),
+        )
     producer.flush(timeout=300)
     producer.close()
 
@@ -118,16 +126,28 @@ def wait_for_records(stream: Any, query: Any, expected: int, timeout_s: float) -
     raise TimeoutError(f"{expected} records not processed within {timeout_s} s")
 
 
-def measure(program_name: str, spark: Any, base_config: Any, lake_root: Path, n_edges: int,
-            batch: int, repeats: int, seed: int) -> Measurement:
+def measure(
+    program_name: str,
+    spark: Any,
+    base_config: Any,
+    lake_root: Path,
+    n_edges: int,
+    batch: int,
+    repeats: int,
+    seed: int,
+) -> Measurement:
     from fixflow.pipeline.stream import ProgramStream
 
     config = replace(
         base_config,
         kafka=replace(base_config.kafka, topic_prefix=f"bench{seed}{program_name}."),
         lake=replace(base_config.lake, path=str(lake_root)),
-        stream=replace(base_config.stream, trigger_ms=50, adaptive=False,
-                       max_records_per_trigger=max(10 * n_edges, 10_000)),
+        stream=replace(
+            base_config.stream,
+            trigger_ms=50,
+            adaptive=False,
+            max_records_per_trigger=max(10 * n_edges, 10_000),
+        ),
     )
     stream = ProgramStream(spark, config, PROGRAMS[program_name])
     program = stream.program
@@ -142,8 +162,9 @@ def measure(program_name: str, spark: Any, base_config: Any, lake_root: Path, n_
         publish(config, program, "edge", edges)
         sent += len(edges)
         bootstrap = wait_for_records(stream, query, sent, 3600) - started
-        result = Measurement(program_name, n_edges, bootstrap,
-                             sum(r.seconds for r in stream.reports))
+        result = Measurement(
+            program_name, n_edges, bootstrap, sum(r.seconds for r in stream.reports)
+        )
         result.bootstrap_batches = len(stream.reports)
         rng = random.Random(seed + 1)
         present = set(edges)
@@ -158,10 +179,17 @@ def measure(program_name: str, spark: Any, base_config: Any, lake_root: Path, n_
             reports = stream.reports[seen:]
             result.update_batch_counts.append(len(reports))
             result.update_batches_s.append(sum(r.seconds for r in reports))
-            result.strategies += [s.strategy for r in reports if r.epoch
-                                  for s in r.epoch.strata if s.strategy != "unchanged"]
-            print(f"  {program_name}: update {len(result.updates_s)}: "
-                  f"{result.updates_s[-1]:.2f} s", flush=True)
+            result.strategies += [
+                s.strategy
+                for r in reports
+                if r.epoch
+                for s in r.epoch.strata
+                if s.strategy != "unchanged"
+            ]
+            print(
+                f"  {program_name}: update {len(result.updates_s)}: {result.updates_s[-1]:.2f} s",
+                flush=True,
+            )
         return result
     finally:
         query.stop()
@@ -176,8 +204,11 @@ def machine() -> str:
     cpu = platform.processor() or "unknown"
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
+        names = [
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.read_text().splitlines()
+            if line.startswith("model name")
+        ]
         cpu = names[0] if names else cpu
     return f"nproc {os.cpu_count()}, memory {memory}, CPU {cpu}, {platform.platform()}"
 
@@ -209,7 +240,8 @@ def report(results: list[Measurement], args: argparse.Namespace, note: str) -> s
             f"| {m.program} | {m.edges} | {m.bootstrap_s:.2f} | {m.bootstrap_batches} "
             f"| {m.median_update_s:.2f} | {min(m.updates_s):.2f}-{max(m.updates_s):.2f} "
             f"| {'/'.join(map(str, m.update_batch_counts))} "
-            f"| {statistics.median(m.update_batches_s):.2f} | {m.ratio:.2f} | {strategies} |")
+            f"| {statistics.median(m.update_batches_s):.2f} | {m.ratio:.2f} | {strategies} |"
+        )
     if note:
         lines += ["", note]
     return "\n".join(lines) + "\n"
@@ -232,20 +264,37 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="fixflow-bench-"))
     base = default_config()
-    config = replace(base, kafka=replace(base.kafka, bootstrap_servers=f"127.0.0.1:{free_port()}"),
-                     lake=replace(base.lake, path=str(work / "broker")))
+    config = replace(
+        base,
+        kafka=replace(base.kafka, bootstrap_servers=f"127.0.0.1:{free_port()}"),
+        lake=replace(base.lake, path=str(work / "broker")),
+    )
     start_broker(config)
     spark = make_session(app_name="fixflow-bench-stream")
     results = []
     try:
         for name in args.programs.split(","):
-            print(f"{name}: {args.edges} edges, {args.repeats} x {args.batch} insertions",
-                  flush=True)
-            results.append(measure(name, spark, config, work / name, args.edges, args.batch,
-                                   args.repeats, args.seed))
+            print(
+                f"{name}: {args.edges} edges, {args.repeats} x {args.batch} insertions", flush=True
+            )
+            results.append(
+                measure(
+                    name,
+                    spark,
+                    config,
+                    work / name,
+                    args.edges,
+                    args.batch,
+                    args.repeats,
+                    args.seed,
+                )
+            )
             m = results[-1]
-            print(f"{name}: bootstrap {m.bootstrap_s:.2f} s, update median "
-                  f"{m.median_update_s:.2f} s, ratio {m.ratio:.2f}", flush=True)
+            print(
+                f"{name}: bootstrap {m.bootstrap_s:.2f} s, update median "
+                f"{m.median_update_s:.2f} s, ratio {m.ratio:.2f}",
+                flush=True,
+            )
     finally:
         spark.stop()
         stop_broker(config)

@@ -91,20 +91,40 @@ def errors(text: str) -> list[Diagnostic]:
 
 def test_sssp_example_parses_to_the_expected_ast() -> None:
     program = parse(SSSP, "sssp.dl")
-    assert program == Program((
-        Declaration("edge", (Attribute("src", "number"), Attribute("dst", "number"),
-                             Attribute("w", "float"))),
-        InputDirective("edge"),
-        Declaration("sssp", (Attribute("node", "number"), Attribute("dist", "float"))),
-        OutputDirective("sssp"),
-        Rule(Head("sssp", (v("X"), v("d"))),
-             (Body((Comparison("=", v("X"), NumberLit(1)),
-                    Comparison("=", v("d"), NumberLit(0)))),)),
-        Rule(Head("sssp", (v("Y"), Aggregate("min", v("dy")))),
-             (Body((Atom("sssp", (v("X"), v("dx"))),
-                    Atom("edge", (v("X"), v("Y"), v("w"))),
-                    Comparison("=", v("dy"), BinOp("+", v("dx"), v("w"))))),)),
-    ))
+    assert program == Program(
+        (
+            Declaration(
+                "edge",
+                (Attribute("src", "number"), Attribute("dst", "number"), Attribute("w", "float")),
+            ),
+            InputDirective("edge"),
+            Declaration("sssp", (Attribute("node", "number"), Attribute("dist", "float"))),
+            OutputDirective("sssp"),
+            Rule(
+                Head("sssp", (v("X"), v("d"))),
+                (
+                    Body(
+                        (
+                            Comparison("=", v("X"), NumberLit(1)),
+                            Comparison("=", v("d"), NumberLit(0)),
+                        )
+                    ),
+                ),
+            ),
+            Rule(
+                Head("sssp", (v("Y"), Aggregate("min", v("dy")))),
+                (
+                    Body(
+                        (
+                            Atom("sssp", (v("X"), v("dx"))),
+                            Atom("edge", (v("X"), v("Y"), v("w"))),
+                            Comparison("=", v("dy"), BinOp("+", v("dx"), v("w"))),
+                        )
+                    ),
+                ),
+            ),
+        )
+    )
     assert program.file == "sssp.dl"
     assert program.inputs == ("edge",) and program.outputs == ("sssp",)
 
@@ -114,21 +134,28 @@ def test_pagerank_program_2_parses_with_alternatives_and_termination() -> None:
     degree, base, step = program.rules
     assert degree.head == Head("degree", (v("X"), Aggregate("count", v("Y"))))
     assert base.head.args == (NumberLit(0), v("X"), v("r"))
-    assert step.head == Head("rank", (BinOp("+", v("i"), NumberLit(1)), v("Y"),
-                                      Aggregate("sum", v("ry"))))
+    assert step.head == Head(
+        "rank", (BinOp("+", v("i"), NumberLit(1)), v("Y"), Aggregate("sum", v("ry")))
+    )
     assert step.bodies == (
         Body((Atom("node", (v("Y"),)), Comparison("=", v("ry"), FloatLit(0.15)))),
-        Body((Atom("rank", (v("i"), v("X"), v("rx"))), Atom("edge", (v("X"), v("Y"))),
-              Atom("degree", (v("X"), v("d"))),
-              Comparison("=", v("ry"),
-                         BinOp("/", BinOp("*", FloatLit(0.85), v("rx")), v("d"))))),
+        Body(
+            (
+                Atom("rank", (v("i"), v("X"), v("rx"))),
+                Atom("edge", (v("X"), v("Y"))),
+                Atom("degree", (v("X"), v("d"))),
+                Comparison("=", v("ry"), BinOp("/", BinOp("*", FloatLit(0.85), v("rx")), v("d"))),
+            )
+        ),
     )
     assert step.termination == Termination("sum", "ry", "<", FloatLit(0.001))
 
 
 def test_design_doc_alternative_bodies_share_one_head() -> None:
-    rule = only_rule("rank(Y, sum[r]) :- node(Y), r = 0.15 ; rank(X, rx), edge(X, Y), "
-                     "degree(X, d), r = 0.85 * rx / d.")
+    rule = only_rule(
+        "rank(Y, sum[r]) :- node(Y), r = 0.15 ; rank(X, rx), edge(X, Y), "
+        "degree(X, d), r = 0.85 * rx / d."
+    )
     assert [len(b.literals) for b in rule.bodies] == [2, 4]
     assert rule.termination is None
 
@@ -143,14 +170,22 @@ def test_declaration_without_attributes_and_count_star() -> None:
     (rule,) = program.rules
     assert rule.head.aggregate == Aggregate("count", None)
     assert rule.bodies[0].literals == (
-        Atom("unit", ()), Negation(Atom("gone", (StringLit("x"),))),
-        Comparison("=", Wildcard(), NumberLit(1)))
+        Atom("unit", ()),
+        Negation(Atom("gone", (StringLit("x"),))),
+        Comparison("=", Wildcard(), NumberLit(1)),
+    )
 
 
-@pytest.mark.parametrize("clause", [
-    "{sum[Δr] < 0.001}", "{sum[∆r] < 0.001}", "{sum[delta r] < 0.001}",
-    ", {sum[Δ r] < 0.001}", "; {sum[Δr] < 0.001}",
-])
+@pytest.mark.parametrize(
+    "clause",
+    [
+        "{sum[Δr] < 0.001}",
+        "{sum[∆r] < 0.001}",
+        "{sum[delta r] < 0.001}",
+        ", {sum[Δ r] < 0.001}",
+        "; {sum[Δr] < 0.001}",
+    ],
+)
 def test_termination_spellings(clause: str) -> None:
     rule = only_rule(f"p(X, sum[r]) :- q(X, r) {clause}.")
     assert rule.termination == Termination("sum", "r", "<", FloatLit(0.001))
@@ -166,10 +201,12 @@ def test_every_comparison_operator() -> None:
 def test_builtin_calls_in_comparisons_and_names_that_are_not_reserved() -> None:
     rule = only_rule("p(sum, count) :- min(sum, 2) < max(count, 1), relu(exp(abs(log(x)))) = y.")
     first, second = rule.bodies[0].literals
-    assert first == Comparison("<", Call("min", (v("sum"), NumberLit(2))),
-                               Call("max", (v("count"), NumberLit(1))))
+    assert first == Comparison(
+        "<", Call("min", (v("sum"), NumberLit(2))), Call("max", (v("count"), NumberLit(1)))
+    )
     assert second == Comparison(
-        "=", Call("relu", (Call("exp", (Call("abs", (Call("log", (v("x"),)),)),)),)), v("y"))
+        "=", Call("relu", (Call("exp", (Call("abs", (Call("log", (v("x"),)),)),)),)), v("y")
+    )
 
 
 def test_identifiers_may_end_in_a_prime() -> None:
@@ -179,20 +216,23 @@ def test_identifiers_may_end_in_a_prime() -> None:
 # ---------------------------------------------------------------- literals and expressions
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("12", NumberLit(12)),
-    ("0.15", FloatLit(0.15)),
-    ("1e-3", FloatLit(0.001)),
-    ("2.5E+2", FloatLit(250.0)),
-    ("2.e3", FloatLit(2000.0)),
-    ("-1", NumberLit(-1)),
-    ("- 1", NumberLit(-1)),
-    ("-0.5", FloatLit(-0.5)),
-    ("-9223372036854775808", NumberLit(-(2**63))),
-    ("9223372036854775807", NumberLit(2**63 - 1)),
-    ('"a\\"b\\\\c\\n\\t\\u0394"', StringLit('a"b\\c\n\tΔ')),
-    ('"// not a comment /* */"', StringLit("// not a comment /* */")),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("12", NumberLit(12)),
+        ("0.15", FloatLit(0.15)),
+        ("1e-3", FloatLit(0.001)),
+        ("2.5E+2", FloatLit(250.0)),
+        ("2.e3", FloatLit(2000.0)),
+        ("-1", NumberLit(-1)),
+        ("- 1", NumberLit(-1)),
+        ("-0.5", FloatLit(-0.5)),
+        ("-9223372036854775808", NumberLit(-(2**63))),
+        ("9223372036854775807", NumberLit(2**63 - 1)),
+        ('"a\\"b\\\\c\\n\\t\\u0394"', StringLit('a"b\\c\n\tΔ')),
+        ('"// not a comment /* */"', StringLit("// not a comment /* */")),
+    ],
+)
 def test_literals(text: str, expected: Expr) -> None:
     value = expr_of(text)
     assert value == expected
@@ -202,30 +242,39 @@ def test_literals(text: str, expected: Expr) -> None:
 def test_a_trailing_dot_is_a_float_unless_it_ends_the_rule() -> None:
     assert only_rule("p(X) :- X = 2.").bodies[0].literals[0].right == NumberLit(2)  # type: ignore[union-attr]
     program = parse("p(X) :- X = 2.\nq(1).\np(Y) :- Y = 2.\n.output p\n")
-    assert [r.bodies[0].literals[0].right for r in program.rules if r.head.relation == "p"] \
-        == [NumberLit(2), NumberLit(2)]  # type: ignore[union-attr]
-    assert only_rule("p(X) :- X = min(2., 3).").bodies[0].literals[0].right \
-        == Call("min", (FloatLit(2.0), NumberLit(3)))  # type: ignore[union-attr]
+    assert [r.bodies[0].literals[0].right for r in program.rules if r.head.relation == "p"] == [
+        NumberLit(2),
+        NumberLit(2),
+    ]  # type: ignore[union-attr]
+    assert only_rule("p(X) :- X = min(2., 3).").bodies[0].literals[0].right == Call(
+        "min", (FloatLit(2.0), NumberLit(3))
+    )  # type: ignore[union-attr]
     assert expr_of("2.*x") == BinOp("*", FloatLit(2.0), v("x"))
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("a - b - c", BinOp("-", BinOp("-", v("a"), v("b")), v("c"))),
-    ("a / b * c", BinOp("*", BinOp("/", v("a"), v("b")), v("c"))),
-    ("a + b * c", BinOp("+", v("a"), BinOp("*", v("b"), v("c")))),
-    ("(a + b) * c", BinOp("*", BinOp("+", v("a"), v("b")), v("c"))),
-    ("a - (b - c)", BinOp("-", v("a"), BinOp("-", v("b"), v("c")))),
-    ("x-1", BinOp("-", v("x"), NumberLit(1))),
-    ("x - -1", BinOp("-", v("x"), NumberLit(-1))),
-    ("2*-3", BinOp("*", NumberLit(2), NumberLit(-3))),
-    ("-2 * x", BinOp("*", NumberLit(-2), v("x"))),
-    ("-x * y", BinOp("*", Neg(v("x")), v("y"))),
-    ("-(x * y)", Neg(BinOp("*", v("x"), v("y")))),
-    ("-(1)", Neg(NumberLit(1))),
-    ("- -1", Neg(NumberLit(-1))),
-    ("--x", Neg(Neg(v("x")))),
-    ("max(a, b) + abs(-c)", BinOp("+", Call("max", (v("a"), v("b"))), Call("abs", (Neg(v("c")),)))),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a - b - c", BinOp("-", BinOp("-", v("a"), v("b")), v("c"))),
+        ("a / b * c", BinOp("*", BinOp("/", v("a"), v("b")), v("c"))),
+        ("a + b * c", BinOp("+", v("a"), BinOp("*", v("b"), v("c")))),
+        ("(a + b) * c", BinOp("*", BinOp("+", v("a"), v("b")), v("c"))),
+        ("a - (b - c)", BinOp("-", v("a"), BinOp("-", v("b"), v("c")))),
+        ("x-1", BinOp("-", v("x"), NumberLit(1))),
+        ("x - -1", BinOp("-", v("x"), NumberLit(-1))),
+        ("2*-3", BinOp("*", NumberLit(2), NumberLit(-3))),
+        ("-2 * x", BinOp("*", NumberLit(-2), v("x"))),
+        ("-x * y", BinOp("*", Neg(v("x")), v("y"))),
+        ("-(x * y)", Neg(BinOp("*", v("x"), v("y")))),
+        ("-(1)", Neg(NumberLit(1))),
+        ("- -1", Neg(NumberLit(-1))),
+        ("--x", Neg(Neg(v("x")))),
+        (
+            "max(a, b) + abs(-c)",
+            BinOp("+", Call("max", (v("a"), v("b"))), Call("abs", (Neg(v("c")),))),
+        ),
+    ],
+)
 def test_precedence_and_unary_minus(text: str, expected: Expr) -> None:
     assert expr_of(text) == expected
 
@@ -241,7 +290,7 @@ def test_comments_are_skipped_anywhere() -> None:
 def text_at(source: str, span: Span) -> str:
     """The source text a single-line span covers."""
     assert span.line == span.end_line
-    return source.splitlines()[span.line - 1][span.col - 1:span.end_col - 1]
+    return source.splitlines()[span.line - 1][span.col - 1 : span.end_col - 1]
 
 
 def test_spans_cover_exactly_the_text_of_each_node() -> None:
@@ -255,8 +304,7 @@ def test_spans_cover_exactly_the_text_of_each_node() -> None:
     assert text_at(SSSP, rule.head.args[1].span) == "min[dy]"
     assert text_at(SSSP, assignment.span) == "dy = dx + w"
     assert text_at(SSSP, assignment.right.span) == "dx + w"  # type: ignore[union-attr]
-    assert text_at(SSSP, rule.bodies[0].span) == \
-        "sssp(X, dx), edge(X, Y, w), dy = dx + w"
+    assert text_at(SSSP, rule.bodies[0].span) == "sssp(X, dx), edge(X, Y, w), dy = dx + w"
     assert text_at(SSSP, rule.span) == SSSP.splitlines()[7]
     decl = program.declarations[0]
     assert text_at(SSSP, decl.span) == ".decl edge(src: number, dst: number, w: float)"
@@ -295,55 +343,101 @@ def test_multi_line_spans_and_unicode_columns() -> None:
 # ---------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize(("source", "message", "line", "col"), [
-    ("p(X) :- edge(X, Y.", "expected `)` after the arguments of `edge`, found `.`", 1, 18),
-    ("p(X) :- q(X) r(X).", "expected `,`, `;` or `.` after a body literal, found `r`", 1, 14),
-    ("p(X) :- q(X)", "expected `.` at the end of the rule, found end of file", 1, 13),
-    ("p(X) :- q(X)\np(1).", "expected `.` at the end of the rule, found `p`", 1, 13),
-    ("p(X) q(X).", "expected `:-` or `.` after the head of `p`, found `q`", 1, 6),
-    ("p(X) :- , q(X).", "expected a body literal, found `,`", 1, 9),
-    ("p(X) :- X.", "expected a comparison operator (`=`, `!=`, `<`, `<=`, `>`, `>=`) "
-     "after the expression, found `.`", 1, 10),
-    ("p(X) :- X = .", "expected an expression, found `.`", 1, 13),
-    ("p(X) :- X = (1 + 2.", "expected `)` to close the parenthesis, found `.`", 1, 19),
-    ('p(X) :- X = "abc.', "unterminated string", 1, 13),
-    ("p(X) :- q(X). /* no end", "unterminated block comment", 1, 15),
-    ('p(X) :- X = "a\\qb".', "unknown escape `\\q` in a string", 1, 15),
-    ("p(X) :- X = 1 # 2.", "unexpected character `#`", 1, 15),
-    ("p(_x).", "`_x` is not a valid name", 1, 3),
-    (".type T = number", "unknown directive `.type`", 1, 1),
-    (".decl p(x: int)", "unknown type `int`", 1, 12),
-    (".decl p(x number)", "expected `:` after attribute `x`, found `number`", 1, 11),
-    (".input", "expected a relation name after `.input`, found end of file", 1, 7),
-    (".input edge(IO=file)", "expected a new line after `.input edge`, found `(`", 1, 12),
-    ("p(X) :- q(X, sum[Y]).", "aggregate `sum[...]` is not allowed in a rule body", 1, 14),
-    ("p(X) :- X = 1 + count[*].", "aggregate `count[...]` is not allowed in a rule body", 1, 17),
-    ("p(X, sum[Y] + 1) :- q(X, Y).",
-     "aggregate `sum[...]` is not allowed inside an expression", 1, 6),
-    ("p(X, sum[max[Y]]) :- q(X, Y).",
-     "aggregate `max[...]` is not allowed inside an expression", 1, 10),
-    ("p(X, sum[*]) :- q(X).", "`sum[*]` is not allowed: only `count` takes `*`", 1, 10),
-    ("p(X) :- q(X), Y = log(X, 2).", "`log` takes 1 argument, found 2", 1, 19),
-    ("p(X) :- q(X), Y = min(X).", "`min` takes 2 arguments, found 1", 1, 19),
-    ("p(X) :- q(X), Y = foo(X).",
-     "`foo` is not a built-in function", 1, 19),
-    ("p(X) :- q(X), abs(X).", "`abs` is a built-in function and cannot name a relation", 1, 15),
-    ("p(X) :- q(X), !exp(X).", "`exp` is a built-in function and cannot name a relation", 1, 16),
-    ("relu(X) :- q(X).", "`relu` is a built-in function and cannot name a relation", 1, 1),
-    (".decl max(x: number)", "`max` is a built-in function and cannot name a relation", 1, 7),
-    ("p(X) :- !X = 1.", "expected an atom after `!`, found `X`", 1, 10),
-    ("p(X) :- q(X) {sum[r] < 1}.",
-     "expected `Δ` before the variable of the termination clause, found `r`", 1, 19),
-    ("p(X) :- q(X) {total[Δr] < 1}.", "`total` is not an aggregate", 1, 15),
-    ("p(X) :- q(X) {sum[Δr] < sum[r]}.",
-     "aggregate `sum[...]` is not allowed in a termination clause", 1, 25),
-    ("p(X) :- q(X) {sum[Δr] < 1.", "expected `}` to close the termination clause, found `.`",
-     1, 26),
-    ("p(X) :- X = 9223372036854775808.",
-     "integer literal `9223372036854775808` does not fit in a `number` (int64)", 1, 13),
-    ("p(X) :- X = 1e999.", "float literal `1e999` is out of range", 1, 13),
-    (") p(1).", "expected a rule or a directive (`.decl`, `.input`, `.output`), found `)`", 1, 1),
-])
+@pytest.mark.parametrize(
+    ("source", "message", "line", "col"),
+    [
+        ("p(X) :- edge(X, Y.", "expected `)` after the arguments of `edge`, found `.`", 1, 18),
+        ("p(X) :- q(X) r(X).", "expected `,`, `;` or `.` after a body literal, found `r`", 1, 14),
+        ("p(X) :- q(X)", "expected `.` at the end of the rule, found end of file", 1, 13),
+        ("p(X) :- q(X)\np(1).", "expected `.` at the end of the rule, found `p`", 1, 13),
+        ("p(X) q(X).", "expected `:-` or `.` after the head of `p`, found `q`", 1, 6),
+        ("p(X) :- , q(X).", "expected a body literal, found `,`", 1, 9),
+        (
+            "p(X) :- X.",
+            "expected a comparison operator (`=`, `!=`, `<`, `<=`, `>`, `>=`) "
+            "after the expression, found `.`",
+            1,
+            10,
+        ),
+        ("p(X) :- X = .", "expected an expression, found `.`", 1, 13),
+        ("p(X) :- X = (1 + 2.", "expected `)` to close the parenthesis, found `.`", 1, 19),
+        ('p(X) :- X = "abc.', "unterminated string", 1, 13),
+        ("p(X) :- q(X). /* no end", "unterminated block comment", 1, 15),
+        ('p(X) :- X = "a\\qb".', "unknown escape `\\q` in a string", 1, 15),
+        ("p(X) :- X = 1 # 2.", "unexpected character `#`", 1, 15),
+        ("p(_x).", "`_x` is not a valid name", 1, 3),
+        (".type T = number", "unknown directive `.type`", 1, 1),
+        (".decl p(x: int)", "unknown type `int`", 1, 12),
+        (".decl p(x number)", "expected `:` after attribute `x`, found `number`", 1, 11),
+        (".input", "expected a relation name after `.input`, found end of file", 1, 7),
+        (".input edge(IO=file)", "expected a new line after `.input edge`, found `(`", 1, 12),
+        ("p(X) :- q(X, sum[Y]).", "aggregate `sum[...]` is not allowed in a rule body", 1, 14),
+        (
+            "p(X) :- X = 1 + count[*].",
+            "aggregate `count[...]` is not allowed in a rule body",
+            1,
+            17,
+        ),
+        (
+            "p(X, sum[Y] + 1) :- q(X, Y).",
+            "aggregate `sum[...]` is not allowed inside an expression",
+            1,
+            6,
+        ),
+        (
+            "p(X, sum[max[Y]]) :- q(X, Y).",
+            "aggregate `max[...]` is not allowed inside an expression",
+            1,
+            10,
+        ),
+        ("p(X, sum[*]) :- q(X).", "`sum[*]` is not allowed: only `count` takes `*`", 1, 10),
+        ("p(X) :- q(X), Y = log(X, 2).", "`log` takes 1 argument, found 2", 1, 19),
+        ("p(X) :- q(X), Y = min(X).", "`min` takes 2 arguments, found 1", 1, 19),
+        ("p(X) :- q(X), Y = foo(X).", "`foo` is not a built-in function", 1, 19),
+        ("p(X) :- q(X), abs(X).", "`abs` is a built-in function and cannot name a relation", 1, 15),
+        (
+            "p(X) :- q(X), !exp(X).",
+            "`exp` is a built-in function and cannot name a relation",
+            1,
+            16,
+        ),
+        ("relu(X) :- q(X).", "`relu` is a built-in function and cannot name a relation", 1, 1),
+        (".decl max(x: number)", "`max` is a built-in function and cannot name a relation", 1, 7),
+        ("p(X) :- !X = 1.", "expected an atom after `!`, found `X`", 1, 10),
+        (
+            "p(X) :- q(X) {sum[r] < 1}.",
+            "expected `Δ` before the variable of the termination clause, found `r`",
+            1,
+            19,
+        ),
+        ("p(X) :- q(X) {total[Δr] < 1}.", "`total` is not an aggregate", 1, 15),
+        (
+            "p(X) :- q(X) {sum[Δr] < sum[r]}.",
+            "aggregate `sum[...]` is not allowed in a termination clause",
+            1,
+            25,
+        ),
+        (
+            "p(X) :- q(X) {sum[Δr] < 1.",
+            "expected `}` to close the termination clause, found `.`",
+            1,
+            26,
+        ),
+        (
+            "p(X) :- X = 9223372036854775808.",
+            "integer literal `9223372036854775808` does not fit in a `number` (int64)",
+            1,
+            13,
+        ),
+        ("p(X) :- X = 1e999.", "float literal `1e999` is out of range", 1, 13),
+        (
+            ") p(1).",
+            "expected a rule or a directive (`.decl`, `.input`, `.output`), found `)`",
+            1,
+            1,
+        ),
+    ],
+)
 def test_syntax_errors(source: str, message: str, line: int, col: int) -> None:
     found = errors(source)
     assert [d.message for d in found][:1] == [message]
@@ -362,9 +456,13 @@ def test_errors_carry_explaining_notes() -> None:
 def test_caret_underlines_the_offending_token() -> None:
     (error,) = errors("p(X) :- edge(X, Y), abs(Y).")
     assert error.render("p(X) :- edge(X, Y), abs(Y).").splitlines()[1:4] == [
-        " --> prog.dl:1:21", "  |", "1 | p(X) :- edge(X, Y), abs(Y)."]
-    assert error.render("p(X) :- edge(X, Y), abs(Y).").splitlines()[4] == \
-        "  |                     ^^^"
+        " --> prog.dl:1:21",
+        "  |",
+        "1 | p(X) :- edge(X, Y), abs(Y).",
+    ]
+    assert (
+        error.render("p(X) :- edge(X, Y), abs(Y).").splitlines()[4] == "  |                     ^^^"
+    )
 
 
 def test_several_errors_are_reported_at_once_in_source_order() -> None:
@@ -400,7 +498,9 @@ def test_recovery_resumes_at_the_next_directive_and_the_next_rule() -> None:
 def test_an_unterminated_string_ends_its_rule_for_recovery() -> None:
     source = 'p(X) :- q(X, "open).\np(X) :- q(X) r(X).\n'
     assert [(d.span.line, d.message.split(",")[0]) for d in errors(source)] == [
-        (1, "unterminated string"), (2, "expected `")]
+        (1, "unterminated string"),
+        (2, "expected `"),
+    ]
 
 
 def test_a_broken_directive_is_skipped_to_the_end_of_its_line() -> None:

@@ -131,27 +131,37 @@ def test_pretty_prints_single_nodes() -> None:
     assert pretty(OutputDirective("e")) == ".output e"
 
 
-@pytest.mark.parametrize(("expr", "text"), [
-    (BinOp("-", Var("a"), BinOp("-", Var("b"), Var("c"))), "a - (b - c)"),
-    (BinOp("-", BinOp("-", Var("a"), Var("b")), Var("c")), "a - b - c"),
-    (BinOp("*", BinOp("+", Var("a"), Var("b")), Var("c")), "(a + b) * c"),
-    (BinOp("+", Var("a"), BinOp("*", Var("b"), Var("c"))), "a + b * c"),
-    (BinOp("/", Var("a"), BinOp("*", Var("b"), Var("c"))), "a / (b * c)"),
-    (Neg(BinOp("+", Var("a"), Var("b"))), "-(a + b)"),
-    (Neg(NumberLit(5)), "-(5)"),
-    (Neg(NumberLit(-5)), "- -5"),
-    (Neg(Neg(Var("x"))), "- -x"),
-    (BinOp("-", Var("x"), NumberLit(-1)), "x - -1"),
-    (BinOp("*", NumberLit(-2), Var("x")), "-2 * x"),
-    (Call("min", (Var("a"), FloatLit(2.0))), "min(a, 2.0)"),
-])
+@pytest.mark.parametrize(
+    ("expr", "text"),
+    [
+        (BinOp("-", Var("a"), BinOp("-", Var("b"), Var("c"))), "a - (b - c)"),
+        (BinOp("-", BinOp("-", Var("a"), Var("b")), Var("c")), "a - b - c"),
+        (BinOp("*", BinOp("+", Var("a"), Var("b")), Var("c")), "(a + b) * c"),
+        (BinOp("+", Var("a"), BinOp("*", Var("b"), Var("c"))), "a + b * c"),
+        (BinOp("/", Var("a"), BinOp("*", Var("b"), Var("c"))), "a / (b * c)"),
+        (Neg(BinOp("+", Var("a"), Var("b"))), "-(a + b)"),
+        (Neg(NumberLit(5)), "-(5)"),
+        (Neg(NumberLit(-5)), "- -5"),
+        (Neg(Neg(Var("x"))), "- -x"),
+        (BinOp("-", Var("x"), NumberLit(-1)), "x - -1"),
+        (BinOp("*", NumberLit(-2), Var("x")), "-2 * x"),
+        (Call("min", (Var("a"), FloatLit(2.0))), "min(a, 2.0)"),
+    ],
+)
 def test_parentheses_only_where_needed(expr: Expr, text: str) -> None:
     assert pretty(expr) == text
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (1.0, "1.0"), (0.15, "0.15"), (1e-05, "1e-05"), (1e16, "1e+16"), (-2.5, "-2.5"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1.0, "1.0"),
+        (0.15, "0.15"),
+        (1e-05, "1e-05"),
+        (1e16, "1e+16"),
+        (-2.5, "-2.5"),
+    ],
+)
 def test_floats_always_print_as_floats(value: float, text: str) -> None:
     assert format_float(value) == text
 
@@ -198,8 +208,8 @@ leaves: st.SearchStrategy[Expr] = st.one_of(
 
 def _compound(children: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
     calls = st.sampled_from(sorted(BUILTIN_FUNCS)).flatmap(
-        lambda f: st.builds(Call, st.just(f),
-                            st.tuples(*[children] * BUILTIN_FUNCS[f])))
+        lambda f: st.builds(Call, st.just(f), st.tuples(*[children] * BUILTIN_FUNCS[f]))
+    )
     return st.one_of(
         st.builds(BinOp, st.sampled_from(["+", "-", "*", "/"]), children, children),
         st.builds(Neg, children),
@@ -220,19 +230,21 @@ literals = st.one_of(
 )
 bodies = st.builds(Body, st.lists(literals, min_size=1, max_size=4).map(tuple))
 heads = st.builds(Head, relations, st.lists(st.one_of(exprs, aggregates), max_size=4).map(tuple))
-terminations = st.builds(Termination, st.sampled_from(AGGREGATE_FUNCS), names, compare_ops,
-                         exprs)
+terminations = st.builds(Termination, st.sampled_from(AGGREGATE_FUNCS), names, compare_ops, exprs)
 rules = st.one_of(
-    st.builds(Rule, heads, st.lists(bodies, min_size=1, max_size=3).map(tuple),
-              st.none() | terminations),
+    st.builds(
+        Rule, heads, st.lists(bodies, min_size=1, max_size=3).map(tuple), st.none() | terminations
+    ),
     st.builds(Rule, heads, st.just((Body(()),))),  # facts
 )
 declarations = st.builds(
-    Declaration, relations,
-    st.lists(st.builds(Attribute, names, st.sampled_from(TYPE_NAMES)), max_size=4).map(tuple))
+    Declaration,
+    relations,
+    st.lists(st.builds(Attribute, names, st.sampled_from(TYPE_NAMES)), max_size=4).map(tuple),
+)
 items: st.SearchStrategy[Item] = st.one_of(
-    rules, declarations, st.builds(InputDirective, relations),
-    st.builds(OutputDirective, relations))
+    rules, declarations, st.builds(InputDirective, relations), st.builds(OutputDirective, relations)
+)
 programs = st.builds(Program, st.lists(items, max_size=6).map(tuple))
 
 
@@ -245,8 +257,7 @@ def test_random_programs_round_trip(program: Program) -> None:
 @settings(max_examples=300, deadline=None)
 @given(exprs)
 def test_random_expressions_round_trip(expr: Expr) -> None:
-    program = Program((Rule(Head("p", (Var("X"),)),
-                            (Body((Comparison("=", Var("X"), expr),)),)),))
+    program = Program((Rule(Head("p", (Var("X"),)), (Body((Comparison("=", Var("X"), expr),)),)),))
     roundtrip(program)
 
 

@@ -20,13 +20,16 @@ from fixflow.pipeline.config import Config
 
 def _conf_file(config: Config, directory: Path) -> Path:
     path = directory / "test.toml"
-    path.write_text(f'[kafka]\nbootstrap_servers = "{config.kafka.bootstrap_servers}"\n'
-                    f'[lake]\npath = "{config.lake.path}"\n')
+    path.write_text(
+        f'[kafka]\nbootstrap_servers = "{config.kafka.bootstrap_servers}"\n'
+        f'[lake]\npath = "{config.lake.path}"\n'
+    )
     return path
 
 
 def test_status_and_idempotent_start_through_the_cli(
-        broker: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broker: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     conf = _conf_file(broker, tmp_path)
     assert main(["broker", "status", "--conf", str(conf)]) == 0
     status = broker_status(broker)
@@ -37,8 +40,9 @@ def test_status_and_idempotent_start_through_the_cli(
     assert broker_status(broker).pid == status.pid
 
 
-def test_stopped_broker_reports_not_running(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_stopped_broker_reports_not_running(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     conf = tmp_path / "down.toml"
     conf.write_text(f'[kafka]\nbootstrap_servers = "127.0.0.1:9"\n[lake]\npath = "{tmp_path}"\n')
     assert main(["broker", "status", "--conf", str(conf)]) == 3
@@ -48,8 +52,11 @@ def test_stopped_broker_reports_not_running(tmp_path: Path,
 
 def test_start_failure_shows_the_log_tail(broker: Config, tmp_path: Path) -> None:
     # An address this machine does not have: Tansu cannot bind and exits.
-    bad = replace(broker, kafka=replace(broker.kafka, bootstrap_servers="192.0.2.1:19999"),
-                  lake=replace(broker.lake, path=str(tmp_path)))
+    bad = replace(
+        broker,
+        kafka=replace(broker.kafka, bootstrap_servers="192.0.2.1:19999"),
+        lake=replace(broker.lake, path=str(tmp_path)),
+    )
     with pytest.raises(BrokerError) as error:
         start_broker(bad, timeout=8)
     message = str(error.value)
@@ -71,8 +78,9 @@ def test_ensure_topics_creates_only_missing_topics(broker: Config) -> None:
         consumer.close()
 
 
-def test_bad_config_is_reported_by_the_cli(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_config_is_reported_by_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     conf = tmp_path / "bad.toml"
     conf.write_text('[stream]\nconsistency = "fast"\n')
     assert main(["broker", "status", "--conf", str(conf)]) == 1

@@ -39,24 +39,34 @@ def test_missing_keys_take_defaults_and_values_are_typed() -> None:
     assert parse_config('[kafka]\ntopic_prefix = "p."').kafka.topic("edge") == "p.edge"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('[stream]\nconsistency = "fast"',
-     'conf/x.toml: [stream] consistency must be "converged" or "async", got "fast"'),
-    ("[stream]\nspeed = 1", "conf/x.toml: [stream] unknown key 'speed'"),
-    ("[streams]\n", "conf/x.toml: unknown section [streams]"),
-    ('[kafka]\npartitions = "2"', "conf/x.toml: [kafka] partitions must be an integer, got '2'"),
-    ("[kafka]\npartitions = 0", "conf/x.toml: [kafka] partitions must be > 0, got 0"),
-    ('[kafka]\nsource = "jvm"', 'conf/x.toml: [kafka] source must be "python" or "native"'),
-    ("[kafka]\nembedded = 1", "conf/x.toml: [kafka] embedded must be a boolean, got 1"),
-    ('[kafka]\nbootstrap_servers = "localhost"',
-     "conf/x.toml: [kafka] bootstrap_servers: expected HOST:PORT, got 'localhost'"),
-    ("[metrics]\nport = 70000", "conf/x.toml: [metrics] port must be <= 65535, got 70000"),
-    ("[buffer]\nalpha = 1.5", "conf/x.toml: [buffer] alpha must be <= 1.0, got 1.5"),
-    ('[engine]\nmode = "fast"', 'conf/x.toml: [engine] mode must be "sync" or "async" or'),
-    ("[spark]\nexecutors = 3", "conf/x.toml: [spark] unknown key 'executors'"),
-    ("[spark.conf]\n\"spark.x\" = [1]", "conf/x.toml: [spark] conf 'spark.x' must be"),
-    ("[stream\n", "conf/x.toml: not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[stream]\nconsistency = "fast"',
+            'conf/x.toml: [stream] consistency must be "converged" or "async", got "fast"',
+        ),
+        ("[stream]\nspeed = 1", "conf/x.toml: [stream] unknown key 'speed'"),
+        ("[streams]\n", "conf/x.toml: unknown section [streams]"),
+        (
+            '[kafka]\npartitions = "2"',
+            "conf/x.toml: [kafka] partitions must be an integer, got '2'",
+        ),
+        ("[kafka]\npartitions = 0", "conf/x.toml: [kafka] partitions must be > 0, got 0"),
+        ('[kafka]\nsource = "jvm"', 'conf/x.toml: [kafka] source must be "python" or "native"'),
+        ("[kafka]\nembedded = 1", "conf/x.toml: [kafka] embedded must be a boolean, got 1"),
+        (
+            '[kafka]\nbootstrap_servers = "localhost"',
+            "conf/x.toml: [kafka] bootstrap_servers: expected HOST:PORT, got 'localhost'",
+        ),
+        ("[metrics]\nport = 70000", "conf/x.toml: [metrics] port must be <= 65535, got 70000"),
+        ("[buffer]\nalpha = 1.5", "conf/x.toml: [buffer] alpha must be <= 1.0, got 1.5"),
+        ('[engine]\nmode = "fast"', 'conf/x.toml: [engine] mode must be "sync" or "async" or'),
+        ("[spark]\nexecutors = 3", "conf/x.toml: [spark] unknown key 'executors'"),
+        ('[spark.conf]\n"spark.x" = [1]', "conf/x.toml: [spark] conf 'spark.x' must be"),
+        ("[stream\n", "conf/x.toml: not valid TOML"),
+    ],
+)
 def test_invalid_configs_say_where_and_why(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as error:
         parse_config(text, "conf/x.toml")
@@ -75,12 +85,17 @@ def test_run_refuses_settings_this_build_cannot_honour(tmp_path: Path) -> None:
     import sys
 
     conf = tmp_path / "async.toml"
-    conf.write_text('[stream]\nconsistency = "async"\n[engine]\nmode = "hybrid"\n'
-                    "[metrics]\nport = 0\n")
+    conf.write_text(
+        '[stream]\nconsistency = "async"\n[engine]\nmode = "hybrid"\n[metrics]\nport = 0\n'
+    )
     program = Path(__file__).resolve().parents[2] / "examples" / "powerlog_p1_sssp.dl"
     fixflow = Path(sys.executable).parent / "fixflow"
-    done = subprocess.run([str(fixflow), "run", str(program), "--conf", str(conf)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(fixflow), "run", str(program), "--conf", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1
     assert "consistency" not in done.stderr
     assert 'mode = "hybrid"' in done.stderr

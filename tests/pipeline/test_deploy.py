@@ -43,8 +43,12 @@ def compose() -> dict[str, Any]:
 
 
 def k8s_objects() -> list[dict[str, Any]]:
-    return [doc for path in sorted((DEPLOY / "k8s").glob("*.yaml"))
-            if path.name != "kustomization.yaml" for doc in load_yaml(path)]
+    return [
+        doc
+        for path in sorted((DEPLOY / "k8s").glob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        for doc in load_yaml(path)
+    ]
 
 
 def k8s_object(kind: str, name: str) -> dict[str, Any]:
@@ -68,9 +72,12 @@ def registered_metrics() -> dict[str, tuple[str, frozenset[str]]]:
     return families
 
 
-SERIES_SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",),
-                   "histogram": ("_bucket", "_sum", "_count", "_created"),
-                   "summary": ("", "_sum", "_count", "_created")}
+SERIES_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("", "_sum", "_count", "_created"),
+}
 
 
 def series_names() -> dict[str, tuple[str, frozenset[str]]]:
@@ -93,8 +100,11 @@ def dashboard_panels() -> Iterator[dict[str, Any]]:
 
 
 def dashboard_targets() -> list[tuple[str, dict[str, Any]]]:
-    return [(panel["title"], target) for panel in dashboard_panels()
-            for target in panel.get("targets", [])]
+    return [
+        (panel["title"], target)
+        for panel in dashboard_panels()
+        for target in panel.get("targets", [])
+    ]
 
 
 METRIC_NAME = re.compile(r"\bfixflow_[a-zA-Z0-9_]+")
@@ -124,8 +134,10 @@ def test_every_metric_in_the_dashboard_exists_in_the_registry() -> None:
         used = METRIC_NAME.findall(target["expr"])
         assert used, f"panel {title!r}: query uses no fixflow metric: {target['expr']}"
         unknown = sorted(set(used) - set(known))
-        assert not unknown, (f"panel {title!r} queries {unknown}, which pipeline/metrics.py "
-                             f"does not register (known: {sorted(known)})")
+        assert not unknown, (
+            f"panel {title!r} queries {unknown}, which pipeline/metrics.py "
+            f"does not register (known: {sorted(known)})"
+        )
 
 
 def test_every_label_in_the_dashboard_exists_on_its_metrics() -> None:
@@ -135,18 +147,27 @@ def test_every_label_in_the_dashboard_exists_on_its_metrics() -> None:
         labels = set(TARGET_LABELS)
         for name in METRIC_NAME.findall(expr):
             labels |= known[name][1]
-        used = {label.strip() for group in GROUPING.findall(expr)
-                for label in group.split(",") if label.strip()}
+        used = {
+            label.strip()
+            for group in GROUPING.findall(expr)
+            for label in group.split(",")
+            if label.strip()
+        }
         used |= set(MATCHER.findall(expr))
         used |= set(LEGEND_LABEL.findall(target.get("legendFormat", "")))
-        assert used <= labels, (f"panel {title!r} uses labels {sorted(used - labels)} that "
-                                f"its metrics do not have ({sorted(labels)})")
+        assert used <= labels, (
+            f"panel {title!r} uses labels {sorted(used - labels)} that "
+            f"its metrics do not have ({sorted(labels)})"
+        )
 
 
 def test_every_registered_metric_is_on_the_dashboard() -> None:
-    shown = {known_family for _, target in dashboard_targets()
-             for name in METRIC_NAME.findall(target["expr"])
-             for known_family in [series_names()[name][0]]}
+    shown = {
+        known_family
+        for _, target in dashboard_targets()
+        for name in METRIC_NAME.findall(target["expr"])
+        for known_family in [series_names()[name][0]]
+    }
     missing = sorted(set(registered_metrics()) - shown)
     assert not missing, f"metrics without a panel in {DASHBOARD.name}: {missing}"
 
@@ -161,8 +182,9 @@ def test_yaml_files_parse(path: Path) -> None:
 
 def test_compose_has_the_stack_and_kafka_runs_in_kraft_mode() -> None:
     services = compose()["services"]
-    assert {"kafka", "spark-master", "spark-worker", "fixflow", "prometheus", "grafana"} <= \
-        set(services)
+    assert {"kafka", "spark-master", "spark-worker", "fixflow", "prometheus", "grafana"} <= set(
+        services
+    )
     kafka_env = services["kafka"]["environment"]
     assert "controller" in kafka_env["KAFKA_PROCESS_ROLES"]
     assert not any("ZOOKEEPER" in key for key in kafka_env)
@@ -211,8 +233,9 @@ def test_prometheus_scrapes_the_port_fixflow_serves() -> None:
 
 
 def test_grafana_provisioning_points_at_prometheus_and_the_dashboards() -> None:
-    [datasources] = load_yaml(DEPLOY / "grafana" / "provisioning" / "datasources" /
-                              "prometheus.yml")
+    [datasources] = load_yaml(
+        DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+    )
     [source] = datasources["datasources"]
     assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
     [providers] = load_yaml(DEPLOY / "grafana" / "provisioning" / "dashboards" / "fixflow.yml")
@@ -228,8 +251,14 @@ def test_grafana_provisioning_points_at_prometheus_and_the_dashboards() -> None:
 
 def test_k8s_objects_are_well_formed_and_in_one_namespace() -> None:
     objects = k8s_objects()
-    assert {o["kind"] for o in objects} >= {"Deployment", "ConfigMap", "Service",
-                                            "ServiceAccount", "Role", "RoleBinding"}
+    assert {o["kind"] for o in objects} >= {
+        "Deployment",
+        "ConfigMap",
+        "Service",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+    }
     for obj in objects:
         assert obj["apiVersion"] and obj["metadata"]["name"]
         if obj["kind"] != "Namespace":
@@ -265,8 +294,10 @@ def test_k8s_driver_services_and_config_agree() -> None:
     assert ports["driver-rpc"] == int(config.spark.conf["spark.driver.port"])
     assert ports["blockmanager"] == int(config.spark.conf["spark.blockManager.port"])
     assert container["image"] == config.spark.conf["spark.kubernetes.container.image"]
-    assert pod["spec"]["serviceAccountName"] == \
-        config.spark.conf["spark.kubernetes.authenticate.driver.serviceAccountName"]
+    assert (
+        pod["spec"]["serviceAccountName"]
+        == config.spark.conf["spark.kubernetes.authenticate.driver.serviceAccountName"]
+    )
     labels = pod["metadata"]["labels"]
     for service in ("fixflow-driver", "fixflow-metrics"):
         selector = k8s_object("Service", service)["spec"]["selector"]
@@ -289,9 +320,14 @@ def test_spark_submit_script_reads_master_and_packages_from_the_config() -> None
     script = DEPLOY / "spark-submit.sh"
     assert os.access(script, os.X_OK)
     env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable}
-    done = subprocess.run([str(script), "examples/powerlog_p1_sssp.dl", "conf/cluster.toml",
-                           "--num-executors", "8"], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=60)
+    done = subprocess.run(
+        [str(script), "examples/powerlog_p1_sssp.dl", "conf/cluster.toml", "--num-executors", "8"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     words = done.stdout.split()
     cluster = load_config(ROOT / "conf" / "cluster.toml")
@@ -308,8 +344,14 @@ def test_spark_submit_script_stops_on_a_bad_config(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[lake]\npath = ""\n')
     env = {**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable}
-    done = subprocess.run([str(DEPLOY / "spark-submit.sh"), "x.dl", str(bad)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    done = subprocess.run(
+        [str(DEPLOY / "spark-submit.sh"), "x.dl", str(bad)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert done.returncode == 1
     assert done.stderr.strip() == f"spark-submit.sh: {bad}: [lake] path must not be empty"
 
@@ -317,7 +359,11 @@ def test_spark_submit_script_stops_on_a_bad_config(tmp_path: Path) -> None:
 def test_image_entrypoint_runs_other_commands_as_given() -> None:
     script = DEPLOY / "entrypoint.sh"
     assert os.access(script, os.X_OK)
-    done = subprocess.run([str(script), "python3", "-c", "import sys; print(sys.argv[1:])",
-                           "a b", "c"], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [str(script), "python3", "-c", "import sys; print(sys.argv[1:])", "a b", "c"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['a b', 'c']"

@@ -23,7 +23,8 @@ from fixflow.pipeline.lakehouse import ProgramLake, read_table
 from fixflow.pipeline.messages import Fact, encode_fact, fact_key
 from fixflow.pipeline.metrics import Metrics
 
-PROGRAM = parse("""
+PROGRAM = parse(
+    """
 .decl edge(src: number, dst: number, w: float)
 .input edge
 .decl node(name: symbol)
@@ -31,7 +32,9 @@ PROGRAM = parse("""
 .decl reach(x: number)
 .output reach
 reach(Y) :- edge(1, Y, _).
-""", "ingest.dl")
+""",
+    "ingest.dl",
+)
 EDGE = PROGRAM.declaration("edge").attributes  # type: ignore[union-attr]
 NODE = PROGRAM.declaration("node").attributes  # type: ignore[union-attr]
 
@@ -46,9 +49,17 @@ def _rows(table: pa.Table | None) -> set[tuple[Any, ...]]:
 
 def test_last_operation_wins_and_noops_are_counted() -> None:
     before = pa.table({"name": ["a", "b"]})
-    facts = [Fact(("a",), "insert"), Fact(("c",), "insert"), Fact(("c",), "delete"),
-             Fact(("b",), "delete"), Fact(("b",), "insert"), Fact(("d",), "delete"),
-             Fact(("e",), "delete"), Fact(("e",), "insert"), Fact(("a",), "delete")]
+    facts = [
+        Fact(("a",), "insert"),
+        Fact(("c",), "insert"),
+        Fact(("c",), "delete"),
+        Fact(("b",), "delete"),
+        Fact(("b",), "insert"),
+        Fact(("d",), "delete"),
+        Fact(("e",), "delete"),
+        Fact(("e",), "insert"),
+        Fact(("a",), "delete"),
+    ]
     change = normalize("node", (Attribute("name", "symbol"),), facts, before)
     assert _rows(change.inserts) == {("e",)}
     assert _rows(change.deletes) == {("a",)}
@@ -57,10 +68,12 @@ def test_last_operation_wins_and_noops_are_counted() -> None:
 
 
 def test_normalize_against_a_missing_table_types_per_declaration() -> None:
-    change = normalize("edge", EDGE, [Fact((1, 2, 0.5)), Fact((1, 2, 0.5), "delete"),
-                                      Fact((2, 3, 1.0))], None)
-    assert change.inserts.schema == pa.schema([("src", pa.int64()), ("dst", pa.int64()),
-                                               ("w", pa.float64())])
+    change = normalize(
+        "edge", EDGE, [Fact((1, 2, 0.5)), Fact((1, 2, 0.5), "delete"), Fact((2, 3, 1.0))], None
+    )
+    assert change.inserts.schema == pa.schema(
+        [("src", pa.int64()), ("dst", pa.int64()), ("w", pa.float64())]
+    )
     assert _rows(change.inserts) == {(2, 3, 1.0)}
     assert change.noop_deletes == 1
 
@@ -68,8 +81,15 @@ def test_normalize_against_a_missing_table_types_per_declaration() -> None:
 # ---------------------------------------------------------------- end to end
 
 
-BAD_KINDS = ("malformed_json", "not_an_object", "unknown_attribute", "missing_attribute",
-             "wrong_type", "unknown_op", "unknown_relation")
+BAD_KINDS = (
+    "malformed_json",
+    "not_an_object",
+    "unknown_attribute",
+    "missing_attribute",
+    "wrong_type",
+    "unknown_op",
+    "unknown_relation",
+)
 
 
 def _bad_message(i: int, rng: random.Random) -> tuple[str, str]:
@@ -85,8 +105,7 @@ def _bad_message(i: int, rng: random.Random) -> tuple[str, str]:
     if kind == "missing_attribute":
         return "edge", json.dumps({"src": 1, "w": 2.0})
     if kind == "wrong_type":
-        variants = [{**edge, "src": "1"}, {**edge, "w": "heavy"}, {"name": 7},
-                    {**edge, "dst": 2.5}]
+        variants = [{**edge, "src": "1"}, {**edge, "w": "heavy"}, {"name": 7}, {**edge, "dst": 2.5}]
         value = variants[i % len(variants)]
         return ("node" if "name" in value else "edge"), json.dumps(value)
     if kind == "unknown_op":
@@ -94,8 +113,9 @@ def _bad_message(i: int, rng: random.Random) -> tuple[str, str]:
     return "bogus", json.dumps({"name": "x"})
 
 
-def _messages(n_valid: int, n_bad: int, seed: int = 7) -> list[tuple[str, str | None, str,
-                                                                      str | None]]:
+def _messages(
+    n_valid: int, n_bad: int, seed: int = 7
+) -> list[tuple[str, str | None, str, str | None]]:
     """(relation, key, value, expected dead-letter kind or None), interleaved at random."""
     rng = random.Random(seed)
     messages: list[tuple[str, str | None, str, str | None]] = []
@@ -118,10 +138,13 @@ def _messages(n_valid: int, n_bad: int, seed: int = 7) -> list[tuple[str, str | 
 def _publish(config: Config, prefix: str, messages: list[Any]) -> list[tuple[str, int, int]]:
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=config.kafka.bootstrap_servers, acks="all",
-                             linger_ms=10)
-    futures = [producer.send(prefix + relation, key=key.encode() if key else None,
-                             value=value.encode()) for relation, key, value, _ in messages]
+    producer = KafkaProducer(
+        bootstrap_servers=config.kafka.bootstrap_servers, acks="all", linger_ms=10
+    )
+    futures = [
+        producer.send(prefix + relation, key=key.encode() if key else None, value=value.encode())
+        for relation, key, value, _ in messages
+    ]
     producer.flush()
     producer.close()
     return [(m.topic, m.partition, m.offset) for m in (f.get(timeout=10) for f in futures)]
@@ -141,8 +164,15 @@ class CrashAfterCommit(RuntimeError):
     pass
 
 
-def _run(spark: Any, config: Config, prefix: str, lake: ProgramLake, metrics: Metrics,
-         results: list[IngestResult], crash_batch: int | None) -> Any:
+def _run(
+    spark: Any,
+    config: Config,
+    prefix: str,
+    lake: ProgramLake,
+    metrics: Metrics,
+    results: list[IngestResult],
+    crash_batch: int | None,
+) -> Any:
     topics = [prefix + r for r in ("edge", "node", "bogus")]
 
     def handle(batch_df: Any, batch_id: int) -> None:
@@ -152,10 +182,13 @@ def _run(spark: Any, config: Config, prefix: str, lake: ProgramLake, metrics: Me
         if batch_id == crash_batch:
             raise CrashAfterCommit(f"simulated crash after committing batch {batch_id}")
 
-    query = (read_stream(spark, config, topics, max_records_per_trigger=700)
-             .writeStream.foreachBatch(handle)
-             .option("checkpointLocation", lake.checkpoint())
-             .trigger(availableNow=True).start())
+    query = (
+        read_stream(spark, config, topics, max_records_per_trigger=700)
+        .writeStream.foreachBatch(handle)
+        .option("checkpointLocation", lake.checkpoint())
+        .trigger(availableNow=True)
+        .start()
+    )
     # The simulated crash surfaces from awaitTermination; query.exception() reports it.
     with contextlib.suppress(Exception):
         query.awaitTermination(180)
@@ -163,7 +196,8 @@ def _run(spark: Any, config: Config, prefix: str, lake: ProgramLake, metrics: Me
 
 
 def test_bad_messages_dead_lettered_valid_facts_in_edb_and_replay_changes_nothing(
-        spark: Any, broker: Config, tmp_path: Path) -> None:
+    spark: Any, broker: Config, tmp_path: Path
+) -> None:
     prefix = f"ing{uuid.uuid4().hex[:6]}."
     config = replace(broker, kafka=replace(broker.kafka, topic_prefix=prefix))
     ensure_topics(config, [prefix + r for r in ("edge", "node", "bogus")])
@@ -196,8 +230,10 @@ def test_bad_messages_dead_lettered_valid_facts_in_edb_and_replay_changes_nothin
     expected_bad = {pos: m[3] for pos, m in zip(positions, messages, strict=True) if m[3]}
     letters = read_table(lake.dead_letter)
     assert letters is not None
-    found = [((r["topic"], r["partition"], r["offset"]), r["kind"], r["reason"], r["value"])
-             for r in letters.to_pylist()]
+    found = [
+        ((r["topic"], r["partition"], r["offset"]), r["kind"], r["reason"], r["value"])
+        for r in letters.to_pylist()
+    ]
     assert len(found) == 1000 == len({pos for pos, *_ in found})
     assert {pos: kind for pos, kind, _, _ in found} == expected_bad
     by_position = dict(zip(positions, messages, strict=True))
@@ -215,17 +251,26 @@ def test_bad_messages_dead_lettered_valid_facts_in_edb_and_replay_changes_nothin
     # Each batch commit records its batch id and the offsets it covers.
     infos = [h for h in _history(lake.dead_letter) if "fixflow.batch_id" in h]
     assert sorted(int(h["fixflow.batch_id"]) for h in infos) == sorted(
-        {r.batch_id for r in first + second if r.dead_letters})
+        {r.batch_id for r in first + second if r.dead_letters}
+    )
     assert all(json.loads(h["fixflow.offsets"]) for h in infos)
 
     # Metrics count each message once, replay included.
-    dead_total = sum(metrics.registry.get_sample_value(
-        "fixflow_dead_letters_total", {"relation": rel, "reason": kind}) or 0
-        for rel in ("edge", "node", "bogus") for kind in BAD_KINDS)
+    dead_total = sum(
+        metrics.registry.get_sample_value(
+            "fixflow_dead_letters_total", {"relation": rel, "reason": kind}
+        )
+        or 0
+        for rel in ("edge", "node", "bogus")
+        for kind in BAD_KINDS
+    )
     assert dead_total == 1000
-    valid_total = sum(metrics.registry.get_sample_value(
-        "fixflow_input_facts_total", {"relation": rel, "op": op}) or 0
-        for rel in ("edge", "node") for op in ("insert", "delete"))
+    valid_total = sum(
+        metrics.registry.get_sample_value("fixflow_input_facts_total", {"relation": rel, "op": op})
+        or 0
+        for rel in ("edge", "node")
+        for op in ("insert", "delete")
+    )
     assert valid_total == 1500
 
 
@@ -242,7 +287,8 @@ def _history(path: str) -> list[dict[str, Any]]:
 
 
 def test_ingest_query_runs_the_engine_hook_before_the_edb_commit(
-        spark: Any, broker: Config, tmp_path: Path) -> None:
+    spark: Any, broker: Config, tmp_path: Path
+) -> None:
     from fixflow.pipeline.ingest import start_ingest_query, topics_for
     from fixflow.pipeline.lakehouse import already_committed, merge_changes
 
@@ -260,16 +306,18 @@ def test_ingest_query_runs_the_engine_hook_before_the_edb_commit(
     def maintain(result: IngestResult) -> None:
         # A stand-in engine: reach(Y) :- edge(1, Y, _), insert-only.
         edb_path = lake.edb("edge")
-        seen.append((result.batch_id, already_committed(edb_path, result.commit.query_id,
-                                                        result.batch_id)))
+        seen.append(
+            (result.batch_id, already_committed(edb_path, result.commit.query_id, result.batch_id))
+        )
         inserts = result.changes["edge"].inserts
-        reach = pa.table({"x": [r["dst"] for r in inserts.to_pylist() if r["src"] == 1]},
-                         schema=pa.schema([("x", pa.int64())]))
+        reach = pa.table(
+            {"x": [r["dst"] for r in inserts.to_pylist() if r["src"] == 1]},
+            schema=pa.schema([("x", pa.int64())]),
+        )
         merge_changes(lake.results("reach"), ["x"], upserts=reach, commit=result.commit)
 
     config = replace(config, stream=replace(config.stream, max_records_per_trigger=2))
-    query = start_ingest_query(spark, config, PROGRAM, lake, metrics, maintain,
-                               available_now=True)
+    query = start_ingest_query(spark, config, PROGRAM, lake, metrics, maintain, available_now=True)
     query.awaitTermination(120)
     assert query.exception() is None
     assert _rows(read_table(lake.results("reach"))) == {(2,), (3,), (4,)}

@@ -34,8 +34,9 @@ def _publish(config: Config, topic: str, values: list[dict[str, Any]]) -> None:
     producer.close()
 
 
-def _run_available_now(spark: Any, config: Config, topics: list[str], checkpoint: Path,
-                       limit: int) -> list[list[tuple[str, int, int, str]]]:
+def _run_available_now(
+    spark: Any, config: Config, topics: list[str], checkpoint: Path, limit: int
+) -> list[list[tuple[str, int, int, str]]]:
     batches: list[list[tuple[str, int, int, str]]] = []
 
     def collect(batch_df: Any, batch_id: int) -> None:
@@ -47,17 +48,21 @@ def _run_available_now(spark: Any, config: Config, topics: list[str], checkpoint
         batches.append([(r.topic, r.partition, r.offset, r.value) for r in rows])
 
     stream = read_stream(spark, config, topics, max_records_per_trigger=limit)
-    query = (stream.writeStream.foreachBatch(collect)
-             .option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query = (
+        stream.writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(120)
     assert query.exception() is None
     assert set(lag_from_progress(query.lastProgress).values()) <= {0}, "all read: no lag"
     return batches
 
 
-def test_every_message_exactly_once_across_restarts(spark: Any, broker: Config,
-                                                    tmp_path: Path) -> None:
+def test_every_message_exactly_once_across_restarts(
+    spark: Any, broker: Config, tmp_path: Path
+) -> None:
     topics = [f"src-a-{uuid.uuid4().hex[:8]}", f"src-b-{uuid.uuid4().hex[:8]}"]
     ensure_topics(broker, topics)
     first = [{"n": i} for i in range(230)]
@@ -119,19 +124,29 @@ def test_reader_follows_the_limit_file_and_reports_lag(broker: Config, tmp_path:
     ensure_topics(broker, [topic])
     _publish(broker, topic, [{"n": i} for i in range(60)])
     limit_file = tmp_path / "limit"
-    reader = KafkaStreamReader({"bootstrap_servers": broker.kafka.bootstrap_servers,
-                                "topics": topic, "max_records_per_trigger": "50",
-                                "max_records_file": str(limit_file)})
+    reader = KafkaStreamReader(
+        {
+            "bootstrap_servers": broker.kafka.bootstrap_servers,
+            "topics": topic,
+            "max_records_per_trigger": "50",
+            "max_records_file": str(limit_file),
+        }
+    )
     start = reader.initialOffset()
     assert record_count(start, reader.latestOffset(start, ReadMaxRows(50))) == 50
     write_limit_file(limit_file, 7)
     end = reader.latestOffset(start, ReadMaxRows(50))
     assert record_count(start, end) == 7
-    progress = {"sources": [{"endOffset": json.dumps(end),
-                             "latestOffset": reader.reportLatestOffset()}]}
+    progress = {
+        "sources": [{"endOffset": json.dumps(end), "latestOffset": reader.reportLatestOffset()}]
+    }
     assert lag_from_progress(progress) == {topic: 53}
-    rows = [r for part in reader.partitions(start, end) for b in reader.read(part)
-            for r in b.to_pylist()]
+    rows = [
+        r
+        for part in reader.partitions(start, end)
+        for b in reader.read(part)
+        for r in b.to_pylist()
+    ]
     assert len(rows) == 7 and all(r["topic"] == topic for r in rows)
     for partition, stop in end[topic].items():
         offsets = [r["offset"] for r in rows if r["partition"] == int(partition)]

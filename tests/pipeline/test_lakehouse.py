@@ -50,8 +50,11 @@ def test_append_is_idempotent_per_query_and_batch(tmp_path: Path) -> None:
     # Another query (a fresh checkpoint) is not confused with the first one.
     assert append_rows(path, pa.table({"a": [4]}), BatchCommit("q2", 0))
     assert _rows(read_table(path)) == [(1,), (2,), (3,), (4,)]
-    first = [c for c in batch_commits(path) if c["fixflow.batch_id"] == "0"
-             and c["fixflow.query_id"] == "q1"]
+    first = [
+        c
+        for c in batch_commits(path)
+        if c["fixflow.batch_id"] == "0" and c["fixflow.query_id"] == "q1"
+    ]
     assert len(first) == 1
     assert json.loads(first[0]["fixflow.offsets"]) == offsets
 
@@ -68,9 +71,12 @@ def test_merge_upserts_and_deletes_by_key_in_one_commit(tmp_path: Path) -> None:
     assert not merge_changes(path, ["node"], upserts, deletes, BatchCommit("q", 1))
     assert _rows(read_table(path)) == expected
     # Keys on every column (EDB facts), with a primed attribute name.
-    assert merge_changes(path, ["node", "b'", "dist"],
-                         deletes=pa.table({"node": [4], "b'": ["w"], "dist": [3.0]}),
-                         commit=BatchCommit("q", 2))
+    assert merge_changes(
+        path,
+        ["node", "b'", "dist"],
+        deletes=pa.table({"node": [4], "b'": ["w"], "dist": [3.0]}),
+        commit=BatchCommit("q", 2),
+    )
     assert _rows(read_table(path)) == expected[:2]
 
 

@@ -13,8 +13,11 @@ def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         assert response.status == 200
         text = response.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_scrape_shows_pipeline_metrics() -> None:
@@ -53,10 +56,18 @@ def test_scrape_shows_pipeline_metrics() -> None:
 def test_registries_are_independent() -> None:
     first, second = Metrics(), Metrics()
     first.count_input("edge", "insert", 1)
-    assert second.registry.get_sample_value(
-        "fixflow_input_facts_total", {"relation": "edge", "op": "insert"}) is None
-    assert first.registry.get_sample_value(
-        "fixflow_input_facts_total", {"relation": "edge", "op": "insert"}) == 1
+    assert (
+        second.registry.get_sample_value(
+            "fixflow_input_facts_total", {"relation": "edge", "op": "insert"}
+        )
+        is None
+    )
+    assert (
+        first.registry.get_sample_value(
+            "fixflow_input_facts_total", {"relation": "edge", "op": "insert"}
+        )
+        == 1
+    )
 
 
 def test_port_zero_in_the_config_disables_the_endpoint() -> None:

@@ -25,8 +25,10 @@ PROGRAM = """
 def conf(broker: Config, tmp_path: Path) -> tuple[Path, str]:
     prefix = f"pub{uuid.uuid4().hex[:8]}."
     path = tmp_path / "conf.toml"
-    path.write_text(f'[kafka]\nbootstrap_servers = "{broker.kafka.bootstrap_servers}"\n'
-                    f'topic_prefix = "{prefix}"\n[lake]\npath = "{tmp_path / "lake"}"\n')
+    path.write_text(
+        f'[kafka]\nbootstrap_servers = "{broker.kafka.bootstrap_servers}"\n'
+        f'topic_prefix = "{prefix}"\n[lake]\npath = "{tmp_path / "lake"}"\n'
+    )
     (tmp_path / "prog.dl").write_text(PROGRAM)
     return path, prefix
 
@@ -34,8 +36,12 @@ def conf(broker: Config, tmp_path: Path) -> tuple[Path, str]:
 def _consume(broker: Config, topic: str, expected: int) -> list[Any]:
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=broker.kafka.bootstrap_servers,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=broker.kafka.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
     records: list[Any] = []
     deadline = time.monotonic() + 20
     while len(records) < expected and time.monotonic() < deadline:
@@ -45,13 +51,21 @@ def _consume(broker: Config, topic: str, expected: int) -> list[Any]:
     return records
 
 
-def test_publish_csv_typed_by_program(broker: Config, conf: tuple[Path, str], tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_publish_csv_typed_by_program(
+    broker: Config, conf: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config_path, prefix = conf
     facts = tmp_path / "edges.csv"
     facts.write_text("dst,src,w\n2,1,0.5\n3,1,2\n3,2,1.25\n")
-    args = ["publish", "edge", str(facts), "--conf", str(config_path),
-            "--program", str(tmp_path / "prog.dl")]
+    args = [
+        "publish",
+        "edge",
+        str(facts),
+        "--conf",
+        str(config_path),
+        "--program",
+        str(tmp_path / "prog.dl"),
+    ]
     assert main(args) == 0
     assert capsys.readouterr().out.strip() == f"published 3 facts to topic {prefix}edge"
     assert main([*args, "--delete"]) == 0
@@ -67,21 +81,34 @@ def test_publish_csv_typed_by_program(broker: Config, conf: tuple[Path, str], tm
 
 
 def test_publish_facts_file_needs_and_uses_the_program(
-        broker: Config, conf: tuple[Path, str], tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    broker: Config, conf: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config_path, prefix = conf
     facts = tmp_path / "node.facts"
     facts.write_text("alice\nbob smith\n42\n")
     assert main(["publish", "node", str(facts), "--conf", str(config_path)]) == 1
     assert "--program" in capsys.readouterr().err
-    assert main(["publish", "node", str(facts), "--conf", str(config_path),
-                 "--program", str(tmp_path / "prog.dl")]) == 0
+    assert (
+        main(
+            [
+                "publish",
+                "node",
+                str(facts),
+                "--conf",
+                str(config_path),
+                "--program",
+                str(tmp_path / "prog.dl"),
+            ]
+        )
+        == 0
+    )
     records = _consume(broker, f"{prefix}node", 3)
     assert sorted(json.loads(r.value)["name"] for r in records) == ["42", "alice", "bob smith"]
 
 
 def test_publish_csv_without_program_guesses_numbers(
-        broker: Config, conf: tuple[Path, str], tmp_path: Path) -> None:
+    broker: Config, conf: tuple[Path, str], tmp_path: Path
+) -> None:
     config_path, prefix = conf
     facts = tmp_path / "e.csv"
     facts.write_text("src,dst,w\n1,2,0.5\n")
@@ -90,31 +117,62 @@ def test_publish_csv_without_program_guesses_numbers(
     assert json.loads(record.value) == {"src": 1, "dst": 2, "w": 0.5}
 
 
-@pytest.mark.parametrize(("name", "content", "relation", "error"), [
-    ("missing.csv", None, "edge", "missing.csv: no such file"),
-    ("bad.facts", "1\t2\t0.5\n1\t2\n", "edge",
-     "bad.facts:2: expected 3 values (src, dst, w), got 2"),
-    ("bad.csv", "src,dst,w\n1,2,0.5\n1,x,0.5\n", "edge",
-     "bad.csv:3: value 'x' of attribute 'dst' is not a number"),
-    ("head.csv", "src,to,w\n1,2,0.5\n", "edge",
-     "head.csv:1: header src, to, w does not name the declared attributes src, dst, w"),
-    ("e.json", "{}", "edge", "unknown file type '.json'"),
-    ("e.csv", "src\n1\n", "path", "relation 'path' is not declared"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "relation", "error"),
+    [
+        ("missing.csv", None, "edge", "missing.csv: no such file"),
+        (
+            "bad.facts",
+            "1\t2\t0.5\n1\t2\n",
+            "edge",
+            "bad.facts:2: expected 3 values (src, dst, w), got 2",
+        ),
+        (
+            "bad.csv",
+            "src,dst,w\n1,2,0.5\n1,x,0.5\n",
+            "edge",
+            "bad.csv:3: value 'x' of attribute 'dst' is not a number",
+        ),
+        (
+            "head.csv",
+            "src,to,w\n1,2,0.5\n",
+            "edge",
+            "head.csv:1: header src, to, w does not name the declared attributes src, dst, w",
+        ),
+        ("e.json", "{}", "edge", "unknown file type '.json'"),
+        ("e.csv", "src\n1\n", "path", "relation 'path' is not declared"),
+    ],
+)
 def test_publish_errors_name_file_and_line(
-        conf: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        name: str, content: str | None, relation: str, error: str) -> None:
+    conf: tuple[Path, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    content: str | None,
+    relation: str,
+    error: str,
+) -> None:
     config_path, _ = conf
     if content is not None:
         (tmp_path / name).write_text(content)
-    code = main(["publish", relation, str(tmp_path / name), "--conf", str(config_path),
-                 "--program", str(tmp_path / "prog.dl")])
+    code = main(
+        [
+            "publish",
+            relation,
+            str(tmp_path / name),
+            "--conf",
+            str(config_path),
+            "--program",
+            str(tmp_path / "prog.dl"),
+        ]
+    )
     assert code == 1
     assert error in capsys.readouterr().err
 
 
 def test_publish_without_broker_says_how_to_start_one(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     conf = tmp_path / "c.toml"
     conf.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:9"\n')
     facts = tmp_path / "e.csv"

@@ -39,10 +39,15 @@ from fixflow.pipeline.results import (
 ROOT = Path(__file__).resolve().parents[2]
 FIXFLOW = Path(sys.executable).parent / "fixflow"
 
-SSSP = pa.table({"node": pa.array([3, 1, 4, 2], pa.int64()),
-                 "dist": pa.array([2.5, 0.0, 7.0, 1.0], pa.float64())})
-SSSP_V2 = pa.table({"node": pa.array([1, 2], pa.int64()),
-                    "dist": pa.array([0.0, 9.0], pa.float64())})
+SSSP = pa.table(
+    {
+        "node": pa.array([3, 1, 4, 2], pa.int64()),
+        "dist": pa.array([2.5, 0.0, 7.0, 1.0], pa.float64()),
+    }
+)
+SSSP_V2 = pa.table(
+    {"node": pa.array([1, 2], pa.int64()), "dist": pa.array([0.0, 9.0], pa.float64())}
+)
 CC = pa.table({"node": pa.array([1, 2, 3], pa.int64()), "label": ["a", "a", "bb"]})
 TC = pa.table({"x": pa.array([1, 1, 2], pa.int64()), "y": pa.array([2, 3, 3], pa.int64())})
 COUNT_LINE = re.compile(r"^\(?\d+ rows?\b")
@@ -63,8 +68,9 @@ class Lakes:
 def lakes(tmp_path_factory: pytest.TempPathFactory) -> Lakes:
     base = tmp_path_factory.mktemp("query-cli")
     lake = base / "lake"
-    append_rows(ProgramLake(str(lake), "sssp").results("sssp"), SSSP,
-                BatchCommit("stream", 7, OFFSETS))
+    append_rows(
+        ProgramLake(str(lake), "sssp").results("sssp"), SSSP, BatchCommit("stream", 7, OFFSETS)
+    )
     append_rows(ProgramLake(str(lake), "sssp_v2").results("sssp"), SSSP_V2)
     append_rows(ProgramLake(str(lake), "cc").results("cc"), CC)
     (lake / "_broker").mkdir()  # the embedded broker's files are not a program
@@ -79,8 +85,9 @@ def lakes(tmp_path_factory: pytest.TempPathFactory) -> Lakes:
 
 
 def fixflow(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(FIXFLOW), *args], capture_output=True, text=True, timeout=240,
-                          cwd=ROOT)
+    return subprocess.run(
+        [str(FIXFLOW), *args], capture_output=True, text=True, timeout=240, cwd=ROOT
+    )
 
 
 def table_rows(stdout: str) -> list[list[str]]:
@@ -88,7 +95,7 @@ def table_rows(stdout: str) -> list[list[str]]:
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if set(line.replace(" ", "")) == {"-"})
     body = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if COUNT_LINE.match(line):
             break
         body.append(line.split())
@@ -99,8 +106,14 @@ def table_rows(stdout: str) -> list[list[str]]:
 
 
 def test_query_filters_one_programs_relation(lakes: Lakes) -> None:
-    done = fixflow("query", "SELECT node, dist FROM sssp WHERE dist < 3 ORDER BY dist DESC",
-                   "--conf", str(lakes.conf), "--program", "sssp")
+    done = fixflow(
+        "query",
+        "SELECT node, dist FROM sssp WHERE dist < 3 ORDER BY dist DESC",
+        "--conf",
+        str(lakes.conf),
+        "--program",
+        "sssp",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0].split() == ["node", "dist"]
     assert table_rows(done.stdout) == [["3", "2.5"], ["2", "1.0"], ["1", "0.0"]]
@@ -137,7 +150,8 @@ def test_query_on_an_empty_lake_says_what_to_run(lakes: Lakes) -> None:
     assert done.returncode == 1
     assert done.stderr.strip() == (
         f"fixflow query: no result tables under {lakes.empty_conf.parent / 'no-lake'}; "
-        "run `fixflow run` or `fixflow eval` first")
+        "run `fixflow run` or `fixflow eval` first"
+    )
 
 
 def test_query_on_a_program_without_results(lakes: Lakes) -> None:
@@ -170,13 +184,21 @@ def test_show_unambiguous_relation_of_a_multi_program_lake(lakes: Lakes) -> None
     assert table_rows(done.stdout) == [["1", "a"], ["2", "a"], ["3", "bb"]]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["sssp"], "relation `sssp` is ambiguous: it exists in several programs (sssp, sssp_v2); "
-               "pass --program STEM to choose one"),
-    (["nope"], "no relation `nope` under {lake} (known: cc, sssp)"),
-    (["cc", "--program", "sssp_v2"], "no relation `cc` under {lake}/sssp_v2/results "
-                                     "(known: sssp)"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["sssp"],
+            "relation `sssp` is ambiguous: it exists in several programs (sssp, sssp_v2); "
+            "pass --program STEM to choose one",
+        ),
+        (["nope"], "no relation `nope` under {lake} (known: cc, sssp)"),
+        (
+            ["cc", "--program", "sssp_v2"],
+            "no relation `cc` under {lake}/sssp_v2/results (known: sssp)",
+        ),
+    ],
+)
 def test_show_errors(lakes: Lakes, args: list[str], message: str) -> None:
     done = fixflow("show", *args, "--conf", str(lakes.conf))
     assert done.returncode == 1
@@ -195,6 +217,7 @@ def test_show_on_an_empty_lake(lakes: Lakes) -> None:
 @pytest.fixture()
 def session(spark: Any) -> Iterator[Any]:
     """The shared SparkSession without temp views left over from other tests."""
+
     def drop_views() -> None:
         for view in spark.catalog.listTables():
             if view.isTemporary:
@@ -209,24 +232,29 @@ def test_views_register_only_unambiguous_relations(lakes: Lakes, session: Any) -
     results = results_in_lake(str(lakes.lake))
     assert sorted(results.ambiguous) == ["sssp"]
     assert register_views(session, results) == ["cc"]
-    rows = session.sql("SELECT label, count(*) AS n FROM cc GROUP BY label "
-                       "ORDER BY label").collect()
+    rows = session.sql(
+        "SELECT label, count(*) AS n FROM cc GROUP BY label ORDER BY label"
+    ).collect()
     assert [(r.label, r.n) for r in rows] == [("a", 2), ("bb", 1)]
 
 
 def test_views_load_only_the_relations_a_query_mentions(lakes: Lakes, session: Any) -> None:
     results = results_in_lake(str(lakes.lake), program="sssp")
-    both = ResultSet(results.location, (*results.tables, *results_in_directory(
-        str(lakes.out)).tables))
+    both = ResultSet(
+        results.location, (*results.tables, *results_in_directory(str(lakes.out)).tables)
+    )
     assert register_views(session, both, "SELECT * FROM TC") == ["tc"]
     assert register_views(session, both, "SELECT * FROM sssp_x") == ["sssp", "tc"]
     assert register_views(session, both, "SELECT * FROM `sssp` JOIN tc") == ["sssp", "tc"]
 
 
-@pytest.mark.parametrize(("sql", "expected"), [
-    ("SELECT * FROM nope", "(result relations under {lake}: cc, sssp)"),
-    ("SELECT * FROM cc JOIN sssp USING (node)", "relation `sssp` is ambiguous"),
-])
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT * FROM nope", "(result relations under {lake}: cc, sssp)"),
+        ("SELECT * FROM cc JOIN sssp USING (node)", "relation `sssp` is ambiguous"),
+    ],
+)
 def test_missing_table_messages(lakes: Lakes, session: Any, sql: str, expected: str) -> None:
     from pyspark.errors import PySparkException
 
@@ -241,8 +269,13 @@ def test_missing_table_messages(lakes: Lakes, session: Any, sql: str, expected: 
 
 def test_provisional_flag_is_reported(tmp_path: Path) -> None:
     path = str(tmp_path / "rank")
-    write_deltalake(path, SSSP, commit_properties=CommitProperties(custom_metadata={
-        "fixflow.batch_id": "3", "fixflow.provisional": "true"}))
+    write_deltalake(
+        path,
+        SSSP,
+        commit_properties=CommitProperties(
+            custom_metadata={"fixflow.batch_id": "3", "fixflow.provisional": "true"}
+        ),
+    )
     [table] = results_in_directory(str(tmp_path)).tables
     info = last_commit(table)
     assert info.provisional and info.fixflow["batch_id"] == "3"
@@ -256,8 +289,11 @@ def test_results_and_program_exclude_each_other(lakes: Lakes) -> None:
 
 def test_lake_listing_skips_non_programs_and_non_tables(lakes: Lakes) -> None:
     results = find_results(str(lakes.lake))
-    assert sorted(t.qualified_name for t in results.tables) == ["cc.cc", "sssp.sssp",
-                                                                "sssp_v2.sssp"]
+    assert sorted(t.qualified_name for t in results.tables) == [
+        "cc.cc",
+        "sssp.sssp",
+        "sssp_v2.sssp",
+    ]
     assert [t.relation for t in find_results("", results_dir=str(lakes.out)).tables] == ["tc"]
 
 
@@ -277,8 +313,9 @@ def test_results_directory_must_exist(tmp_path: Path) -> None:
 
 
 def test_format_table_aligns_numbers_right_and_text_left() -> None:
-    rows = pa.table({"id": pa.array([1, 100], pa.int64()), "name": ["alpha", None],
-                     "score": [0.5, math.inf]})
+    rows = pa.table(
+        {"id": pa.array([1, 100], pa.int64()), "name": ["alpha", None], "score": [0.5, math.inf]}
+    )
     assert format_table(rows).splitlines() == [
         " id  name   score",
         "---  -----  -----",
@@ -288,21 +325,29 @@ def test_format_table_aligns_numbers_right_and_text_left() -> None:
 
 
 def test_format_csv_and_json() -> None:
-    rows = pa.table({"a": pa.array([1, 2], pa.int64()), "b": ["x,y", None],
-                     "c": [1.5, math.nan]})
+    rows = pa.table({"a": pa.array([1, 2], pa.int64()), "b": ["x,y", None], "c": [1.5, math.nan]})
     assert format_csv(rows) == 'a,b,c\n1,"x,y",1.5\n2,,nan'
-    assert json.loads(format_json(rows)) == [{"a": 1, "b": "x,y", "c": 1.5},
-                                             {"a": 2, "b": None, "c": "nan"}]
+    assert json.loads(format_json(rows)) == [
+        {"a": 1, "b": "x,y", "c": 1.5},
+        {"a": 2, "b": None, "c": "nan"},
+    ]
 
 
 def test_one_line_drops_the_sql_excerpt_and_plan() -> None:
-    parse = ("\n[PARSE_SYNTAX_ERROR] Syntax error at or near 'selec'. SQLSTATE: 42601 "
-             "(line 1, pos 0)\n\n== SQL ==\nselec 1\n^^^\n")
-    assert one_line(parse) == ("[PARSE_SYNTAX_ERROR] Syntax error at or near 'selec'. "
-                               "SQLSTATE: 42601 (line 1, pos 0)")
-    analysis = ("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot be found.\n"
-                "Search path: [`system`.`builtin`]. SQLSTATE: 42P01; line 1 pos 14;\n"
-                "'Project [*]\n+- 'UnresolvedRelation [nope], [], false\n")
-    assert one_line(analysis) == ("[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot "
-                                  "be found. Search path: [`system`.`builtin`]. SQLSTATE: "
-                                  "42P01; line 1 pos 14;")
+    parse = (
+        "\n[PARSE_SYNTAX_ERROR] Syntax error at or near 'selec'. SQLSTATE: 42601 "
+        "(line 1, pos 0)\n\n== SQL ==\nselec 1\n^^^\n"
+    )
+    assert one_line(parse) == (
+        "[PARSE_SYNTAX_ERROR] Syntax error at or near 'selec'. SQLSTATE: 42601 (line 1, pos 0)"
+    )
+    analysis = (
+        "[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot be found.\n"
+        "Search path: [`system`.`builtin`]. SQLSTATE: 42P01; line 1 pos 14;\n"
+        "'Project [*]\n+- 'UnresolvedRelation [nope], [], false\n"
+    )
+    assert one_line(analysis) == (
+        "[TABLE_OR_VIEW_NOT_FOUND] The table or view `nope` cannot "
+        "be found. Search path: [`system`.`builtin`]. SQLSTATE: "
+        "42P01; line 1 pos 14;"
+    )

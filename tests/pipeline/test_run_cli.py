@@ -42,8 +42,9 @@ def test_bad_messages_all_land_in_dead_letter_with_reasons(run: LiveRun) -> None
     assert letters is not None, "no dead_letter table"
     rows = letters.to_pylist()
     assert len(rows) == N_BAD
-    expected = {pos: m for pos, m in zip(run.positions, run.messages, strict=True)
-                if m.bad_kind is not None}
+    expected = {
+        pos: m for pos, m in zip(run.positions, run.messages, strict=True) if m.bad_kind is not None
+    }
     found = {(r["topic"], r["partition"], r["offset"]): r for r in rows}
     assert found.keys() == expected.keys(), "dead letters at other positions than the bad ones"
     for position, row in found.items():
@@ -70,13 +71,14 @@ def test_a_backlog_is_processed_in_few_batches(run: LiveRun) -> None:
     limit at 10,000 and the adaptive rule driven by the arrival rate (DESIGN §3.3), a wave
     should need one or two micro-batches, not one per few records."""
     batches = run.batches_at_scrape
-    assert len(batches) <= 3 * WAVES, (
-        f"{len(batches)} batches for {WAVES} waves: "
-        + ", ".join(f"{n} records" for _, n in batches))
+    assert len(batches) <= 3 * WAVES, f"{len(batches)} batches for {WAVES} waves: " + ", ".join(
+        f"{n} records" for _, n in batches
+    )
 
 
 def test_available_now_restart_processes_what_was_published_and_exits_0(
-        run: LiveRun, tmp_path: Path) -> None:
+    run: LiveRun, tmp_path: Path
+) -> None:
     """After the SIGTERM, more changes are published; `--available-now` on the same config
     (same checkpoint) applies them and only them, then exits 0."""
     present = sorted(run.net_facts)
@@ -87,8 +89,7 @@ def test_available_now_restart_processes_what_was_published_and_exits_0(
     facts = set(run.net_facts) - set(present[:3]) | {(1, 50, 0.5), (50, 51, 0.25)}
     conf = Path(run.config.lake.path).parent / "run.toml"
     program_file = Path(run.config.lake.path).parent / "sssp.dl"
-    again = FixflowRun.start(program_file, conf, tmp_path / "available-now.out",
-                             available_now=True)
+    again = FixflowRun.start(program_file, conf, tmp_path / "available-now.out", available_now=True)
     try:
         code = again.process.wait(timeout=300)
     finally:

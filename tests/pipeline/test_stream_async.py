@@ -80,7 +80,9 @@ def test_fixflow_run_converges_while_idle(broker: Config, tmp_path: Path) -> Non
     program_file.write_text(PROGRAM)
     config = isolated_config(broker, tmp_path / "lake")
     conf = write_conf(
-        tmp_path / "async.toml", config, trigger_ms=200,
+        tmp_path / "async.toml",
+        config,
+        trigger_ms=200,
         stream_keys='consistency = "async"\nasync_rounds_per_batch = 1',
         sections="[elastic]\nswitch_fraction = 1e6",
     )
@@ -93,9 +95,12 @@ def test_fixflow_run_converges_while_idle(broker: Config, tmp_path: Path) -> Non
 
         def converged() -> bool:
             table = read_table(lake.results("sp"))
-            return (table is not None and table.num_rows > 0
-                    and mismatches_with_oracle(parsed, lake, facts, 0.0) == {}
-                    and _newest_flag(lake.results("sp")) in (None, "false"))
+            return (
+                table is not None
+                and table.num_rows > 0
+                and mismatches_with_oracle(parsed, lake, facts, 0.0) == {}
+                and _newest_flag(lake.results("sp")) in (None, "false")
+            )
 
         run.wait_until(converged, "the path's distances")
         shortcut = [(1, 3, 1.0)]

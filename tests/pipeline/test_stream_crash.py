@@ -64,19 +64,26 @@ def net_facts(operations: list[tuple[str, Row, str]]) -> set[Row]:
 
 def duplicate_batches(table_path: str) -> list[Any]:
     """(query id, batch id) pairs committed more than once to one table."""
-    seen = Counter((h["fixflow.query_id"], h["fixflow.batch_id"])
-                   for h in batch_commits(table_path))
+    seen = Counter(
+        (h["fixflow.query_id"], h["fixflow.batch_id"]) for h in batch_commits(table_path)
+    )
     return [key for key, count in seen.items() if count > 1]
 
 
 def test_sigkill_mid_stream_then_restart_loses_and_repeats_nothing(
-        broker: Config, tmp_path: Path) -> None:
+    broker: Config, tmp_path: Path
+) -> None:
     config = isolated_config(broker, tmp_path / "lake")
     program_file = Path(shutil.copy(STREAMS / "cc" / "program.dl", tmp_path / "cc.dl"))
     program = parse(program_file.read_text(), str(program_file))
     lake = ProgramLake.for_program(config.lake.path, program_file)
-    conf = write_conf(tmp_path / "run.toml", config, trigger_ms=100,
-                      max_records_per_trigger=OPS_PER_WAVE + 8, adaptive=False)
+    conf = write_conf(
+        tmp_path / "run.toml",
+        config,
+        trigger_ms=100,
+        max_records_per_trigger=OPS_PER_WAVE + 8,
+        adaptive=False,
+    )
     waves = make_waves()
     published: list[tuple[str, Row, str]] = []
 
@@ -89,8 +96,11 @@ def test_sigkill_mid_stream_then_restart_loses_and_repeats_nothing(
             publish(config, program, wave)
             published += wave
             time.sleep(0.5)
-        first.wait_until(lambda: len(first.batches()) >= BATCHES_BEFORE_KILL,
-                         f"{BATCHES_BEFORE_KILL} batches", 240)
+        first.wait_until(
+            lambda: len(first.batches()) >= BATCHES_BEFORE_KILL,
+            f"{BATCHES_BEFORE_KILL} batches",
+            240,
+        )
         killed_at = first.stop(signal.SIGKILL)
     finally:
         first.kill_if_running()

@@ -38,8 +38,12 @@ def test_every_case_has_the_acceptance_programs() -> None:
         assert any(s.deletes for s in case.steps), f"{name}: no step deletes anything"
 
 
-def step_problems(stream: ProgramStream, case: StreamCase, facts: dict[str, set[Any]],
-                  expected: dict[str, list[Any]]) -> dict[str, Any]:
+def step_problems(
+    stream: ProgramStream,
+    case: StreamCase,
+    facts: dict[str, set[Any]],
+    expected: dict[str, list[Any]],
+) -> dict[str, Any]:
     problems: dict[str, Any] = {}
     if bad := mismatches_with_expected(stream.lake, expected, case.tolerance):
         problems["expected"] = bad

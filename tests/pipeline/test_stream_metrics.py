@@ -35,8 +35,9 @@ def test_every_metric_is_prefixed_and_counters_end_in_total(last: dict[Any, floa
     assert ours and all(n.startswith("fixflow_") for n in ours), sorted(ours)
 
 
-def test_input_facts_count_valid_messages_by_operation(run: LiveRun,
-                                                        last: dict[Any, float]) -> None:
+def test_input_facts_count_valid_messages_by_operation(
+    run: LiveRun, last: dict[Any, float]
+) -> None:
     ops = Counter(m.op for m in run.messages if m.fact is not None)
     for op in ("insert", "delete"):
         assert total(last, "fixflow_input_facts_total", relation="edge", op=op) == ops[op]
@@ -59,8 +60,11 @@ def test_batch_duration_histogram_agrees_with_committed_batches(last: dict[Any, 
 
 
 def test_strategy_chosen_names_update_or_bootstrap(last: dict[Any, float]) -> None:
-    chosen = {dict(labels)["strategy"]: value for (name, labels), value in last.items()
-              if name == "fixflow_strategy_chosen_total"}
+    chosen = {
+        dict(labels)["strategy"]: value
+        for (name, labels), value in last.items()
+        if name == "fixflow_strategy_chosen_total"
+    }
     assert chosen and set(chosen) <= {"update", "bootstrap"}
     assert sum(chosen.values()) >= 1
     assert total(last, "fixflow_rounds_total") >= 1
@@ -73,8 +77,11 @@ def test_result_rows_gauge_equals_the_result_size(run: LiveRun, last: dict[Any, 
 
 def test_kafka_lag_and_beta_gauges_are_exposed(run: LiveRun, last: dict[Any, float]) -> None:
     topic = run.config.kafka.topic("edge")
-    lag = [v for (n, labels), v in last.items()
-           if n == "fixflow_kafka_lag_records" and dict(labels).get("topic") == topic]
+    lag = [
+        v
+        for (n, labels), v in last.items()
+        if n == "fixflow_kafka_lag_records" and dict(labels).get("topic") == topic
+    ]
     assert lag and lag[0] >= 0, "no lag gauge for the input topic"
     assert total(last, "fixflow_buffer_beta", buffer="micro_batch") >= 1
 

@@ -42,17 +42,21 @@ def fact_strategy(name: str) -> st.SearchStrategy[Row]:
     return st.tuples(NODES, NODES)
 
 
-def draw_epoch(data: st.DataObject, name: str, current: set[Row], first: bool
-               ) -> list[tuple[str, Row, str]]:
+def draw_epoch(
+    data: st.DataObject, name: str, current: set[Row], first: bool
+) -> list[tuple[str, Row, str]]:
     """Operations in publication order: inserts of new or present facts, deletes of present
     or absent ones, sometimes several operations on one fact (the last one wins)."""
     relation = RELATION[name]
-    inserts = data.draw(st.lists(fact_strategy(name), min_size=3 if first else 0,
-                                 max_size=12 if first else 4), label="inserts")
+    inserts = data.draw(
+        st.lists(fact_strategy(name), min_size=3 if first else 0, max_size=12 if first else 4),
+        label="inserts",
+    )
     deletes: list[Row] = []
     if current:
-        deletes = data.draw(st.lists(st.sampled_from(sorted(current)), max_size=4),
-                            label="deletes of present facts")
+        deletes = data.draw(
+            st.lists(st.sampled_from(sorted(current)), max_size=4), label="deletes of present facts"
+        )
     deletes += data.draw(st.lists(fact_strategy(name), max_size=1), label="other deletes")
     operations = [(relation, row, "insert") for row in inserts]
     operations += [(relation, row, "delete") for row in deletes]
@@ -69,8 +73,9 @@ def net_facts(current: set[Row], operations: list[tuple[str, Row, str]]) -> set[
 SPARK_TYPES = {"number": "bigint", "float": "double", "symbol": "string"}
 
 
-def engine_mismatches(spark: Any, program_file: Path, relation: str, facts: set[Row],
-                      lake: Any) -> dict[str, list[str]]:
+def engine_mismatches(
+    spark: Any, program_file: Path, relation: str, facts: set[Row], lake: Any
+) -> dict[str, list[str]]:
     """The result tables against a fresh one-shot Spark evaluation (`fixflow eval`)."""
     from fixflow.operators.evaluate import evaluate
 
@@ -89,8 +94,9 @@ def engine_mismatches(spark: Any, program_file: Path, relation: str, facts: set[
     return problems
 
 
-def check_epochs(name: str, spark: Any, broker: Config, lake_root: Path,
-                 data: st.DataObject) -> None:
+def check_epochs(
+    name: str, spark: Any, broker: Config, lake_root: Path, data: st.DataObject
+) -> None:
     program_file = PROGRAMS[name]
     config = isolated_config(broker, lake_root, trigger_ms=200)
     stream = ProgramStream(spark, config, program_file)
@@ -104,8 +110,10 @@ def check_epochs(name: str, spark: Any, broker: Config, lake_root: Path,
             current = net_facts(current, operations)
             facts = {RELATION[name]: current}
             problems = mismatches_with_oracle(stream.program, stream.lake, facts, 1e-9)
-            problems |= {f"edb {k}": [v] for k, v in
-                         edb_mismatches(stream.program, stream.lake, facts).items()}
+            problems |= {
+                f"edb {k}": [v]
+                for k, v in edb_mismatches(stream.program, stream.lake, facts).items()
+            }
             assert not problems, f"{name}, epoch {epoch}: {problems}"
     finally:
         run.stop()
@@ -115,12 +123,18 @@ def check_epochs(name: str, spark: Any, broker: Config, lake_root: Path,
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_results_equal_a_fresh_evaluation_after_every_epoch(
-        name: str, spark: Any, broker: Config, tmp_path_factory: pytest.TempPathFactory
+    name: str, spark: Any, broker: Config, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     # No shrinking: every example is a streaming run of tens of seconds, and the failing
     # example is reported with its drawn operations as it is.
-    @settings(max_examples=2, deadline=None, derandomize=True, database=None,
-              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=2,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(data=st.data())
     def scenario(data: st.DataObject) -> None:
         check_epochs(name, spark, broker, tmp_path_factory.mktemp(f"prop-{name}"), data)

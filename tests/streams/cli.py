@@ -22,9 +22,17 @@ BATCH_LINE = re.compile(r"^batch (\d+): (\d+) records", re.MULTILINE)
 STOPPED_LINE = re.compile(r"^stopped after (\d+) batch\(es\)$", re.MULTILINE)
 
 
-def write_conf(path: Path, config: Config, *, trigger_ms: int = 300, metrics_port: int = 0,
-               max_records_per_trigger: int = 10000, adaptive: bool = True,
-               stream_keys: str = "", sections: str = "") -> Path:
+def write_conf(
+    path: Path,
+    config: Config,
+    *,
+    trigger_ms: int = 300,
+    metrics_port: int = 0,
+    max_records_per_trigger: int = 10000,
+    adaptive: bool = True,
+    stream_keys: str = "",
+    sections: str = "",
+) -> Path:
     """A TOML config for the test's broker, topics and lake (the embedded broker is the
     test session's, so `fixflow run` must not manage one); ``stream_keys`` are more
     ``[stream]`` lines, ``sections`` more tables."""
@@ -66,14 +74,16 @@ class FixflowRun:
     output_file: Path
 
     @classmethod
-    def start(cls, program: Path, conf: Path, output_file: Path,
-              available_now: bool = False) -> FixflowRun:
+    def start(
+        cls, program: Path, conf: Path, output_file: Path, available_now: bool = False
+    ) -> FixflowRun:
         args = [str(FIXFLOW), "run", str(program), "--conf", str(conf)]
         if available_now:
             args.append("--available-now")
         with output_file.open("wb") as sink:
-            process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT,
-                                       cwd=output_file.parent)
+            process = subprocess.Popen(
+                args, stdout=sink, stderr=subprocess.STDOUT, cwd=output_file.parent
+            )
         return cls(process, output_file)
 
     @property
@@ -84,19 +94,21 @@ class FixflowRun:
         """(batch id, records) of every batch line printed so far."""
         return [(int(b), int(n)) for b, n in BATCH_LINE.findall(self.output)]
 
-    def wait_until(self, condition: Callable[[], Any], what: str,
-                   timeout_s: float = 240.0) -> Any:
+    def wait_until(self, condition: Callable[[], Any], what: str, timeout_s: float = 240.0) -> Any:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"fixflow run exited ({self.process.returncode}) while "
-                                     f"waiting for {what}:\n{self.output[-3000:]}")
+                raise AssertionError(
+                    f"fixflow run exited ({self.process.returncode}) while "
+                    f"waiting for {what}:\n{self.output[-3000:]}"
+                )
             value = condition()
             if value:
                 return value
             time.sleep(0.3)
-        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}:\n"
-                             f"{self.output[-3000:]}")
+        raise AssertionError(
+            f"timed out after {timeout_s} s waiting for {what}:\n{self.output[-3000:]}"
+        )
 
     def stop(self, signum: int = signal.SIGTERM, timeout_s: float = 120.0) -> int:
         if self.process.poll() is None:
@@ -115,12 +127,19 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
-def total(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str,
-          **labels: str) -> float:
+def total(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
     """The sum of a metric's samples whose labels include ``labels``."""
-    return sum(value for (sample, sample_labels), value in samples.items()
-               if sample == name and set(labels.items()) <= set(sample_labels))
+    return sum(
+        value
+        for (sample, sample_labels), value in samples.items()
+        if sample == name and set(labels.items()) <= set(sample_labels)
+    )

@@ -66,15 +66,21 @@ def _load_step(program: Program, directory: Path) -> StreamStep:
     def present(facts: dict[str, list[Row]]) -> dict[str, list[Row]]:
         return {rel: rows for rel, rows in facts.items() if rows}
 
-    expected = {p.stem: read_expected(p, program)
-                for p in sorted((directory / "expected").glob("*.csv"))}
-    return StreamStep(int(directory.name), present(read_facts(directory / "insert", program)),
-                      present(read_facts(directory / "delete", program)), expected,
-                      (directory / "WHY").read_text().strip())
+    expected = {
+        p.stem: read_expected(p, program) for p in sorted((directory / "expected").glob("*.csv"))
+    }
+    return StreamStep(
+        int(directory.name),
+        present(read_facts(directory / "insert", program)),
+        present(read_facts(directory / "delete", program)),
+        expected,
+        (directory / "WHY").read_text().strip(),
+    )
 
 
-def apply_changes(facts: Facts, inserts: Mapping[str, Iterable[Row]],
-                  deletes: Mapping[str, Iterable[Row]]) -> None:
+def apply_changes(
+    facts: Facts, inserts: Mapping[str, Iterable[Row]], deletes: Mapping[str, Iterable[Row]]
+) -> None:
     for rel, rows in deletes.items():
         facts.setdefault(rel, set()).difference_update(rows)
     for rel, rows in inserts.items():
@@ -102,19 +108,20 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def publish(config: Config, program: Program,
-            messages: Iterable[tuple[str, Row, str]]) -> int:
+def publish(config: Config, program: Program, messages: Iterable[tuple[str, Row, str]]) -> int:
     """Send (relation, fact, op) messages in order, keyed by the fact; wait for every ack."""
     raw = []
     for relation, values, op in messages:
         attributes = program.declaration(relation).attributes  # type: ignore[union-attr]
-        raw.append((config.kafka.topic(relation), fact_key(values),
-                    encode_fact(attributes, values, op)))  # type: ignore[arg-type]
+        raw.append(
+            (config.kafka.topic(relation), fact_key(values), encode_fact(attributes, values, op))
+        )  # type: ignore[arg-type]
     return len(publish_raw(config, raw))
 
 
-def publish_raw(config: Config, messages: Iterable[tuple[str, str | None, str]]
-                ) -> list[tuple[str, int, int]]:
+def publish_raw(
+    config: Config, messages: Iterable[tuple[str, str | None, str]]
+) -> list[tuple[str, int, int]]:
     """Send (topic, key, value) messages in order; return each one's (topic, partition,
     offset) once the broker acknowledged it."""
     from kafka import KafkaProducer
@@ -123,11 +130,16 @@ def publish_raw(config: Config, messages: Iterable[tuple[str, str | None, str]]
 
     messages = list(messages)
     ensure_topics(config, sorted({topic for topic, _, _ in messages}))
-    producer = KafkaProducer(bootstrap_servers=config.kafka.bootstrap_servers, acks="all",
-                             linger_ms=5)
+    producer = KafkaProducer(
+        bootstrap_servers=config.kafka.bootstrap_servers, acks="all", linger_ms=5
+    )
     try:
-        futures = [producer.send(topic, key=key.encode() if key is not None else None,
-                                 value=value.encode()) for topic, key, value in messages]
+        futures = [
+            producer.send(
+                topic, key=key.encode() if key is not None else None, value=value.encode()
+            )
+            for topic, key, value in messages
+        ]
         producer.flush(timeout=60)
         acks = [future.get(timeout=60) for future in futures]
     finally:
@@ -135,10 +147,12 @@ def publish_raw(config: Config, messages: Iterable[tuple[str, str | None, str]]
     return [(a.topic, a.partition, a.offset) for a in acks]
 
 
-def step_messages(inserts: Mapping[str, Iterable[Row]],
-                  deletes: Mapping[str, Iterable[Row]]) -> list[tuple[str, Row, str]]:
-    return ([(rel, row, "delete") for rel, rows in deletes.items() for row in rows]
-            + [(rel, row, "insert") for rel, rows in inserts.items() for row in rows])
+def step_messages(
+    inserts: Mapping[str, Iterable[Row]], deletes: Mapping[str, Iterable[Row]]
+) -> list[tuple[str, Row, str]]:
+    return [(rel, row, "delete") for rel, rows in deletes.items() for row in rows] + [
+        (rel, row, "insert") for rel, rows in inserts.items() for row in rows
+    ]
 
 
 def table_rows(path: str) -> set[Row]:
@@ -163,12 +177,13 @@ def oracle(program: Program, facts: Facts) -> dict[str, set[Row]]:
 
 def _typed(program: Program, relation: str, row: Row) -> Row:
     types = column_types(program, relation)
-    types = types[len(types) - len(row):]  # an iteration-indexed relation lost its index
+    types = types[len(types) - len(row) :]  # an iteration-indexed relation lost its index
     return tuple(float(v) if t == "float" else v for v, t in zip(row, types, strict=True))
 
 
-def mismatches_with_oracle(program: Program, lake: ProgramLake, facts: Facts,
-                           tolerance: float) -> dict[str, list[str]]:
+def mismatches_with_oracle(
+    program: Program, lake: ProgramLake, facts: Facts, tolerance: float
+) -> dict[str, list[str]]:
     """Per output relation, how its result table differs from the oracle on ``facts``."""
     fresh = oracle(program, facts)
     problems = {}
@@ -179,8 +194,9 @@ def mismatches_with_oracle(program: Program, lake: ProgramLake, facts: Facts,
     return problems
 
 
-def mismatches_with_expected(lake: ProgramLake, expected: Mapping[str, list[Row]],
-                             tolerance: float) -> dict[str, list[str]]:
+def mismatches_with_expected(
+    lake: ProgramLake, expected: Mapping[str, list[Row]], tolerance: float
+) -> dict[str, list[str]]:
     problems = {}
     for relation, rows in expected.items():
         found = compare_rows(result_rows(lake, relation), rows, tolerance)
@@ -196,8 +212,9 @@ def edb_mismatches(program: Program, lake: ProgramLake, facts: Facts) -> dict[st
         stored = table_rows(lake.edb(relation))
         want = facts.get(relation, set())
         if stored != want:
-            problems[relation] = (f"missing {sorted(want - stored)[:5]}, "
-                                  f"extra {sorted(stored - want)[:5]}")
+            problems[relation] = (
+                f"missing {sorted(want - stored)[:5]}, extra {sorted(stored - want)[:5]}"
+            )
     return problems
 
 
@@ -229,14 +246,19 @@ class ContinuousRun:
             reports = self.stream.reports
             read = sum(r.records for r in reports)
             progress = self.query.lastProgress or {}
-            if (read >= self.published and reports
-                    and int(progress.get("batchId", -1)) >= reports[-1].batch_id):
+            if (
+                read >= self.published
+                and reports
+                and int(progress.get("batchId", -1)) >= reports[-1].batch_id
+            ):
                 assert read == self.published, f"read {read} records, published {self.published}"
                 return reports
             time.sleep(0.2)
-        raise AssertionError(f"not processed within {timeout_s} s: read "
-                             f"{sum(r.records for r in self.stream.reports)} of "
-                             f"{self.published} records")
+        raise AssertionError(
+            f"not processed within {timeout_s} s: read "
+            f"{sum(r.records for r in self.stream.reports)} of "
+            f"{self.published} records"
+        )
 
     def stop(self) -> None:
         self.query.stop()

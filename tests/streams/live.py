@@ -34,8 +34,14 @@ from streams.harness import (
 )
 
 PROGRAM_FILE = STREAMS / "sssp" / "program.dl"
-BAD_KINDS = ("malformed_json", "not_an_object", "unknown_attribute", "missing_attribute",
-             "wrong_type", "unknown_op")
+BAD_KINDS = (
+    "malformed_json",
+    "not_an_object",
+    "unknown_attribute",
+    "missing_attribute",
+    "wrong_type",
+    "unknown_op",
+)
 N_BAD = 1000
 WAVES = 3
 
@@ -87,8 +93,9 @@ def bad_message(i: int, rng: random.Random) -> tuple[str, str]:
         "not_an_object": json.dumps([1, 2, 3.0]),
         "unknown_attribute": json.dumps({**edge, "colour": "red"}),
         "missing_attribute": json.dumps({"src": 1, "w": 2.0}),
-        "wrong_type": json.dumps([{**edge, "src": "1"}, {**edge, "w": "heavy"},
-                                  {**edge, "dst": 2.5}][i % 3]),
+        "wrong_type": json.dumps(
+            [{**edge, "src": "1"}, {**edge, "w": "heavy"}, {**edge, "dst": 2.5}][i % 3]
+        ),
         "unknown_op": json.dumps({**edge, "op": "upsert"}),
     }
     return kind, values[kind]
@@ -111,8 +118,7 @@ def make_waves(program: Any, seed: int = 11) -> list[list[Message]]:
             messages.append(Message(fact_key(fact), encode_fact(attributes, fact, op), fact, op))
         for i in range(wave * N_BAD // WAVES, (wave + 1) * N_BAD // WAVES):
             kind, value = bad_message(i, rng)
-            messages.append(Message(None if i % 3 == 0 else f"bad-{i}", value, None,
-                                    bad_kind=kind))
+            messages.append(Message(None if i % 3 == 0 else f"bad-{i}", value, None, bad_kind=kind))
         rng.shuffle(messages)
         waves.append(messages)
     return waves
@@ -162,8 +168,11 @@ def _make_live_run(broker: Config, base: Path) -> LiveRun:
             expected_rows = len(oracle(program, {"edge": live.net_facts})["sssp"])
             # wait for each wave, so that the waves are different micro-batches and the
             # endpoint is scraped several times while the pipeline runs
-            run.wait_until(lambda rows=expected_rows: _caught_up(live, port, rows),
-                           "everything published to be processed", timeout_s=300)
+            run.wait_until(
+                lambda rows=expected_rows: _caught_up(live, port, rows),
+                "everything published to be processed",
+                timeout_s=300,
+            )
         live.seconds_to_process = time.monotonic() - started
         live.scraped_facts = set(live.net_facts)
         live.results_at_scrape = table_rows(lake.results("sssp"))
@@ -180,12 +189,14 @@ def _sigterm_during_a_batch(live: LiveRun, run: FixflowRun, port: int) -> int:
     attributes = live.program.declaration("edge").attributes
     facts: list[Row] = [(1, 90 + i, 0.5) for i in range(5)]
     live.tail = [Message(fact_key(f), encode_fact(attributes, f), f) for f in facts]
-    publish_raw(live.config, [(live.config.kafka.topic("edge"), m.key, m.value)
-                              for m in live.tail])
+    publish_raw(live.config, [(live.config.kafka.topic("edge"), m.key, m.value) for m in live.tail])
     live.net_facts = net_facts(live.messages + live.tail)
     valid = sum(1 for m in live.messages + live.tail if m.fact is not None)
-    run.wait_until(lambda: total(scrape(port), "fixflow_input_facts_total") == valid,
-                   "the SIGTERM wave to be read", timeout_s=120)
+    run.wait_until(
+        lambda: total(scrape(port), "fixflow_input_facts_total") == valid,
+        "the SIGTERM wave to be read",
+        timeout_s=120,
+    )
     return run.stop(signal.SIGTERM)
 
 
@@ -195,10 +206,12 @@ def _caught_up(live: LiveRun, port: int, expected_rows: int) -> bool:
     live.scrapes.append(samples)
     valid = sum(1 for m in live.messages if m.fact is not None)
     bad = len(live.messages) - valid
-    return (total(samples, "fixflow_input_facts_total") == valid
-            and total(samples, "fixflow_dead_letters_total") == bad
-            and total(samples, "fixflow_result_rows", relation="sssp") == expected_rows
-            and _edb_is(live.lake, live.net_facts))
+    return (
+        total(samples, "fixflow_input_facts_total") == valid
+        and total(samples, "fixflow_dead_letters_total") == bad
+        and total(samples, "fixflow_result_rows", relation="sssp") == expected_rows
+        and _edb_is(live.lake, live.net_facts)
+    )
 
 
 def _answers(port: int) -> bool:

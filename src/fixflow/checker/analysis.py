@@ -505,9 +505,7 @@ def structural_class(
     if "mean" in funcs:
         return "naive", "`mean` is not associative: naive evaluation"
     linear = all(
-        sum(a.relation in members for a in body_atoms(b)) <= 1
-        for r in rules
-        for b in r.bodies
+        sum(a.relation in members for a in body_atoms(b)) <= 1 for r in rules for b in r.bodies
     )
     if len(relations) == 1 and linear and len(aggregated) == 1:
         return "mra", (

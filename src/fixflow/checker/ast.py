@@ -96,8 +96,7 @@ class Neg:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """A built-in scalar function: min(a,b), max(a,b), abs, exp, log, relu.
-    """
+    """A built-in scalar function: min(a,b), max(a,b), abs, exp, log, relu."""
 
     func: BuiltinFunc
     args: tuple[Expr, ...]

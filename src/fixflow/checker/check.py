@@ -146,9 +146,11 @@ def _property2(found: _RuleCheck) -> None:
             found.counterexample = _property2_counterexample(
                 found.operator, alternative.value_map, verdict
             )
-        if verdict.status == "fails" and smt.property2(
-            found.operator, alternative.value_map, nonnegative=True
-        ).status == "holds":
+        if (
+            verdict.status == "fails"
+            and smt.property2(found.operator, alternative.value_map, nonnegative=True).status
+            == "holds"
+        ):
             found.notes.append(_sign_hint("Property 2", alternative.value_map))
     found.properties["property2"] = _conjunction(statuses)
 
@@ -370,16 +372,20 @@ def _monotone_min_max(checks: list[_RuleCheck], funcs: str) -> _Outcome:
                         check_.counterexample = _monotone_counterexample(
                             alternative.value_map, position, verdict
                         )
-                    what = "is not monotone" if verdict.status == "fails" else (
-                        "is not proven monotone"
+                    what = (
+                        "is not monotone"
+                        if verdict.status == "fails"
+                        else ("is not proven monotone")
                     )
                     reason = (
                         f"`{funcs}` recursion whose combining expression "
                         f"`{alternative.value_map.text()}` {what}: naive evaluation"
                     )
-                    if verdict.status == "fails" and smt.monotone(
-                        alternative.value_map, position, nonnegative=True
-                    ).status == "holds":
+                    if (
+                        verdict.status == "fails"
+                        and smt.monotone(alternative.value_map, position, nonnegative=True).status
+                        == "holds"
+                    ):
                         check_.notes.append(_sign_hint("monotonicity", alternative.value_map))
                     return _Outcome("naive", reason, checks)
     reason = (

@@ -131,8 +131,7 @@ def alternatives(
         value_positions = {rule.head.relation: _value_position(rule)}
     positions_by_relation = value_positions or {}
     return tuple(
-        _alternative(rule, b, members, schemas, counts, positions_by_relation)
-        for b in rule.bodies
+        _alternative(rule, b, members, schemas, counts, positions_by_relation) for b in rule.bodies
     )
 
 
@@ -230,9 +229,10 @@ def _value_reuse(
             if i != value_pos and expr_vars(arg) & names:
                 return "the recursive value is also a key of a recursive atom"
     for literal in body.literals:
-        if isinstance(literal, Negation) and set().union(
-            *(expr_vars(a) for a in literal.atom.args)
-        ) & names:
+        if (
+            isinstance(literal, Negation)
+            and set().union(*(expr_vars(a) for a in literal.atom.args)) & names
+        ):
             return "the recursive value occurs in a negated atom"
     return ""
 

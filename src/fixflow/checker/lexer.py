@@ -50,8 +50,30 @@ class Token:
 
 DELTA_CHARS = ("\u0394", "\u2206")  # Greek capital delta, increment sign
 # Longest first, so that `:-` wins over `:` and `<=` over `<`.
-PUNCTUATION = (":-", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ",", ";", ":", ".",
-               "+", "-", "*", "/", "=", "<", ">", "!")
+PUNCTUATION = (
+    ":-",
+    "!=",
+    "<=",
+    ">=",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ";",
+    ":",
+    ".",
+    "+",
+    "-",
+    "*",
+    "/",
+    "=",
+    "<",
+    ">",
+    "!",
+)
 NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 NAME_CHARS = NAME_START | frozenset("0123456789_'")
 DIGITS = frozenset("0123456789")
@@ -154,8 +176,12 @@ class Lexer:
         if close >= 0:
             self.pos = close + 2
             return True
-        self._error(self.pos, self.pos + 2, "unterminated block comment",
-                    "the comment opened here is never closed with `*/`")
+        self._error(
+            self.pos,
+            self.pos + 2,
+            "unterminated block comment",
+            "the comment opened here is never closed with `*/`",
+        )
         self.pos = len(self.text)
         return False
 
@@ -175,8 +201,12 @@ class Lexer:
         if end == self.pos + 1:
             self._emit(Kind.PUNCT, self.pos, end)
             return
-        self._error(self.pos, end, f"`{self.text[self.pos:end]}` is not a valid name",
-                    "names start with a letter; `_` alone is the wildcard")
+        self._error(
+            self.pos,
+            end,
+            f"`{self.text[self.pos : end]}` is not a valid name",
+            "names start with a letter; `_` alone is the wildcard",
+        )
 
     def _scan_digits(self, start: int) -> int:
         end = start
@@ -230,8 +260,12 @@ class Lexer:
                 break
             escapes_next = char == "\\" and self._char_at(index + 1) not in LINE_BREAKS
             index += 2 if escapes_next and index + 1 < len(self.text) else 1
-        self._error(start, index, "unterminated string",
-                    "a string ends with `\"` on the same line; write a line break as `\\n`")
+        self._error(
+            start,
+            index,
+            "unterminated string",
+            'a string ends with `"` on the same line; write a line break as `\\n`',
+        )
 
     def _lex_punct(self) -> None:
         for punct in PUNCTUATION:
@@ -246,6 +280,10 @@ class Lexer:
 def tokenize(text: str, file: str = "<input>") -> list[Token]:
     """The tokens of ``text``, ending with one ``EOF`` token."""
     return Lexer(text, file).run()
+
+
+ESCAPES_HINT = 'escapes are `\\"`, `\\\\`, `\\n`, `\\t`, `\\r`, `\\uXXXX` and `\\UXXXXXXXX`'
+"""What an unknown escape's diagnostic lists as allowed."""
 
 
 def unescape(token: Token, source_map: SourceMap) -> tuple[str, list[Diagnostic]]:
@@ -263,10 +301,13 @@ def unescape(token: Token, source_map: SourceMap) -> tuple[str, list[Diagnostic]
         value, length = _escape_at(body, index)
         if value is None:
             offset = token.start + 1 + index
-            errors.append(Diagnostic(
-                f"unknown escape `{body[index:index + length]}` in a string",
-                source_map.span(offset, offset + length),
-                ('escapes are `\\"`, `\\\\`, `\\n`, `\\t`, `\\r`, `\\uXXXX` and `\\UXXXXXXXX`',)))
+            errors.append(
+                Diagnostic(
+                    f"unknown escape `{body[index : index + length]}` in a string",
+                    source_map.span(offset, offset + length),
+                    (ESCAPES_HINT,),
+                )
+            )
             value = ""
         chars.append(value)
         index += length
@@ -280,7 +321,7 @@ def _escape_at(body: str, index: int) -> tuple[str | None, int]:
         return SIMPLE_ESCAPES[letter], 2
     width = {"u": 4, "U": 8}.get(letter)
     if width is not None:
-        digits = body[index + 2:index + 2 + width]
+        digits = body[index + 2 : index + 2 + width]
         if len(digits) == width and all(c in "0123456789abcdefABCDEF" for c in digits):
             code = int(digits, 16)
             if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:

@@ -64,15 +64,28 @@ COMPARE_OPS: tuple[str, ...] = ("=", "!=", "<", "<=", ">", ">=")
 ARITH_OPS: tuple[str, ...] = ("+", "-", "*", "/")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
-BUILTINS_NOTE = ("the built-in functions are `min(a, b)`, `max(a, b)`, `abs(x)`, `exp(x)`, "
-                 "`log(x)` and `relu(x)`")
-LITERAL_NOTE = ("a body literal is an atom `p(X, Y)`, a negated atom `!p(X, Y)` "
-                "or a comparison such as `d = dx + w`")
-TERMINATION_NOTE = ("a termination clause reads `{sum[Δr] < 0.001}` "
-                    "(ASCII: `{sum[delta r] < 0.001}`)")
+BUILTINS_NOTE = (
+    "the built-in functions are `min(a, b)`, `max(a, b)`, `abs(x)`, `exp(x)`, "
+    "`log(x)` and `relu(x)`"
+)
+LITERAL_NOTE = (
+    "a body literal is an atom `p(X, Y)`, a negated atom `!p(X, Y)` "
+    "or a comparison such as `d = dx + w`"
+)
+TERMINATION_NOTE = (
+    "a termination clause reads `{sum[Δr] < 0.001}` (ASCII: `{sum[delta r] < 0.001}`)"
+)
 TYPES_NOTE = "the types are `number` (int64), `float` (float64) and `symbol` (string)"
-TYPE_SUGGESTIONS = {"int": "number", "integer": "number", "long": "number", "unsigned": "number",
-                    "double": "float", "real": "float", "string": "symbol", "str": "symbol"}
+TYPE_SUGGESTIONS = {
+    "int": "number",
+    "integer": "number",
+    "long": "number",
+    "unsigned": "number",
+    "double": "float",
+    "real": "float",
+    "string": "symbol",
+    "str": "symbol",
+}
 
 T = TypeVar("T")
 
@@ -139,8 +152,12 @@ class Parser:
             self._advance()
             if not in_directive and token.is_punct("."):
                 return
-            if token.kind is Kind.ERROR and token.text.startswith('"') and \
-                    self._peek().span.col == 1 and self._starts_line(self.pos):
+            if (
+                token.kind is Kind.ERROR
+                and token.text.startswith('"')
+                and self._peek().span.col == 1
+                and self._starts_line(self.pos)
+            ):
                 return  # an unterminated string ate its line, and likely the rule's `.`
 
     # ------------------------------------------------------------ token helpers
@@ -215,8 +232,11 @@ class Parser:
             return self._declaration()
         if token.text in (".input", ".output"):
             return self._io_directive()
-        self._report(f"unknown directive `{token.text}`", token.span,
-                     "the directives are `.decl`, `.input` and `.output`")
+        self._report(
+            f"unknown directive `{token.text}`",
+            token.span,
+            "the directives are `.decl`, `.input` and `.output`",
+        )
         raise _Abort()
 
     def _relation_name(self, after: str) -> Token:
@@ -226,16 +246,24 @@ class Parser:
 
     def _check_relation_name(self, name: Token) -> None:
         if name.text in BUILTIN_FUNCS:
-            self._report(f"`{name.text}` is a built-in function and cannot name a relation",
-                         name.span, BUILTINS_NOTE, "rename the relation")
+            self._report(
+                f"`{name.text}` is a built-in function and cannot name a relation",
+                name.span,
+                BUILTINS_NOTE,
+                "rename the relation",
+            )
 
     def _declaration(self) -> Declaration:
         start = self._advance()
         name = self._relation_name("`.decl`")
-        self._expect("(", f"expected `(` after `.decl {name.text}`",
-                     f"declare the attributes: `.decl {name.text}(src: number, dst: number)`")
+        self._expect(
+            "(",
+            f"expected `(` after `.decl {name.text}`",
+            f"declare the attributes: `.decl {name.text}(src: number, dst: number)`",
+        )
         attributes = self._comma_list(
-            self._attribute, f"expected `,` or `)` after an attribute of `{name.text}`")
+            self._attribute, f"expected `,` or `)` after an attribute of `{name.text}`"
+        )
         end = self._advance()  # the `)` that _comma_list stopped at
         return Declaration(name.text, attributes, self._span(start, end))
 
@@ -252,8 +280,11 @@ class Parser:
 
     def _attribute(self) -> Attribute:
         name = self._ident("expected an attribute name")
-        self._expect(":", f"expected `:` after attribute `{name.text}`",
-                     f"an attribute is written `name: type`, e.g. `{name.text}: number`")
+        self._expect(
+            ":",
+            f"expected `:` after attribute `{name.text}`",
+            f"an attribute is written `name: type`, e.g. `{name.text}: number`",
+        )
         type_token = self._ident(f"expected a type after `{name.text}:`", TYPES_NOTE)
         return Attribute(name.text, self._type_name(type_token), self._span(name, type_token))
 
@@ -275,7 +306,8 @@ class Parser:
             raise self._fail(
                 f"expected a new line after `{start.text} {name.text}`",
                 f"`{start.text}` takes only a relation name; the Kafka topic and the facts "
-                f"file are named after the relation")
+                f"file are named after the relation",
+            )
         node = InputDirective if start.text == ".input" else OutputDirective
         return node(name.text, self._span(start, name))
 
@@ -295,8 +327,9 @@ class Parser:
             after = "expected `,`, `;` or `.` after a body literal"
         else:
             end = head.span
-            bodies.append(Body((), Span(end.file, end.end_line, end.end_col,
-                                        end.end_line, end.end_col)))
+            bodies.append(
+                Body((), Span(end.file, end.end_line, end.end_col, end.end_line, end.end_col))
+            )
         if self._at(",", ";") and self._at("{", ahead=1):
             self._advance()
         if self._at("{"):
@@ -312,18 +345,25 @@ class Parser:
         if token.kind is not Kind.ERROR and (token.kind is Kind.EOF or self._starts_line(self.pos)):
             # A missing `.` before a new line: report it where the `.` belongs and go on
             # parsing the next line as a new item, instead of skipping it.
-            self._report(f"expected `.` at the end of the rule, found {token.describe()}",
-                         self._error_span(missing_closer=True), "every rule and fact ends with `.`")
+            self._report(
+                f"expected `.` at the end of the rule, found {token.describe()}",
+                self._error_span(missing_closer=True),
+                "every rule and fact ends with `.`",
+            )
             return self.tokens[self.pos - 1]
         raise self._fail(message)
 
     def _head(self) -> Head:
         name = self._advance()
         self._check_relation_name(name)
-        self._expect("(", f"expected `(` after `{name.text}`",
-                     f"a rule starts with its head, e.g. `{name.text}(X, Y) :- ...`")
+        self._expect(
+            "(",
+            f"expected `(` after `{name.text}`",
+            f"a rule starts with its head, e.g. `{name.text}(X, Y) :- ...`",
+        )
         args = self._comma_list(
-            self._head_arg, f"expected `)` after the arguments of `{name.text}`")
+            self._head_arg, f"expected `)` after the arguments of `{name.text}`"
+        )
         end = self._advance()
         return Head(name.text, args, self._span(name, end))
 
@@ -335,19 +375,25 @@ class Parser:
                 f"aggregate `{aggregate.func}[...]` is not allowed inside an expression",
                 aggregate.span,
                 "an aggregate must be a whole head argument: compute the value in the body, "
-                "e.g. `p(X, sum[v]) :- ..., v = 2 * w.`")
+                "e.g. `p(X, sum[v]) :- ..., v = 2 * w.`",
+            )
         return arg
 
     def _reject_aggregates(self, node: object, where: str, *notes: str) -> None:
         for aggregate in _aggregates_in(node):
-            self._report(f"aggregate `{aggregate.func}[...]` is not allowed in {where}",
-                         aggregate.span, *notes)
+            self._report(
+                f"aggregate `{aggregate.func}[...]` is not allowed in {where}",
+                aggregate.span,
+                *notes,
+            )
 
     def _body_expr(self) -> Expr:
         expr = self._expr()
         self._reject_aggregates(
-            expr, "a rule body",
-            "aggregates go in the head, as a whole argument: `p(X, sum[v]) :- q(X, v).`")
+            expr,
+            "a rule body",
+            "aggregates go in the head, as a whole argument: `p(X, sum[v]) :- q(X, v).`",
+        )
         return expr
 
     def _body(self) -> Body:
@@ -362,8 +408,9 @@ class Parser:
         if token.is_punct("!"):
             self._advance()
             if not (self._peek().kind is Kind.IDENT and self._at("(", ahead=1)):
-                raise self._fail("expected an atom after `!`",
-                                 "only atoms can be negated, e.g. `!edge(X, Y)`")
+                raise self._fail(
+                    "expected an atom after `!`", "only atoms can be negated, e.g. `!edge(X, Y)`"
+                )
             atom = self._atom()
             return Negation(atom, _join(token.span, atom.span))
         starts_atom = token.kind is Kind.IDENT and self._at("(", ahead=1)
@@ -378,7 +425,9 @@ class Parser:
         if not self._at(*COMPARE_OPS):
             raise self._fail(
                 "expected a comparison operator (`=`, `!=`, `<`, `<=`, `>`, `>=`) "
-                "after the expression", LITERAL_NOTE)
+                "after the expression",
+                LITERAL_NOTE,
+            )
         op = cast(CompareOp, self._advance().text)
         right = self._body_expr()
         return Comparison(op, left, right, _join(left.span, right.span))
@@ -407,25 +456,33 @@ class Parser:
         self._check_relation_name(name)
         self._expect("(", f"expected `(` after `{name.text}`")
         args = self._comma_list(
-            self._body_expr, f"expected `)` after the arguments of `{name.text}`")
+            self._body_expr, f"expected `)` after the arguments of `{name.text}`"
+        )
         end = self._advance()
         return Atom(name.text, args, self._span(name, end))
 
     def _termination(self) -> Termination:
         start = self._advance()
-        func = self._ident("expected an aggregate (`min`, `max`, `sum`, `count`, `mean`) "
-                           "in the termination clause", TERMINATION_NOTE)
+        func = self._ident(
+            "expected an aggregate (`min`, `max`, `sum`, `count`, `mean`) "
+            "in the termination clause",
+            TERMINATION_NOTE,
+        )
         if func.text not in AGGREGATE_FUNCS:
-            self._report(f"`{func.text}` is not an aggregate", func.span,
-                         "the aggregates are `min`, `max`, `sum`, `count` and `mean`",
-                         TERMINATION_NOTE)
+            self._report(
+                f"`{func.text}` is not an aggregate",
+                func.span,
+                "the aggregates are `min`, `max`, `sum`, `count` and `mean`",
+                TERMINATION_NOTE,
+            )
         self._expect("[", f"expected `[` after `{func.text}`", TERMINATION_NOTE)
         self._delta_marker()
         var = self._ident("expected a variable after `Δ`", TERMINATION_NOTE)
         self._expect("]", f"expected `]` after `Δ{var.text}`", TERMINATION_NOTE)
         if not self._at(*COMPARE_OPS):
-            raise self._fail(f"expected a comparison operator after `{func.text}[Δ{var.text}]`",
-                             TERMINATION_NOTE)
+            raise self._fail(
+                f"expected a comparison operator after `{func.text}[Δ{var.text}]`", TERMINATION_NOTE
+            )
         op = cast(CompareOp, self._advance().text)
         bound = self._expr()
         self._reject_aggregates(bound, "a termination clause", TERMINATION_NOTE)
@@ -440,14 +497,16 @@ class Parser:
         if token.kind is Kind.DELTA or (ascii_delta and self._peek(1).kind is Kind.IDENT):
             self._advance()
         else:
-            raise self._fail("expected `Δ` before the variable of the termination clause",
-                             TERMINATION_NOTE)
+            raise self._fail(
+                "expected `Δ` before the variable of the termination clause", TERMINATION_NOTE
+            )
 
     # ------------------------------------------------------------ expressions
 
     def _can_start_expr(self, token: Token) -> bool:
-        return token.kind in (Kind.IDENT, Kind.INT, Kind.FLOAT, Kind.STRING) or \
-            token.is_punct("(", "-", "_")
+        return token.kind in (Kind.IDENT, Kind.INT, Kind.FLOAT, Kind.STRING) or token.is_punct(
+            "(", "-", "_"
+        )
 
     def _binary(self, ops: tuple[str, ...], operand: Callable[[], Expr]) -> Expr:
         """A left-associative chain ``operand (op operand)*``."""
@@ -483,8 +542,11 @@ class Parser:
 
     def _check_int_range(self, node: Expr, token: Token) -> Expr:
         if isinstance(node, NumberLit) and not INT64_MIN <= node.value <= INT64_MAX:
-            self._report(f"integer literal `{token.text}` does not fit in a `number` (int64)",
-                         node.span, "write it as a float, e.g. `1e20`")
+            self._report(
+                f"integer literal `{token.text}` does not fit in a `number` (int64)",
+                node.span,
+                "write it as a float, e.g. `1e20`",
+            )
         return node
 
     def _primary(self) -> Expr:
@@ -508,8 +570,11 @@ class Parser:
         is the end of the file or the start of another item (a name or a directive)."""
         token = self._advance()
         dot, following = self._peek(), self._peek(1)
-        if dot.is_punct(".") and dot.start == token.end and \
-                following.kind not in (Kind.EOF, Kind.IDENT, Kind.DIRECTIVE):
+        if (
+            dot.is_punct(".")
+            and dot.start == token.end
+            and following.kind not in (Kind.EOF, Kind.IDENT, Kind.DIRECTIVE)
+        ):
             self._advance()
             return FloatLit(float(token.text), self._span(token, dot))
         return NumberLit(int(token.text), token.span)
@@ -517,8 +582,11 @@ class Parser:
     def _float(self, token: Token) -> FloatLit:
         value = float(token.text)
         if not math.isfinite(value):
-            self._report(f"float literal `{token.text}` is out of range", token.span,
-                         "a `float` is a 64-bit IEEE double (at most about 1.8e308)")
+            self._report(
+                f"float literal `{token.text}` is out of range",
+                token.span,
+                "a `float` is a 64-bit IEEE double (at most about 1.8e308)",
+            )
             value = 0.0
         return FloatLit(value, token.span)
 
@@ -531,15 +599,20 @@ class Parser:
         opening = self._advance()
         inner = self._expr()
         line, col = opening.span.line, opening.span.col
-        closing = self._expect(")", "expected `)` to close the parenthesis",
-                               f"the `(` opened at {line}:{col}")
+        closing = self._expect(
+            ")", "expected `)` to close the parenthesis", f"the `(` opened at {line}:{col}"
+        )
         return dataclasses.replace(inner, span=self._span(opening, closing))
 
     def _name_expr(self) -> Expr:
         name = self._peek()
         if self._at("(", ahead=1) and name.text not in BUILTIN_FUNCS:
-            self._report(f"`{name.text}` is not a built-in function", name.span, BUILTINS_NOTE,
-                         "a relation is used as an atom of the body, not inside an expression")
+            self._report(
+                f"`{name.text}` is not a built-in function",
+                name.span,
+                BUILTINS_NOTE,
+                "a relation is used as an atom of the body, not inside an expression",
+            )
             raise _Abort()
         self._advance()
         if self._at("[") and name.text in AGGREGATE_FUNCS:
@@ -557,8 +630,11 @@ class Parser:
         expected = BUILTIN_FUNCS[call.func]
         if len(call.args) != expected:
             plural = "argument" if expected == 1 else "arguments"
-            self._report(f"`{call.func}` takes {expected} {plural}, found {len(call.args)}",
-                         call.span, BUILTINS_NOTE)
+            self._report(
+                f"`{call.func}` takes {expected} {plural}, found {len(call.args)}",
+                call.span,
+                BUILTINS_NOTE,
+            )
 
     def _aggregate(self, func: Token) -> Aggregate:
         self._advance()  # `[`
@@ -566,9 +642,12 @@ class Parser:
         if self._at("*"):
             star = self._advance()
             if func.text != "count":
-                self._report(f"`{func.text}[*]` is not allowed: only `count` takes `*`",
-                             star.span, "`count[*]` counts the satisfying assignments of "
-                             f"the body; `{func.text}` needs a value, e.g. `{func.text}[x]`")
+                self._report(
+                    f"`{func.text}[*]` is not allowed: only `count` takes `*`",
+                    star.span,
+                    "`count[*]` counts the satisfying assignments of "
+                    f"the body; `{func.text}` needs a value, e.g. `{func.text}[x]`",
+                )
         else:
             arg = self._expr()
         end = self._expect("]", f"expected `]` after the argument of `{func.text}[...]`")

@@ -24,9 +24,7 @@ from fixflow.checker.ast import (
 )
 
 
-def drop_index(
-    program: Program, relation: str, recursive_rule: Rule, keep_base: bool
-) -> Program:
+def drop_index(program: Program, relation: str, recursive_rule: Rule, keep_base: bool) -> Program:
     """The program with ``relation``'s iteration index removed (see the module doc)."""
     items: list[Item] = []
     for item in program.items:

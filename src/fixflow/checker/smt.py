@@ -53,6 +53,8 @@ def _timeout_ms() -> int:
     if _deadline is None:
         return TIMEOUT_MS
     return max(0, min(TIMEOUT_MS, int((_deadline - time.monotonic()) * 1000)))
+
+
 Status = Literal["holds", "fails", "unknown"]
 
 
@@ -189,9 +191,7 @@ class _Applier:
 
     def __init__(self, value_map: ValueMap, group: str, shared: _Translation) -> None:
         self.map = value_map
-        self.aux = {
-            s.name: z3.Const(f"{s.name}#{group}", _sort(s.sort)) for s in value_map.aux
-        }
+        self.aux = {s.name: z3.Const(f"{s.name}#{group}", _sort(s.sort)) for s in value_map.aux}
         self.shared = shared
 
     def __call__(self, *inputs: z3.ArithRef) -> _Partial:

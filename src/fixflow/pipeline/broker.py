@@ -69,8 +69,9 @@ def broker_status(config: Config) -> BrokerStatus:
     if pid is not None:
         return BrokerStatus(True, where, pid, f"broker running at {where} (pid {pid})")
     if _port_open(where):
-        return BrokerStatus(True, where, None,
-                            f"a broker not started by fixflow is listening at {where}")
+        return BrokerStatus(
+            True, where, None, f"a broker not started by fixflow is listening at {where}"
+        )
     return BrokerStatus(False, where, None, f"no broker running at {where}")
 
 
@@ -88,8 +89,9 @@ def start_broker(config: Config, timeout: float = 20.0) -> BrokerStatus:
         pid_file(config).unlink(missing_ok=True)
         raise
     log.info("started Tansu broker at %s (pid %d)", status.address, process.pid)
-    return BrokerStatus(True, status.address, process.pid,
-                        f"broker started at {status.address} (pid {process.pid})")
+    return BrokerStatus(
+        True, status.address, process.pid, f"broker started at {status.address} (pid {process.pid})"
+    )
 
 
 def stop_broker(config: Config, timeout: float = 10.0) -> BrokerStatus:
@@ -108,7 +110,9 @@ def stop_broker(config: Config, timeout: float = 10.0) -> BrokerStatus:
 
 
 def wait_until_ready(
-    bootstrap: str, timeout: float, process: subprocess.Popen[bytes] | None = None,
+    bootstrap: str,
+    timeout: float,
+    process: subprocess.Popen[bytes] | None = None,
     log_path: Path | None = None,
 ) -> None:
     """Block until ``bootstrap`` answers a Kafka metadata request, or raise BrokerError."""
@@ -145,12 +149,14 @@ def ensure_topics(config: Config, names: Iterable[str], timeout: float = 10.0) -
     from kafka.errors import TopicAlreadyExistsError
 
     wanted = sorted(set(names))
-    admin = KafkaAdminClient(bootstrap_servers=config.kafka.bootstrap_servers,
-                             request_timeout_ms=int(timeout * 1000))
+    admin = KafkaAdminClient(
+        bootstrap_servers=config.kafka.bootstrap_servers, request_timeout_ms=int(timeout * 1000)
+    )
     try:
         missing = [n for n in wanted if n not in set(admin.list_topics())]
-        new = [NewTopic(n, config.kafka.partitions, config.kafka.replication_factor)
-               for n in missing]
+        new = [
+            NewTopic(n, config.kafka.partitions, config.kafka.replication_factor) for n in missing
+        ]
         if new:
             try:
                 admin.create_topics(new)
@@ -186,12 +192,25 @@ def _spawn(config: Config) -> subprocess.Popen[bytes]:
     url = f"tcp://{host}:{port}"
     directory = broker_dir(config)
     directory.mkdir(parents=True, exist_ok=True)
-    command = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-               "--storage-engine", STORAGE]
+    command = [
+        binary,
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        STORAGE,
+    ]
     with open(log_file(config), "ab") as out:
         # A new session: the broker outlives the `fixflow broker start` that spawned it.
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     process.log_path = log_file(config)  # type: ignore[attr-defined]
     _children[process.pid] = process
     pid_file(config).write_text(f"{process.pid}\n", encoding="utf-8")

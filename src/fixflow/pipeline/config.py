@@ -23,8 +23,14 @@ class ConfigError(ValueError):
     """A configuration file that cannot be used; the message says where and why."""
 
 
-def _key(default: Any, *, choices: tuple[Any, ...] = (), minimum: float | None = None,
-         maximum: float | None = None, positive: bool = False) -> Any:
+def _key(
+    default: Any,
+    *,
+    choices: tuple[Any, ...] = (),
+    minimum: float | None = None,
+    maximum: float | None = None,
+    positive: bool = False,
+) -> Any:
     """A config key with its default and the constraints checked on load."""
     meta = {"choices": choices, "minimum": minimum, "maximum": maximum, "positive": positive}
     return field(default=default, metadata=meta)
@@ -117,8 +123,11 @@ class Config:
     """Where the settings came from, for messages."""
 
 
-SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(Config)  # type: ignore[misc]
-                             if f.default_factory is not MISSING}
+SECTIONS: dict[str, type] = {
+    f.name: f.default_factory
+    for f in fields(Config)  # type: ignore[misc]
+    if f.default_factory is not MISSING
+}
 
 
 def parse_host_port(address: str) -> tuple[str, int]:
@@ -180,16 +189,19 @@ def _load_section(cls: type, table: dict[str, Any], where: str) -> Any:
 def _load_spark(table: dict[str, Any], where: str) -> SparkConfig:
     extra = set(table) - {"master", "conf"}
     if extra:
-        raise ConfigError(f"{where} unknown key {sorted(extra)[0]!r} (known: master, conf; "
-                          'put Spark settings under [spark.conf] as "spark.x.y" = value)')
+        raise ConfigError(
+            f"{where} unknown key {sorted(extra)[0]!r} (known: master, conf; "
+            'put Spark settings under [spark.conf] as "spark.x.y" = value)'
+        )
     master = table.get("master", SparkConfig().master)
     if not isinstance(master, str) or not master:
         raise ConfigError(f"{where} master must be a non-empty string, got {master!r}")
     conf = table.get("conf", {})
     if not isinstance(conf, dict):
         raise ConfigError(f"{where} conf must be a table of Spark settings")
-    return SparkConfig(master=master, conf={key: _spark_value(key, v, where)
-                                            for key, v in _flatten(conf).items()})
+    return SparkConfig(
+        master=master, conf={key: _spark_value(key, v, where) for key, v in _flatten(conf).items()}
+    )
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -253,7 +265,9 @@ def _check_cross_section(config: Config) -> None:
 def add_conf_argument(parser: argparse.ArgumentParser) -> None:
     """The ``--conf FILE`` option every command takes."""
     parser.add_argument(
-        "--conf", metavar="FILE", default=None,
+        "--conf",
+        metavar="FILE",
+        default=None,
         help="config file (TOML); default: the embedded settings of conf/local.toml",
     )
 

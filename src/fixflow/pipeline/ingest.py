@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """Spark sets this local property on the thread that runs foreachBatch."""
 
+
 @dataclass(frozen=True, slots=True)
 class RelationChanges:
     """The net effect of one batch on one EDB relation."""
@@ -104,8 +105,9 @@ class IngestResult:
         for relation in self.changed_relations:
             change = self.changes[relation]
             names = [a.name for a in change.attributes]
-            if merge_changes(self.lake.edb(relation), names, change.inserts, change.deletes,
-                             self.commit):
+            if merge_changes(
+                self.lake.edb(relation), names, change.inserts, change.deletes, self.commit
+            ):
                 committed.append(relation)
         self.edb_committed.extend(committed)
         return committed
@@ -114,28 +116,46 @@ class IngestResult:
 # ---------------------------------------------------------------- the entry point
 
 
-def ingest_batch(batch_df: DataFrame, batch_id: int, program: Program, lake: ProgramLake,
-                 metrics: Metrics | None = None, *, topic_prefix: str = "",
-                 query_id: str | None = None) -> IngestResult:
+def ingest_batch(
+    batch_df: DataFrame,
+    batch_id: int,
+    program: Program,
+    lake: ProgramLake,
+    metrics: Metrics | None = None,
+    *,
+    topic_prefix: str = "",
+    query_id: str | None = None,
+) -> IngestResult:
     """Validate, dead-letter and normalize one micro-batch (see the module docstring)."""
     query = query_id or streaming_query_id(batch_df)
-    records = _sorted_records(batch_df.select("topic", "partition", "offset", "key",
-                                              "value").toArrow())
+    records = _sorted_records(
+        batch_df.select("topic", "partition", "offset", "key", "value").toArrow()
+    )
     commit = BatchCommit(query, batch_id, offsets_covered(records))
     schemas = input_schemas(program)
     facts, letters = validate(records, schemas, topic_prefix)
     written = write_dead_letters(lake, letters, commit)
-    changes = {relation: normalize(relation, attributes, facts.get(relation, []),
-                                   read_before_batch(lake.edb(relation), query, batch_id))
-               for relation, attributes in schemas.items()}
+    changes = {
+        relation: normalize(
+            relation,
+            attributes,
+            facts.get(relation, []),
+            read_before_batch(lake.edb(relation), query, batch_id),
+        )
+        for relation, attributes in schemas.items()
+    }
     replayed = _is_replay(lake, changes, commit)
-    result = IngestResult(batch_id, commit, lake, changes, records.num_rows, len(letters),
-                          replayed)
+    result = IngestResult(batch_id, commit, lake, changes, records.num_rows, len(letters), replayed)
     if metrics is not None and not replayed:
         _count(metrics, facts, letters if written else [], changes, topic_prefix)
-    log.info("batch %d: %d records, %d dead letters, changed %s%s", batch_id,
-             records.num_rows, len(letters), result.changed_relations or "nothing",
-             " (replay)" if replayed else "")
+    log.info(
+        "batch %d: %d records, %d dead letters, changed %s%s",
+        batch_id,
+        records.num_rows,
+        len(letters),
+        result.changed_relations or "nothing",
+        " (replay)" if replayed else "",
+    )
     return result
 
 
@@ -180,8 +200,9 @@ class Letter:
 
 
 def _sorted_records(records: pa.Table) -> pa.Table:
-    return records.sort_by([("topic", "ascending"), ("partition", "ascending"),
-                            ("offset", "ascending")])
+    return records.sort_by(
+        [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
+    )
 
 
 def offsets_covered(records: pa.Table) -> dict[str, dict[str, list[int]]]:
@@ -190,15 +211,19 @@ def offsets_covered(records: pa.Table) -> dict[str, dict[str, list[int]]]:
     if records.num_rows == 0:
         return covered
     grouped = records.group_by(["topic", "partition"]).aggregate(
-        [("offset", "min"), ("offset", "max")])
+        [("offset", "min"), ("offset", "max")]
+    )
     for row in grouped.to_pylist():
         covered.setdefault(row["topic"], {})[str(row["partition"])] = [
-            row["offset_min"], row["offset_max"]]
+            row["offset_min"],
+            row["offset_max"],
+        ]
     return covered
 
 
-def validate(records: pa.Table, schemas: Mapping[str, tuple[Attribute, ...]],
-             topic_prefix: str) -> tuple[dict[str, list[Fact]], list[Letter]]:
+def validate(
+    records: pa.Table, schemas: Mapping[str, tuple[Attribute, ...]], topic_prefix: str
+) -> tuple[dict[str, list[Fact]], list[Letter]]:
     """Split records into facts per relation (in record order) and dead letters."""
     facts: dict[str, list[Fact]] = {}
     letters: list[Letter] = []
@@ -207,10 +232,16 @@ def validate(records: pa.Table, schemas: Mapping[str, tuple[Attribute, ...]],
         attributes = schemas.get(relation) if relation is not None else None
         if attributes is None:
             inputs = ", ".join(sorted(schemas)) or "none"
-            letters.append(Letter(record, DeadLetter(
-                "unknown_relation",
-                f"topic {record['topic']!r} is not an .input relation of the program "
-                f"(inputs: {inputs})")))
+            letters.append(
+                Letter(
+                    record,
+                    DeadLetter(
+                        "unknown_relation",
+                        f"topic {record['topic']!r} is not an .input relation of the program "
+                        f"(inputs: {inputs})",
+                    ),
+                )
+            )
             continue
         parsed = parse_message(record["value"], attributes)
         if isinstance(parsed, DeadLetter):
@@ -221,7 +252,7 @@ def validate(records: pa.Table, schemas: Mapping[str, tuple[Attribute, ...]],
 
 
 def _relation_of(topic: str, prefix: str) -> str | None:
-    return topic[len(prefix):] if topic.startswith(prefix) else None
+    return topic[len(prefix) :] if topic.startswith(prefix) else None
 
 
 def write_dead_letters(lake: ProgramLake, letters: list[Letter], commit: BatchCommit) -> bool:
@@ -229,17 +260,28 @@ def write_dead_letters(lake: ProgramLake, letters: list[Letter], commit: BatchCo
     if not letters:
         return False
     now = dt.datetime.now(dt.UTC)
-    rows = pa.Table.from_pylist([{
-        **{column: letter.record[column] for column in ("value", "key", "topic", "partition",
-                                                        "offset")},
-        "reason": letter.dead.reason, "kind": letter.dead.kind, "batch_id": commit.batch_id,
-        "ingested_at": now,
-    } for letter in letters], schema=DEAD_LETTER_SCHEMA)
+    rows = pa.Table.from_pylist(
+        [
+            {
+                **{
+                    column: letter.record[column]
+                    for column in ("value", "key", "topic", "partition", "offset")
+                },
+                "reason": letter.dead.reason,
+                "kind": letter.dead.kind,
+                "batch_id": commit.batch_id,
+                "ingested_at": now,
+            }
+            for letter in letters
+        ],
+        schema=DEAD_LETTER_SCHEMA,
+    )
     return append_rows(lake.dead_letter, rows, commit)
 
 
-def normalize(relation: str, attributes: tuple[Attribute, ...], facts: list[Fact],
-              before: pa.Table | None) -> RelationChanges:
+def normalize(
+    relation: str, attributes: tuple[Attribute, ...], facts: list[Fact], before: pa.Table | None
+) -> RelationChanges:
     """Net changes of ``facts`` (in order) against the EDB contents ``before``."""
     schema = arrow_schema(attributes)
     last_op: dict[tuple[Value, ...], str] = {}
@@ -252,8 +294,10 @@ def normalize(relation: str, attributes: tuple[Attribute, ...], facts: list[Fact
     new_inserts = inserts.join(existing, schema.names, join_type="left anti")
     real_deletes = deletes.join(existing, schema.names, join_type="left semi")
     return RelationChanges(
-        relation, attributes,
-        _conform(new_inserts, schema), _conform(real_deletes, schema),
+        relation,
+        attributes,
+        _conform(new_inserts, schema),
+        _conform(real_deletes, schema),
         noop_inserts=inserts.num_rows - new_inserts.num_rows,
         noop_deletes=deletes.num_rows - real_deletes.num_rows,
     )
@@ -261,27 +305,36 @@ def normalize(relation: str, attributes: tuple[Attribute, ...], facts: list[Fact
 
 def _facts_table(rows: list[tuple[Value, ...]], schema: pa.Schema) -> pa.Table:
     columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema.names]
-    return pa.table([pa.array(list(c), f.type) for c, f in zip(columns, schema, strict=True)],
-                    schema=schema)
+    return pa.table(
+        [pa.array(list(c), f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+    )
 
 
 def _conform(table: pa.Table | None, schema: pa.Schema) -> pa.Table:
     """``table`` with exactly ``schema`` (Delta may hand back large/view string types)."""
     if table is None:
         return schema.empty_table()
-    return pa.table([table.column(n).cast(schema.field(n).type) for n in schema.names],
-                    schema=schema)
+    return pa.table(
+        [table.column(n).cast(schema.field(n).type) for n in schema.names], schema=schema
+    )
 
 
-def _is_replay(lake: ProgramLake, changes: Mapping[str, RelationChanges],
-               commit: BatchCommit) -> bool:
+def _is_replay(
+    lake: ProgramLake, changes: Mapping[str, RelationChanges], commit: BatchCommit
+) -> bool:
     changed = [r for r, c in changes.items() if not c.empty]
     return bool(changed) and all(
-        already_committed(lake.edb(r), commit.query_id, commit.batch_id) for r in changed)
+        already_committed(lake.edb(r), commit.query_id, commit.batch_id) for r in changed
+    )
 
 
-def _count(metrics: Metrics, facts: Mapping[str, list[Fact]], letters: list[Letter],
-           changes: Mapping[str, RelationChanges], topic_prefix: str) -> None:
+def _count(
+    metrics: Metrics,
+    facts: Mapping[str, list[Fact]],
+    letters: list[Letter],
+    changes: Mapping[str, RelationChanges],
+    topic_prefix: str,
+) -> None:
     for relation, relation_facts in facts.items():
         for op in ("insert", "delete"):
             metrics.count_input(relation, op, sum(1 for f in relation_facts if f.op == op))
@@ -305,10 +358,15 @@ def topics_for(program: Program, topic_prefix: str = "") -> list[str]:
     return [f"{topic_prefix}{relation}" for relation in program.inputs]
 
 
-def batch_handler(program: Program, lake: ProgramLake, metrics: Metrics | None = None,
-                  maintain: Maintain | None = None, *, topic_prefix: str = "",
-                  lock: AbstractContextManager[Any] | None = None,
-                  ) -> Callable[[DataFrame, int], None]:
+def batch_handler(
+    program: Program,
+    lake: ProgramLake,
+    metrics: Metrics | None = None,
+    maintain: Maintain | None = None,
+    *,
+    topic_prefix: str = "",
+    lock: AbstractContextManager[Any] | None = None,
+) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function: ingest → ``maintain`` (the engine) → EDB commit → metrics.
 
     Any exception propagates and stops the query without committing the batch in Spark's
@@ -320,8 +378,9 @@ def batch_handler(program: Program, lake: ProgramLake, metrics: Metrics | None =
     def handle(batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         with lock or nullcontext():
-            result = ingest_batch(batch_df, batch_id, program, lake, metrics,
-                                  topic_prefix=topic_prefix)
+            result = ingest_batch(
+                batch_df, batch_id, program, lake, metrics, topic_prefix=topic_prefix
+            )
             if maintain is not None:
                 maintain(result)
             result.commit_edb()
@@ -334,11 +393,18 @@ def batch_handler(program: Program, lake: ProgramLake, metrics: Metrics | None =
     return handle
 
 
-def start_ingest_query(spark: SparkSession, config: Config, program: Program,
-                       lake: ProgramLake, metrics: Metrics | None = None,
-                       maintain: Maintain | None = None, *, available_now: bool = False,
-                       limit_file: str | None = None,
-                       lock: AbstractContextManager[Any] | None = None) -> StreamingQuery:
+def start_ingest_query(
+    spark: SparkSession,
+    config: Config,
+    program: Program,
+    lake: ProgramLake,
+    metrics: Metrics | None = None,
+    maintain: Maintain | None = None,
+    *,
+    available_now: bool = False,
+    limit_file: str | None = None,
+    lock: AbstractContextManager[Any] | None = None,
+) -> StreamingQuery:
     """Start the streaming query of a program: its input topics (created if missing) →
     ``batch_handler`` → the lake, checkpointed under ``lake.checkpoint()``.
 
@@ -352,11 +418,14 @@ def start_ingest_query(spark: SparkSession, config: Config, program: Program,
     topics = topics_for(program, prefix)
     ensure_topics(config, topics)
     ensure_edb_tables(program, lake)
-    writer = (read_stream(spark, config, topics, limit_file=limit_file).writeStream
-              .foreachBatch(batch_handler(program, lake, metrics, maintain, topic_prefix=prefix,
-                                          lock=lock))
-              .option("checkpointLocation", lake.checkpoint())
-              .queryName(f"fixflow-{lake.program}"))
+    writer = (
+        read_stream(spark, config, topics, limit_file=limit_file)
+        .writeStream.foreachBatch(
+            batch_handler(program, lake, metrics, maintain, topic_prefix=prefix, lock=lock)
+        )
+        .option("checkpointLocation", lake.checkpoint())
+        .queryName(f"fixflow-{lake.program}")
+    )
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:

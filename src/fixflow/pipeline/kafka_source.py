@@ -38,12 +38,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "fixflow-kafka"
-SCHEMA = ("topic string, partition int, offset long, key string, value string, "
-          "timestamp timestamp")
-ARROW_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-    ("key", pa.string()), ("value", pa.string()), ("timestamp", pa.timestamp("us", tz="UTC")),
-])
+SCHEMA = "topic string, partition int, offset long, key string, value string, timestamp timestamp"
+ARROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.string()),
+        ("value", pa.string()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
 READ_CHUNK = 2000
 """Records per Arrow batch handed to Spark."""
 
@@ -66,11 +71,13 @@ def normalize(offsets: dict[str, dict[str, int]]) -> Offsets:
 def cap_offsets(start: Offsets, end: Offsets, max_records: int) -> Offsets:
     """``end`` moved back so that at most ``max_records`` lie between ``start`` and it,
     shared fairly between partitions (water-filling: small backlogs are read in full)."""
-    available = {(t, p): max(0, end[t][p] - start.get(t, {}).get(p, end[t][p]))
-                 for t in end for p in end[t]}
+    available = {
+        (t, p): max(0, end[t][p] - start.get(t, {}).get(p, end[t][p])) for t in end for p in end[t]
+    }
     granted = _water_fill(available, max_records)
-    capped = {t: {p: (start.get(t, {}).get(p, end[t][p]) + granted[(t, p)]) for p in end[t]}
-              for t in end}
+    capped = {
+        t: {p: (start.get(t, {}).get(p, end[t][p]) + granted[(t, p)]) for p in end[t]} for t in end
+    }
     return normalize(capped)
 
 
@@ -101,8 +108,12 @@ def _consumer(bootstrap: str, **overrides: Any) -> Any:
     from kafka import KafkaConsumer
 
     settings: dict[str, Any] = {
-        "bootstrap_servers": bootstrap, "group_id": None, "enable_auto_commit": False,
-        "auto_offset_reset": "earliest", "fetch_max_wait_ms": 100, "request_timeout_ms": 30000,
+        "bootstrap_servers": bootstrap,
+        "group_id": None,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "fetch_max_wait_ms": 100,
+        "request_timeout_ms": 30000,
     }
     settings.update(overrides)
     return KafkaConsumer(**settings)
@@ -154,8 +165,13 @@ def end_offsets(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Of
         consumer.close()
 
 
-def _probe_true_ends(consumer: Any, reported: dict[Any, int], first: dict[Any, int],
-                     quiet_ms: int = 150, limit_s: float = 5.0) -> dict[Any, int]:
+def _probe_true_ends(
+    consumer: Any,
+    reported: dict[Any, int],
+    first: dict[Any, int],
+    quiet_ms: int = 150,
+    limit_s: float = 5.0,
+) -> dict[Any, int]:
     """Fetch from ``reported - 1`` once per partition: that fetch returns the whole last
     batch, whose final record gives the true end. Stop after one answer per partition, so
     a busy topic is not chased."""
@@ -195,8 +211,9 @@ class DataLossError(RuntimeError):
 class KafkaRange(InputPartition):
     """One Spark task: the records [start, end) of one topic-partition."""
 
-    def __init__(self, bootstrap: str, topic: str, partition: int, start: int, end: int,
-                 timeout_s: float) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partition: int, start: int, end: int, timeout_s: float
+    ) -> None:
         super().__init__((topic, partition, start, end))
         self.bootstrap = bootstrap
         self.topic = topic
@@ -256,8 +273,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self.target or end_offsets(self.bootstrap, self.topics, self.probe)
         start = self._with_new_partitions(normalize(start))
         self._check_no_data_loss(start, latest)
-        end = normalize({t: {p: max(latest.get(t, {}).get(p, 0), start[t][p]) for p in start[t]}
-                         for t in start})
+        end = normalize(
+            {t: {p: max(latest.get(t, {}).get(p, 0), start[t][p]) for p in start[t]} for t in start}
+        )
         self.latest_seen = end
         if isinstance(limit, ReadMaxRows):
             max_rows = min(limit.max_rows, self._file_limit() or limit.max_rows)
@@ -279,7 +297,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         f"{topic}[{partition}]: the checkpoint is at offset {position} but the "
                         f"broker ends at {end}: records were lost (a restarted in-memory "
                         "broker?). Delete the query's checkpoint to start over (or set "
-                        "fail_on_data_loss=false to ignore records below the old offset).")
+                        "fail_on_data_loss=false to ignore records below the old offset)."
+                    )
 
     def _file_limit(self) -> int | None:
         """The per-trigger limit the driver last wrote (adaptive batch sizing): the reader
@@ -309,8 +328,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for partition, stop in ends.items():
                 begin = start.get(topic, {}).get(partition, 0)
                 if stop > begin:
-                    ranges.append(KafkaRange(self.bootstrap, topic, int(partition), begin, stop,
-                                             self.read_timeout_s))
+                    ranges.append(
+                        KafkaRange(
+                            self.bootstrap, topic, int(partition), begin, stop, self.read_timeout_s
+                        )
+                    )
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -333,8 +355,9 @@ def write_limit_file(path: str | Path, max_records: int) -> None:
     temporary.replace(target)
 
 
-def next_batch_limit(beta: int, arrived: int, elapsed_s: float, tau_s: float, alpha: float,
-                     r: float, cap: int) -> int:
+def next_batch_limit(
+    beta: int, arrived: int, elapsed_s: float, tau_s: float, alpha: float, r: float, cap: int
+) -> int:
     """PowerLog's adaptive buffer rule applied to the per-trigger record limit β.
 
     ``arrived`` records came in over ``elapsed_s``; a batch should take about ``tau_s``.
@@ -359,7 +382,8 @@ def lag_from_progress(progress: Mapping[str, Any] | None) -> dict[str, int]:
         for topic, partitions in latest.items():
             done = end.get(topic, {})
             lags[topic] = lags.get(topic, 0) + sum(
-                max(0, int(offset) - int(done.get(p, 0))) for p, offset in partitions.items())
+                max(0, int(offset) - int(done.get(p, 0))) for p, offset in partitions.items()
+            )
     return lags
 
 
@@ -411,14 +435,17 @@ def read_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
 
 
 def _to_batch(topic: str, partition: int, records: list[Any]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([
-        pa.array([topic] * len(records), pa.string()),
-        pa.array([partition] * len(records), pa.int32()),
-        pa.array([r.offset for r in records], pa.int64()),
-        pa.array([_text(r.key) for r in records], pa.string()),
-        pa.array([_text(r.value) for r in records], pa.string()),
-        pa.array([_timestamp(r.timestamp) for r in records], pa.timestamp("us", tz="UTC")),
-    ], schema=ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([topic] * len(records), pa.string()),
+            pa.array([partition] * len(records), pa.int32()),
+            pa.array([r.offset for r in records], pa.int64()),
+            pa.array([_text(r.key) for r in records], pa.string()),
+            pa.array([_text(r.value) for r in records], pa.string()),
+            pa.array([_timestamp(r.timestamp) for r in records], pa.timestamp("us", tz="UTC")),
+        ],
+        schema=ARROW_SCHEMA,
+    )
 
 
 def _text(raw: bytes | None) -> str | None:
@@ -440,9 +467,13 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(FixflowKafkaDataSource)
 
 
-def read_stream(spark: SparkSession, config: Config, topics: Sequence[str],
-                max_records_per_trigger: int | None = None,
-                limit_file: str | None = None) -> DataFrame:
+def read_stream(
+    spark: SparkSession,
+    config: Config,
+    topics: Sequence[str],
+    max_records_per_trigger: int | None = None,
+    limit_file: str | None = None,
+) -> DataFrame:
     """The Kafka topics as a streaming DataFrame with the columns of SCHEMA, from the source
     the config selects. ``limit_file`` (python source only) lets the driver change the
     per-trigger limit while the query runs: see ``write_limit_file``."""
@@ -450,10 +481,12 @@ def read_stream(spark: SparkSession, config: Config, topics: Sequence[str],
     if config.kafka.source == "native":
         return _native_stream(spark, config, topics, limit)
     register(spark)
-    reader = (spark.readStream.format(SOURCE_NAME)
-              .option("bootstrap_servers", config.kafka.bootstrap_servers)
-              .option("topics", ",".join(topics))
-              .option("max_records_per_trigger", str(limit)))
+    reader = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("bootstrap_servers", config.kafka.bootstrap_servers)
+        .option("topics", ",".join(topics))
+        .option("max_records_per_trigger", str(limit))
+    )
     if limit_file:
         reader = reader.option("max_records_file", limit_file)
     return reader.load()
@@ -470,13 +503,18 @@ def native_options(config: Config, topics: Sequence[str], limit: int) -> dict[st
     }
 
 
-def _native_stream(spark: SparkSession, config: Config, topics: Sequence[str],
-                   limit: int) -> DataFrame:
+def _native_stream(
+    spark: SparkSession, config: Config, topics: Sequence[str], limit: int
+) -> DataFrame:
     # Needs spark-sql-kafka on the classpath (cluster configs add it via spark.jars.packages).
     reader = spark.readStream.format("kafka")
     for key, value in native_options(config, topics, limit).items():
         reader = reader.option(key, value)
     return reader.load().selectExpr(
-        "topic", "partition", "offset", "CAST(key AS STRING) AS key",
-        "CAST(value AS STRING) AS value", "timestamp",
+        "topic",
+        "partition",
+        "offset",
+        "CAST(key AS STRING) AS key",
+        "CAST(value AS STRING) AS value",
+        "timestamp",
     )

@@ -34,17 +34,19 @@ log = logging.getLogger(__name__)
 OP_COLUMN = "_fixflow_op"
 """Marks each row of a ``merge_changes`` source as an upsert or a delete."""
 
-DEAD_LETTER_SCHEMA = pa.schema([
-    ("value", pa.string()),
-    ("key", pa.string()),
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("offset", pa.int64()),
-    ("reason", pa.string()),
-    ("kind", pa.string()),
-    ("batch_id", pa.int64()),
-    ("ingested_at", pa.timestamp("us", tz="UTC")),
-])
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("value", pa.string()),
+        ("key", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("reason", pa.string()),
+        ("kind", pa.string()),
+        ("batch_id", pa.int64()),
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,53 +165,78 @@ def read_before_batch(table_path: str, query_id: str, batch_id: int) -> pa.Table
     if not already_committed(table_path, query_id, batch_id):
         return read_table(table_path)
     for info in batch_commits(table_path):
-        if (info.get("fixflow.query_id") == query_id
-                and info.get("fixflow.batch_id") == str(batch_id)):
+        if info.get("fixflow.query_id") == query_id and info.get("fixflow.batch_id") == str(
+            batch_id
+        ):
             version = int(info["version"])
             return read_table(table_path, version - 1) if version > 0 else None
-    raise LookupError(f"{table_path}: batch {batch_id} of query {query_id} is recorded as "
-                      "committed but no commit carries it (history cleaned up?)")
+    raise LookupError(
+        f"{table_path}: batch {batch_id} of query {query_id} is recorded as "
+        "committed but no commit carries it (history cleaned up?)"
+    )
 
 
 # ---------------------------------------------------------------- writing
 
 
-def append_rows(table_path: str, rows: pa.Table, commit: BatchCommit | None = None,
-                partition_by: Sequence[str] | None = None,
-                metadata: Mapping[str, str] | None = None) -> bool:
+def append_rows(
+    table_path: str,
+    rows: pa.Table,
+    commit: BatchCommit | None = None,
+    partition_by: Sequence[str] | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> bool:
     """Append ``rows``; with ``commit``, skip a batch already in the table. True if written."""
     if commit is not None and already_committed(table_path, commit.query_id, commit.batch_id):
         log.info("%s: batch %d already committed, skipping append", table_path, commit.batch_id)
         return False
-    write_deltalake(table_path, rows, mode="append",
-                    partition_by=list(partition_by) if partition_by else None,
-                    commit_properties=_properties(commit, metadata))
+    write_deltalake(
+        table_path,
+        rows,
+        mode="append",
+        partition_by=list(partition_by) if partition_by else None,
+        commit_properties=_properties(commit, metadata),
+    )
     return True
 
 
-def overwrite_rows(table_path: str, rows: pa.Table, commit: BatchCommit | None = None,
-                   metadata: Mapping[str, str] | None = None) -> bool:
+def overwrite_rows(
+    table_path: str,
+    rows: pa.Table,
+    commit: BatchCommit | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> bool:
     """Replace the table's contents with ``rows`` (same idempotence as ``append_rows``)."""
     if commit is not None and already_committed(table_path, commit.query_id, commit.batch_id):
-        log.info("%s: batch %d already committed, skipping overwrite", table_path,
-                 commit.batch_id)
+        log.info("%s: batch %d already committed, skipping overwrite", table_path, commit.batch_id)
         return False
-    write_deltalake(table_path, rows, mode="overwrite", schema_mode="overwrite",
-                    commit_properties=_properties(commit, metadata))
+    write_deltalake(
+        table_path,
+        rows,
+        mode="overwrite",
+        schema_mode="overwrite",
+        commit_properties=_properties(commit, metadata),
+    )
     return True
 
 
-def _properties(commit: BatchCommit | None,
-                metadata: Mapping[str, str] | None) -> CommitProperties | None:
+def _properties(
+    commit: BatchCommit | None, metadata: Mapping[str, str] | None
+) -> CommitProperties | None:
     """A batch's commit properties, or plain metadata for a commit between batches."""
     if commit is not None:
         return commit.properties(metadata)
     return CommitProperties(custom_metadata=dict(metadata)) if metadata else None
 
 
-def merge_changes(table_path: str, key_columns: Sequence[str], upserts: pa.Table | None = None,
-                  deletes: pa.Table | None = None, commit: BatchCommit | None = None,
-                  metadata: Mapping[str, str] | None = None) -> bool:
+def merge_changes(
+    table_path: str,
+    key_columns: Sequence[str],
+    upserts: pa.Table | None = None,
+    deletes: pa.Table | None = None,
+    commit: BatchCommit | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> bool:
     """Upsert ``upserts`` and delete the rows whose key matches a row of ``deletes``, in one
     commit. Rows are matched on ``key_columns``; ``deletes`` needs only those columns. A key
     both upserted and deleted is an error (normalize first). True if a commit was made.
@@ -229,15 +256,20 @@ def merge_changes(table_path: str, key_columns: Sequence[str], upserts: pa.Table
         return append_rows(table_path, upserts, commit, metadata=metadata)
     source = _merge_source(table.to_pyarrow_dataset().schema, key_columns, upserts, deletes)
     merger = table.merge(
-        source, predicate=_key_predicate(key_columns), source_alias="s", target_alias="t",
+        source,
+        predicate=_key_predicate(key_columns),
+        source_alias="s",
+        target_alias="t",
         commit_properties=_properties(commit, metadata),
     )
     is_delete = f"s.{OP_COLUMN} = 'delete'"
     is_upsert = f"s.{OP_COLUMN} = 'upsert'"
-    (merger.when_matched_delete(predicate=is_delete)
-     .when_matched_update_all(predicate=is_upsert, except_cols=[OP_COLUMN])
-     .when_not_matched_insert_all(predicate=is_upsert, except_cols=[OP_COLUMN])
-     .execute())
+    (
+        merger.when_matched_delete(predicate=is_delete)
+        .when_matched_update_all(predicate=is_upsert, except_cols=[OP_COLUMN])
+        .when_not_matched_insert_all(predicate=is_upsert, except_cols=[OP_COLUMN])
+        .execute()
+    )
     return True
 
 
@@ -245,26 +277,39 @@ def _empty_if_none(rows: pa.Table | None) -> pa.Table:
     return rows if rows is not None else pa.table({})
 
 
-def _merge_source(target: pa.Schema, key_columns: Sequence[str], upserts: pa.Table,
-                  deletes: pa.Table) -> pa.Table:
+def _merge_source(
+    target: pa.Schema, key_columns: Sequence[str], upserts: pa.Table, deletes: pa.Table
+) -> pa.Table:
     """Upserts and deletes as one table in the target's schema plus the op column."""
     parts = []
     if upserts.num_rows:
-        parts.append(_conform(upserts, target).append_column(
-            OP_COLUMN, pa.array(["upsert"] * upserts.num_rows)))
+        parts.append(
+            _conform(upserts, target).append_column(
+                OP_COLUMN, pa.array(["upsert"] * upserts.num_rows)
+            )
+        )
     if deletes.num_rows:
-        padded = {name: (deletes.column(name).cast(target.field(name).type)
-                         if name in key_columns else pa.nulls(deletes.num_rows,
-                                                              target.field(name).type))
-                  for name in target.names}
-        parts.append(pa.table(padded, schema=target).append_column(
-            OP_COLUMN, pa.array(["delete"] * deletes.num_rows)))
+        padded = {
+            name: (
+                deletes.column(name).cast(target.field(name).type)
+                if name in key_columns
+                else pa.nulls(deletes.num_rows, target.field(name).type)
+            )
+            for name in target.names
+        }
+        parts.append(
+            pa.table(padded, schema=target).append_column(
+                OP_COLUMN, pa.array(["delete"] * deletes.num_rows)
+            )
+        )
     return pa.concat_tables(parts)
 
 
 def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
-    return pa.table({name: rows.column(name).cast(schema.field(name).type)
-                     for name in schema.names}, schema=schema)
+    return pa.table(
+        {name: rows.column(name).cast(schema.field(name).type) for name in schema.names},
+        schema=schema,
+    )
 
 
 def _key_predicate(key_columns: Sequence[str]) -> str:

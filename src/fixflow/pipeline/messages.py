@@ -24,13 +24,25 @@ OPS: tuple[str, ...] = ("insert", "delete")
 OP_FIELD = "op"
 
 REASON_KINDS: tuple[str, ...] = (
-    "malformed_json", "not_an_object", "unknown_attribute", "missing_attribute",
-    "wrong_type", "unknown_op", "unknown_relation",
+    "malformed_json",
+    "not_an_object",
+    "unknown_attribute",
+    "missing_attribute",
+    "wrong_type",
+    "unknown_op",
+    "unknown_relation",
 )
 """The ``kind`` of every dead letter: a small fixed set, usable as a metric label."""
 
-_JSON_TYPE_NAMES = {bool: "boolean", int: "integer", float: "float", str: "string",
-                    list: "array", dict: "object", type(None): "null"}
+_JSON_TYPE_NAMES = {
+    bool: "boolean",
+    int: "integer",
+    float: "float",
+    str: "string",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +73,7 @@ def parse_message(value: str | bytes | None, attributes: Sequence[Attribute]) ->
     except (json.JSONDecodeError, ValueError) as error:
         return DeadLetter("malformed_json", f"malformed JSON: {error}")
     if not isinstance(document, dict):
-        return DeadLetter("not_an_object",
-                          f"not a JSON object: got {_json_type(document)}")
+        return DeadLetter("not_an_object", f"not a JSON object: got {_json_type(document)}")
     return _parse_object(document, attributes)
 
 
@@ -76,16 +87,18 @@ def _parse_object(
     names = [a.name for a in attributes]
     unknown = [k for k in document if k not in names and k != OP_FIELD]
     if unknown:
-        return DeadLetter("unknown_attribute",
-                          f"unknown attribute {unknown[0]!r} (declared: {', '.join(names)})")
+        return DeadLetter(
+            "unknown_attribute", f"unknown attribute {unknown[0]!r} (declared: {', '.join(names)})"
+        )
     missing = [n for n in names if n not in document]
     if missing:
         return DeadLetter("missing_attribute", f"missing attribute {missing[0]!r}")
     # A relation may declare an attribute named "op"; its facts can then only be inserted.
     op = "insert" if OP_FIELD in names else document.get(OP_FIELD, "insert")
     if op not in OPS:
-        return DeadLetter("unknown_op",
-                          f'unknown op {json.dumps(op)} (expected "insert" or "delete")')
+        return DeadLetter(
+            "unknown_op", f'unknown op {json.dumps(op)} (expected "insert" or "delete")'
+        )
     values: list[Value] = []
     for attribute in attributes:
         typed = coerce_json_value(document[attribute.name], attribute.type)
@@ -135,8 +148,7 @@ def fact_key(values: Sequence[Value]) -> str:
     return json.dumps(list(values), separators=(",", ":"), ensure_ascii=False)
 
 
-def encode_fact(attributes: Sequence[Attribute], values: Sequence[Value],
-                op: Op = "insert") -> str:
+def encode_fact(attributes: Sequence[Attribute], values: Sequence[Value], op: Op = "insert") -> str:
     """The message value for a fact: its attributes by name, plus ``"op"`` for deletes."""
     document: dict[str, object] = {a.name: v for a, v in zip(attributes, values, strict=True)}
     if op != "insert" and OP_FIELD in document:

@@ -29,47 +29,76 @@ class Metrics:
     def __post_init__(self) -> None:
         r = self.registry
         self.input_facts = Counter(
-            "fixflow_input_facts", "Valid facts read from Kafka, by relation and operation",
-            ["relation", "op"], registry=r)
+            "fixflow_input_facts",
+            "Valid facts read from Kafka, by relation and operation",
+            ["relation", "op"],
+            registry=r,
+        )
         self.noop_facts = Counter(
             "fixflow_noop_facts",
             "Operations without effect: insert of a present or delete of an absent fact",
-            ["relation", "op"], registry=r)
+            ["relation", "op"],
+            registry=r,
+        )
         self.dead_letters = Counter(
-            "fixflow_dead_letters", "Messages sent to the dead-letter table, by reason",
-            ["relation", "reason"], registry=r)
+            "fixflow_dead_letters",
+            "Messages sent to the dead-letter table, by reason",
+            ["relation", "reason"],
+            registry=r,
+        )
         self.batch_duration = Histogram(
-            "fixflow_batch_duration_seconds", "Wall time of one micro-batch",
-            buckets=BATCH_SECONDS_BUCKETS, registry=r)
+            "fixflow_batch_duration_seconds",
+            "Wall time of one micro-batch",
+            buckets=BATCH_SECONDS_BUCKETS,
+            registry=r,
+        )
         self.batches_committed = Counter(
-            "fixflow_batches_committed", "Micro-batches committed to the lake", registry=r)
+            "fixflow_batches_committed", "Micro-batches committed to the lake", registry=r
+        )
         self.batches_replayed = Counter(
             "fixflow_batches_replayed",
-            "Micro-batches found already committed (replays after a restart)", registry=r)
+            "Micro-batches found already committed (replays after a restart)",
+            registry=r,
+        )
         self.rounds = Counter(
-            "fixflow_rounds", "Evaluation rounds run, by stratum", ["stratum"], registry=r)
+            "fixflow_rounds", "Evaluation rounds run, by stratum", ["stratum"], registry=r
+        )
         self.deltas_propagated = Counter(
-            "fixflow_deltas_propagated", "Delta tuples propagated, by stratum", ["stratum"],
-            registry=r)
+            "fixflow_deltas_propagated",
+            "Delta tuples propagated, by stratum",
+            ["stratum"],
+            registry=r,
+        )
         self.residual = Gauge(
             "fixflow_residual",
             "Termination-clause aggregate over the last round's deltas, by relation",
-            ["relation"], registry=r)
+            ["relation"],
+            registry=r,
+        )
         self.strategy = Counter(
             "fixflow_strategy_chosen",
             "Maintenance strategy run per stratum and batch (update or bootstrap)",
-            ["stratum", "strategy"], registry=r)
+            ["stratum", "strategy"],
+            registry=r,
+        )
         self.buffer_beta = Gauge(
-            "fixflow_buffer_beta", "Current adaptive flush size beta of a buffer",
-            ["buffer"], registry=r)
+            "fixflow_buffer_beta",
+            "Current adaptive flush size beta of a buffer",
+            ["buffer"],
+            registry=r,
+        )
         self.kafka_lag = Gauge(
-            "fixflow_kafka_lag_records", "Records published but not yet processed, by topic",
-            ["topic"], registry=r)
+            "fixflow_kafka_lag_records",
+            "Records published but not yet processed, by topic",
+            ["topic"],
+            registry=r,
+        )
         self.result_rows = Gauge(
-            "fixflow_result_rows", "Rows in a result table, by relation", ["relation"],
-            registry=r)
+            "fixflow_result_rows", "Rows in a result table, by relation", ["relation"], registry=r
+        )
         self.last_batch_id = Gauge(
-            "fixflow_last_batch_id", "Id of the last committed micro-batch", registry=r)
+            "fixflow_last_batch_id", "Id of the last committed micro-batch", registry=r
+        )
 
     # Small helpers for the calls the pipeline makes most, so call sites stay one line.
 

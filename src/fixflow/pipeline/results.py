@@ -112,8 +112,9 @@ def results_in_directory(directory: str) -> ResultSet:
     info = filesystem.get_file_info(base)
     if info.type != pafs.FileType.Directory:
         raise ResultsError(f"{directory}: no such directory")
-    tables = tuple(ResultTable(name, _join(directory, name))
-                   for name in _delta_children(filesystem, base))
+    tables = tuple(
+        ResultTable(name, _join(directory, name)) for name in _delta_children(filesystem, base)
+    )
     return ResultSet(directory, tables)
 
 
@@ -123,8 +124,11 @@ def results_in_lake(lake_root: str, program: str | None = None) -> ResultSet:
         lake = ProgramLake(lake_root, program)
         return ResultSet(_results_dir(lake), _program_tables(lake))
     filesystem, base = _filesystem(lake_root)
-    tables = [table for stem in _subdirectories(filesystem, base)
-              for table in _program_tables(ProgramLake(lake_root, stem))]
+    tables = [
+        table
+        for stem in _subdirectories(filesystem, base)
+        for table in _program_tables(ProgramLake(lake_root, stem))
+    ]
     return ResultSet(lake_root, tuple(tables))
 
 
@@ -135,29 +139,33 @@ def _results_dir(lake: ProgramLake) -> str:
 
 def _program_tables(lake: ProgramLake) -> tuple[ResultTable, ...]:
     filesystem, results_base = _filesystem(_results_dir(lake))
-    return tuple(ResultTable(name, lake.results(name), lake.program)
-                 for name in _delta_children(filesystem, results_base))
+    return tuple(
+        ResultTable(name, lake.results(name), lake.program)
+        for name in _delta_children(filesystem, results_base)
+    )
 
 
-def find_results(lake_root: str, program: str | None = None,
-                 results_dir: str | None = None) -> ResultSet:
+def find_results(
+    lake_root: str, program: str | None = None, results_dir: str | None = None
+) -> ResultSet:
     """What the ``--results`` / ``--program`` / ``[lake] path`` options select."""
     if results_dir is not None and program is not None:
-        raise ResultsError("--results DIR and --program STEM exclude each other: --results "
-                           "reads the Delta tables directly under DIR")
+        raise ResultsError(
+            "--results DIR and --program STEM exclude each other: --results "
+            "reads the Delta tables directly under DIR"
+        )
     try:
         if results_dir is not None:
             return results_in_directory(results_dir)
         return results_in_lake(lake_root, program)
     except (OSError, pa.ArrowException) as error:  # e.g. object store unreachable
         where = results_dir if results_dir is not None else lake_root
-        raise ResultsError(f"{where}: cannot list result tables: {_first_line(error)}") \
-            from error
+        raise ResultsError(f"{where}: cannot list result tables: {_first_line(error)}") from error
 
 
 def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     # Object stores are written s3a:// for Spark's Hadoop connector; Arrow knows them as s3://.
-    uri = "s3://" + location[len("s3a://"):] if location.startswith("s3a://") else location
+    uri = "s3://" + location[len("s3a://") :] if location.startswith("s3a://") else location
     if "://" not in uri:
         return pafs.LocalFileSystem(), uri
     return pafs.FileSystem.from_uri(uri)
@@ -165,8 +173,11 @@ def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
 
 def _subdirectories(filesystem: pafs.FileSystem, base: str) -> list[str]:
     selector = pafs.FileSelector(base, allow_not_found=True)
-    return sorted(info.base_name for info in filesystem.get_file_info(selector)
-                  if info.type == pafs.FileType.Directory and not info.base_name.startswith("_"))
+    return sorted(
+        info.base_name
+        for info in filesystem.get_file_info(selector)
+        if info.type == pafs.FileType.Directory and not info.base_name.startswith("_")
+    )
 
 
 def _delta_children(filesystem: pafs.FileSystem, base: str) -> list[str]:
@@ -190,16 +201,18 @@ def read_result(table: ResultTable) -> pa.Table:
     try:
         return _open(table).to_pyarrow_dataset().to_table()
     except (DeltaError, OSError, pa.ArrowException) as error:
-        raise ResultsError(f"{table.path}: cannot read the Delta table: "
-                           f"{_first_line(error)}") from error
+        raise ResultsError(
+            f"{table.path}: cannot read the Delta table: {_first_line(error)}"
+        ) from error
 
 
 def _open(table: ResultTable) -> DeltaTable:
     try:
         delta = open_table(table.path)
     except (DeltaError, OSError) as error:
-        raise ResultsError(f"{table.path}: cannot open the Delta table: "
-                           f"{_first_line(error)}") from error
+        raise ResultsError(
+            f"{table.path}: cannot open the Delta table: {_first_line(error)}"
+        ) from error
     if delta is None:
         raise ResultsError(f"{table.path}: not a Delta table")
     return delta
@@ -245,8 +258,9 @@ class CommitInfo:
         if self.provisional:
             lines.append("provisional: async consistency, results may still change")
         shown = {"batch_id", "query_id", "offsets", "provisional"}
-        lines.extend(f"{key} {value}" for key, value in sorted(self.fixflow.items())
-                     if key not in shown)
+        lines.extend(
+            f"{key} {value}" for key, value in sorted(self.fixflow.items()) if key not in shown
+        )
         return lines
 
     @property
@@ -268,8 +282,11 @@ def last_commit(table: ResultTable) -> CommitInfo:
     entry: dict[str, Any] = history[0] if history else {}
     stamp = entry.get("timestamp")
     when = datetime.fromtimestamp(stamp / 1000, tz=UTC) if isinstance(stamp, int) else None
-    fixflow = {key.removeprefix("fixflow."): str(value) for key, value in entry.items()
-               if key.startswith("fixflow.")}
+    fixflow = {
+        key.removeprefix("fixflow."): str(value)
+        for key, value in entry.items()
+        if key.startswith("fixflow.")
+    }
     return CommitInfo(delta.version(), when, entry.get("operation"), fixflow)
 
 
@@ -277,9 +294,14 @@ def _offsets_text(raw: str) -> str:
     """``{"edge": {"0": [5, 9]}}`` as ``edge[0]: 5..9``; anything else as it is."""
     try:
         offsets = json.loads(raw)
-        return ", ".join(f"{topic}[{partition}]: {span[0]}..{span[1]}"
-                         for topic, partitions in sorted(offsets.items())
-                         for partition, span in sorted(partitions.items())) or "none"
+        return (
+            ", ".join(
+                f"{topic}[{partition}]: {span[0]}..{span[1]}"
+                for topic, partitions in sorted(offsets.items())
+                for partition, span in sorted(partitions.items())
+            )
+            or "none"
+        )
     except (ValueError, AttributeError, TypeError, IndexError, KeyError):
         return raw
 
@@ -304,8 +326,7 @@ def register_views(spark: SparkSession, results: ResultSet, sql: str | None = No
         rows = read_result(table)
         spark.createDataFrame(rows).createOrReplaceTempView(table.relation)
         registered.append(table.relation)
-        log.debug("registered %s as view %s (%d rows)", table.path, table.relation,
-                  rows.num_rows)
+        log.debug("registered %s as view %s (%d rows)", table.path, table.relation, rows.num_rows)
     return registered
 
 
@@ -333,14 +354,20 @@ def format_table(rows: pa.Table) -> str:
     names = rows.column_names
     columns = [[_cell(v) for v in rows.column(name).to_pylist()] for name in names]
     numeric = [_is_numeric(rows.schema.field(name).type) for name in names]
-    widths = [max([len(name), *map(len, cells)]) for name, cells in zip(names, columns,
-                                                                         strict=True)]
-    header = "  ".join(_pad(n, w, right) for n, w, right in zip(names, widths, numeric,
-                                                                  strict=True))
+    widths = [
+        max([len(name), *map(len, cells)]) for name, cells in zip(names, columns, strict=True)
+    ]
+    header = "  ".join(
+        _pad(n, w, right) for n, w, right in zip(names, widths, numeric, strict=True)
+    )
     rule = "  ".join("-" * w for w in widths)
-    body = ["  ".join(_pad(cells[i], w, right)
-                      for cells, w, right in zip(columns, widths, numeric, strict=True))
-            for i in range(rows.num_rows)]
+    body = [
+        "  ".join(
+            _pad(cells[i], w, right)
+            for cells, w, right in zip(columns, widths, numeric, strict=True)
+        )
+        for i in range(rows.num_rows)
+    ]
     return "\n".join(line.rstrip() for line in [header, rule, *body])
 
 
@@ -356,8 +383,7 @@ def format_csv(rows: pa.Table) -> str:
 def format_json(rows: pa.Table) -> str:
     """A JSON array of one object per row (non-finite floats as strings: JSON has none)."""
     names = rows.column_names
-    objects = [dict(zip(names, map(_json_value, record), strict=True))
-               for record in _records(rows)]
+    objects = [dict(zip(names, map(_json_value, record), strict=True)) for record in _records(rows)]
     return json.dumps(objects, indent=None, ensure_ascii=False)
 
 
@@ -390,8 +416,11 @@ def _json_value(value: Any) -> Any:
 
 
 def _is_numeric(data_type: pa.DataType) -> bool:
-    return pa.types.is_integer(data_type) or pa.types.is_floating(data_type) or \
-        pa.types.is_decimal(data_type)
+    return (
+        pa.types.is_integer(data_type)
+        or pa.types.is_floating(data_type)
+        or pa.types.is_decimal(data_type)
+    )
 
 
 def _pad(text: str, width: int, right: bool) -> str:

@@ -75,20 +75,30 @@ class Session:
 
 
 def format_batch(report: BatchReport) -> str:
-    changes = ", ".join(
-        f"{rel} +{report.inserted.get(rel, 0)}/-{report.deleted.get(rel, 0)}"
-        for rel in sorted(set(report.inserted) | set(report.deleted))
-        if report.inserted.get(rel) or report.deleted.get(rel)
-    ) or "no changes"
+    changes = (
+        ", ".join(
+            f"{rel} +{report.inserted.get(rel, 0)}/-{report.deleted.get(rel, 0)}"
+            for rel in sorted(set(report.inserted) | set(report.deleted))
+            if report.inserted.get(rel) or report.deleted.get(rel)
+        )
+        or "no changes"
+    )
     strategies = ""
     if report.epoch is not None:
-        ran = [f"{s.strategy}({','.join(s.relations)})" for s in report.epoch.strata
-               if s.strategy != "unchanged"]
+        ran = [
+            f"{s.strategy}({','.join(s.relations)})"
+            for s in report.epoch.strata
+            if s.strategy != "unchanged"
+        ]
         strategies = "; " + " ".join(ran) if ran else ""
     dead = f", {report.dead_letters} dead letters" if report.dead_letters else ""
     flag = " (provisional: deltas pending)" if report.provisional else ""
     if report.between_batches:
-        return (f"after batch {report.batch_id}: carrying pending deltas on{strategies}{flag}"
-                f" [{report.seconds:.2f} s]")
-    return (f"batch {report.batch_id}: {report.records} records{dead}: {changes}{strategies}"
-            f"{flag} [{report.seconds:.2f} s]")
+        return (
+            f"after batch {report.batch_id}: carrying pending deltas on{strategies}{flag}"
+            f" [{report.seconds:.2f} s]"
+        )
+    return (
+        f"batch {report.batch_id}: {report.records} records{dead}: {changes}{strategies}"
+        f"{flag} [{report.seconds:.2f} s]"
+    )

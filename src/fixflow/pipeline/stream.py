@@ -108,12 +108,13 @@ class ProgramStream:
         self.lake = ProgramLake.for_program(config.lake.path, self.program_file)
         self.metrics = metrics
         self.on_batch = on_batch
-        options = EvalOptions(
-            max_iterations=config.engine.max_iterations, progress=self._on_round
-        )
+        options = EvalOptions(max_iterations=config.engine.max_iterations, progress=self._on_round)
         self.async_mode = config.stream.consistency == "async"
         self.maintainer = Maintainer(
-            self.report, spark, options, switch_fraction=config.elastic.switch_fraction,
+            self.report,
+            spark,
+            options,
+            switch_fraction=config.elastic.switch_fraction,
             round_budget=config.stream.async_rounds_per_batch if self.async_mode else None,
         )
         self.lock = threading.Lock()
@@ -153,10 +154,15 @@ class ProgramStream:
         self._last_batch = result.batch_id
         seconds = time.monotonic() - started
         report = BatchReport(
-            result.batch_id, result.records, result.dead_letters,
+            result.batch_id,
+            result.records,
+            result.dead_letters,
             {r: c.inserts.num_rows for r, c in changes},
             {r: c.deletes.num_rows for r, c in changes},
-            epoch, seconds, result.replayed, changed_rows,
+            epoch,
+            seconds,
+            result.replayed,
+            changed_rows,
         )
         self._record(report)
 
@@ -193,9 +199,7 @@ class ProgramStream:
         """A result table's schema: the declared attributes, minus any iteration index."""
         info = relation_info(self.report, relation)
         attributes = self.report.analysis.schemas[relation]
-        return arrow_schema(
-            tuple(a for i, a in enumerate(attributes) if i != info.index_pos)
-        )
+        return arrow_schema(tuple(a for i, a in enumerate(attributes) if i != info.index_pos))
 
     def ensure_result_tables(self) -> None:
         """Empty result tables with exactly the output relations' schemas, so analysts can
@@ -210,16 +214,22 @@ class ProgramStream:
         metadata = self._metadata(epoch)
         for relation, change in epoch.changes.items():
             upserts, deletes = self._arrow_change(relation, change)
-            if not (upserts.num_rows or deletes.num_rows) and self._flag_unchanged(relation,
-                                                                                   epoch):
+            if not (upserts.num_rows or deletes.num_rows) and self._flag_unchanged(relation, epoch):
                 continue
             if not (upserts.num_rows or deletes.num_rows):
                 # Only the flag changes (e.g. the last pending delta changed no row): commit
                 # one unchanged row again so the newest commit tells the truth.
-                upserts = _to_arrow(self.maintainer.relation(relation).limit(1),
-                                    self.result_schema(relation))
-            if merge_changes(self.lake.results(relation), list(change.key_columns), upserts,
-                             deletes, commit, metadata):
+                upserts = _to_arrow(
+                    self.maintainer.relation(relation).limit(1), self.result_schema(relation)
+                )
+            if merge_changes(
+                self.lake.results(relation),
+                list(change.key_columns),
+                upserts,
+                deletes,
+                commit,
+                metadata,
+            ):
                 changed[relation] = upserts.num_rows + deletes.num_rows
             if self.async_mode:
                 self._flagged[relation] = epoch.provisional
@@ -255,7 +265,8 @@ class ProgramStream:
             return schema.empty_table()
         frame = table.where("delta is not null").select(
             *(F.col(f"k{j}").alias(a.name) for j, a in enumerate(keys)),
-            F.col("acc").alias(value.name), F.col("delta").alias("pending_delta"),
+            F.col("acc").alias(value.name),
+            F.col("delta").alias("pending_delta"),
         )
         return _to_arrow(frame, schema)
 
@@ -270,9 +281,17 @@ class ProgramStream:
             started = time.monotonic()
             epoch = self.maintainer.apply({}, {})
             changed_rows = self._commit_epoch(epoch, None)
-            report = BatchReport(self._last_batch, 0, 0, {}, {}, epoch,
-                                 time.monotonic() - started, changed_rows=changed_rows,
-                                 between_batches=True)
+            report = BatchReport(
+                self._last_batch,
+                0,
+                0,
+                {},
+                {},
+                epoch,
+                time.monotonic() - started,
+                changed_rows=changed_rows,
+                between_batches=True,
+            )
         self._record(report)
         return report
 
@@ -351,7 +370,12 @@ class ProgramStream:
         """Start the streaming query (see ``ingest.start_ingest_query``)."""
         write_limit_file(self.limit_file, self.beta)
         return start_ingest_query(
-            self.spark, self.config, self.program, self.lake, self.metrics, self.maintain,
+            self.spark,
+            self.config,
+            self.program,
+            self.lake,
+            self.metrics,
+            self.maintain,
             available_now=available_now,
             limit_file=self.limit_file if self.config.stream.adaptive else None,
             lock=self.lock,

@@ -74,19 +74,47 @@ def sssp_expected(facts: Facts) -> Expected:
 
 
 SSSP = Case(
-    "powerlog_p1_sssp", ("edge",),
+    "powerlog_p1_sssp",
+    ("edge",),
     [
-        Step(ins(edge=[(1, 2, 2.0), (1, 3, 5.0), (2, 3, 1.5), (2, 4, 4.0), (3, 4, 1.0),
-                       (4, 5, 2.5), (5, 6, 1.0), (6, 5, 0.5), (3, 6, 7.0), (7, 8, 1.0)]),
-             {}, "initial graph; 7 and 8 unreachable"),
-        Step(ins(edge=[(1, 4, 1.0), (6, 7, 2.0)]), {},
-             "a shortcut 1->4 improves 4, 5, 6; 6->7 makes 7 and 8 reachable"),
-        Step({}, ins(edge=[(1, 4, 1.0)]),
-             "deleting the shortcut on the shortest paths worsens 4, 5, 6, 7, 8"),
-        Step(ins(edge=[(2, 4, 0.5)]), ins(edge=[(2, 4, 4.0), (2, 3, 1.5)]),
-             "a parallel cheaper edge replaces 2->4; deleting 2->3 worsens 3"),
-        Step({}, ins(edge=[(1, 2, 2.0), (6, 7, 2.0)]),
-             "cutting 1->2 reroutes through 1->3; cutting 6->7 makes 7, 8 unreachable again"),
+        Step(
+            ins(
+                edge=[
+                    (1, 2, 2.0),
+                    (1, 3, 5.0),
+                    (2, 3, 1.5),
+                    (2, 4, 4.0),
+                    (3, 4, 1.0),
+                    (4, 5, 2.5),
+                    (5, 6, 1.0),
+                    (6, 5, 0.5),
+                    (3, 6, 7.0),
+                    (7, 8, 1.0),
+                ]
+            ),
+            {},
+            "initial graph; 7 and 8 unreachable",
+        ),
+        Step(
+            ins(edge=[(1, 4, 1.0), (6, 7, 2.0)]),
+            {},
+            "a shortcut 1->4 improves 4, 5, 6; 6->7 makes 7 and 8 reachable",
+        ),
+        Step(
+            {},
+            ins(edge=[(1, 4, 1.0)]),
+            "deleting the shortcut on the shortest paths worsens 4, 5, 6, 7, 8",
+        ),
+        Step(
+            ins(edge=[(2, 4, 0.5)]),
+            ins(edge=[(2, 4, 4.0), (2, 3, 1.5)]),
+            "a parallel cheaper edge replaces 2->4; deleting 2->3 worsens 3",
+        ),
+        Step(
+            {},
+            ins(edge=[(1, 2, 2.0), (6, 7, 2.0)]),
+            "cutting 1->2 reroutes through 1->3; cutting 6->7 makes 7, 8 unreachable again",
+        ),
     ],
     sssp_expected,
     "networkx single_source_dijkstra_path_length from vertex 1 on the current edges "
@@ -110,16 +138,26 @@ def cc_expected(facts: Facts) -> Expected:
 
 
 CC = Case(
-    "powerlog_p3_cc", ("edge",),
+    "powerlog_p3_cc",
+    ("edge",),
     [
-        Step(ins(edge=both((1, 2), (2, 3), (4, 5), (5, 6), (6, 4), (7, 8))), {},
-             "three components {1,2,3} {4,5,6} {7,8}"),
+        Step(
+            ins(edge=both((1, 2), (2, 3), (4, 5), (5, 6), (6, 4), (7, 8))),
+            {},
+            "three components {1,2,3} {4,5,6} {7,8}",
+        ),
         Step(ins(edge=both((3, 5), (8, 9))), {}, "a bridge 3-5 merges {1..6}; 9 joins {7,8}"),
         Step({}, ins(edge=both((3, 5))), "deleting the bridge splits {1..6} again"),
-        Step(ins(edge=both((6, 7))), ins(edge=both((1, 2))),
-             "6-7 merges {4..9}; deleting 1-2 splits 1 off (1 disappears: no edges)"),
-        Step({}, ins(edge=both((4, 5), (5, 6))),
-             "5 loses every edge and disappears; {4,6,7,8,9} stays joined by 6-4"),
+        Step(
+            ins(edge=both((6, 7))),
+            ins(edge=both((1, 2))),
+            "6-7 merges {4..9}; deleting 1-2 splits 1 off (1 disappears: no edges)",
+        ),
+        Step(
+            {},
+            ins(edge=both((4, 5), (5, 6))),
+            "5 loses every edge and disappears; {4,6,7,8,9} stays joined by 6-4",
+        ),
     ],
     cc_expected,
     "networkx connected_components of the symmetric edge set; label = min vertex id; a "
@@ -138,16 +176,26 @@ def tc_expected(facts: Facts) -> Expected:
 
 
 TC = Case(
-    "dcd_tc", ("arc",),
+    "dcd_tc",
+    ("arc",),
     [
-        Step(ins(arc=[(1, 2), (2, 3), (3, 4), (4, 2), (5, 6)]), {},
-             "a chain 1->2 into the cycle 2->3->4->2, and 5->6"),
+        Step(
+            ins(arc=[(1, 2), (2, 3), (3, 4), (4, 2), (5, 6)]),
+            {},
+            "a chain 1->2 into the cycle 2->3->4->2, and 5->6",
+        ),
         Step(ins(arc=[(4, 5), (6, 7)]), {}, "4->5 connects the cycle to 5->6->7"),
         Step({}, ins(arc=[(4, 2)]), "deleting 4->2 breaks the cycle: no (x, x) pairs remain"),
-        Step(ins(arc=[(7, 1)]), ins(arc=[(4, 5)]),
-             "7->1 adds reachability from 5, 6, 7; deleting 4->5 cuts 1..4 from 5..7"),
-        Step({}, ins(arc=[(1, 2), (2, 3), (3, 4), (5, 6), (6, 7), (7, 1)]),
-             "every arc deleted: tc empty"),
+        Step(
+            ins(arc=[(7, 1)]),
+            ins(arc=[(4, 5)]),
+            "7->1 adds reachability from 5, 6, 7; deleting 4->5 cuts 1..4 from 5..7",
+        ),
+        Step(
+            {},
+            ins(arc=[(1, 2), (2, 3), (3, 4), (5, 6), (6, 7), (7, 1)]),
+            "every arc deleted: tc empty",
+        ),
         Step(ins(arc=[(3, 3), (3, 8)]), {}, "a self-loop and one more arc"),
     ],
     tc_expected,
@@ -172,21 +220,33 @@ def attend_expected(facts: Facts) -> Expected:
         coming |= more
 
 
-FRIENDS = [(4, 1), (4, 2), (4, 3), (6, 1), (6, 2), (6, 4), (5, 1), (5, 2), (5, 6), (7, 5),
-           (8, 3)]
+FRIENDS = [(4, 1), (4, 2), (4, 3), (6, 1), (6, 2), (6, 4), (5, 1), (5, 2), (5, 6), (7, 5), (8, 3)]
 
 ATTEND = Case(
-    "dcd_attend", ("organizer", "friend"),
+    "dcd_attend",
+    ("organizer", "friend"),
     [
-        Step(ins(organizer=[(1,), (2,), (3,)], friend=FRIENDS), {},
-             "4 comes (1,2,3), then 6 (1,2,4), then 5 (1,2,6)"),
-        Step({}, ins(organizer=[(3,)]),
-             "3 stays home: 4 drops to 2 coming friends, and 6 and 5 fall with it"),
-        Step(ins(organizer=[(10,)], friend=[(4, 7), (7, 1), (7, 2), (7, 10)]), {},
-             "7 comes (1, 2, 10); then 4 (1, 2, 7), 6 (1, 2, 4) and 5 (1, 2, 6)"),
-        Step(ins(organizer=[(9,)], friend=[(8, 9), (8, 4)]), ins(friend=[(7, 2)]),
-             "without friend 2, 7 is supported only through the cycle 7<-5<-6<-4<-7, which "
-             "is not a reason to come: everyone but the organizers stays home; 8 has only 9"),
+        Step(
+            ins(organizer=[(1,), (2,), (3,)], friend=FRIENDS),
+            {},
+            "4 comes (1,2,3), then 6 (1,2,4), then 5 (1,2,6)",
+        ),
+        Step(
+            {},
+            ins(organizer=[(3,)]),
+            "3 stays home: 4 drops to 2 coming friends, and 6 and 5 fall with it",
+        ),
+        Step(
+            ins(organizer=[(10,)], friend=[(4, 7), (7, 1), (7, 2), (7, 10)]),
+            {},
+            "7 comes (1, 2, 10); then 4 (1, 2, 7), 6 (1, 2, 4) and 5 (1, 2, 6)",
+        ),
+        Step(
+            ins(organizer=[(9,)], friend=[(8, 9), (8, 4)]),
+            ins(friend=[(7, 2)]),
+            "without friend 2, 7 is supported only through the cycle 7<-5<-6<-4<-7, which "
+            "is not a reason to come: everyone but the organizers stays home; 8 has only 9",
+        ),
     ],
     attend_expected,
     "by hand, a plain fixpoint loop: organizers come; anyone with >= 3 friends coming comes.",
@@ -222,22 +282,32 @@ def pagerank_tolerance(states: list[Facts]) -> float:
     for facts in states:
         nodes, m = pagerank_system(facts)
         exact = np.linalg.solve(np.eye(len(nodes)) - m, np.full(len(nodes), 0.15))
-        stopped, _ = power_iteration(lambda r, m=m: 0.15 + m @ r, np.zeros(len(nodes)),
-                                     PAGERANK_EPS)
+        stopped, _ = power_iteration(
+            lambda r, m=m: 0.15 + m @ r, np.zeros(len(nodes)), PAGERANK_EPS
+        )
         tolerances.append(tolerance_for(exact, stopped, PAGERANK_EPS, m))
     return max(tolerances)
 
 
 PAGERANK = Case(
-    "powerlog_p2b_pagerank", ("edge", "node"),
+    "powerlog_p2b_pagerank",
+    ("edge", "node"),
     [
-        Step(ins(node=[(v,) for v in range(1, 6)],
-                 edge=[(1, 2), (2, 3), (3, 1), (3, 4), (4, 5), (5, 1)]), {},
-             "five vertices on two cycles"),
+        Step(
+            ins(
+                node=[(v,) for v in range(1, 6)],
+                edge=[(1, 2), (2, 3), (3, 1), (3, 4), (4, 5), (5, 1)],
+            ),
+            {},
+            "five vertices on two cycles",
+        ),
         Step(ins(edge=[(2, 5), (4, 1)]), {}, "more out-edges: degrees of 2 and 4 change"),
         Step({}, ins(edge=[(3, 1), (5, 1)]), "1 loses in-edges; 5 becomes dangling"),
-        Step(ins(node=[(6,)], edge=[(6, 1), (5, 6)]), ins(edge=[(2, 3)]),
-             "a new vertex 6 in a cycle 1->2->5->6->1; 3 and 4 only from 2 and 3"),
+        Step(
+            ins(node=[(6,)], edge=[(6, 1), (5, 6)]),
+            ins(edge=[(2, 3)]),
+            "a new vertex 6 in a cycle 1->2->5->6->1; 3 and 4 only from 2 and 3",
+        ),
     ],
     pagerank_expected,
     "numpy solve of r = 0.15 + 0.85 A^T D^-1 r on the current node and edge facts (the "
@@ -245,8 +315,7 @@ PAGERANK = Case(
     pagerank_tolerance,
 )
 
-CASES: dict[str, Case] = {"sssp": SSSP, "cc": CC, "tc": TC, "attend": ATTEND,
-                          "pagerank": PAGERANK}
+CASES: dict[str, Case] = {"sssp": SSSP, "cc": CC, "tc": TC, "attend": ATTEND, "pagerank": PAGERANK}
 
 
 # ---------------------------------------------------------------- writing
@@ -285,8 +354,9 @@ def declared_types(example: str) -> dict[str, list[str]]:
     return types
 
 
-def write_rows(path: Path, rows: list[Row], types: list[str], sep: str,
-               header: tuple[str, ...] | None = None) -> None:
+def write_rows(
+    path: Path, rows: list[Row], types: list[str], sep: str, header: tuple[str, ...] | None = None
+) -> None:
     lines = [sep.join(fmt(v, t) for v, t in zip(row, types, strict=True)) for row in rows]
     if header is not None:
         lines.insert(0, sep.join(header))
@@ -308,14 +378,14 @@ def write(name: str, case: Case) -> None:
             for rel, rows in changes.items():
                 write_rows(step_dir / kind / f"{rel}.facts", sorted(rows), types[rel], "\t")
         for rel, (header, rows) in case.expected(facts).items():
-            columns = types[rel][len(types[rel]) - len(header):]
-            write_rows(step_dir / "expected" / f"{rel}.csv", sorted(rows), columns, ",",
-                       header)
+            columns = types[rel][len(types[rel]) - len(header) :]
+            write_rows(step_dir / "expected" / f"{rel}.csv", sorted(rows), columns, ",", header)
         (step_dir / "WHY").write_text(step.why + "\n")
     how = case.how.replace("\\", "\\\\").replace('"', '\\"')
     (target / "meta.toml").write_text(
         f'example = "{case.example}"\ntolerance = {case.tolerance(states)!r}\n'
-        f'how_expected = "{how}"\n')
+        f'how_expected = "{how}"\n'
+    )
 
 
 def main() -> None:

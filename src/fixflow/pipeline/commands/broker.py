@@ -12,8 +12,13 @@ HELP = "start/stop/status of the embedded development Kafka broker"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("start", "stop", "status"), help="what to do")
-    parser.add_argument("--timeout", type=float, default=20.0, metavar="SECONDS",
-                        help="how long `start` waits for the broker to answer (default 20)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="how long `start` waits for the broker to answer (default 20)",
+    )
     add_conf_argument(parser)
 
 
@@ -29,8 +34,11 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         if args.action == "start":
             if not config.kafka.embedded:
-                print(f"fixflow broker: [kafka] embedded = false in {config.source}; "
-                      f"use the broker at {config.kafka.bootstrap_servers}", file=sys.stderr)
+                print(
+                    f"fixflow broker: [kafka] embedded = false in {config.source}; "
+                    f"use the broker at {config.kafka.bootstrap_servers}",
+                    file=sys.stderr,
+                )
                 return 2
             status = start_broker(config, timeout=args.timeout)
         elif args.action == "stop":

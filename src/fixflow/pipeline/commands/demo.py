@@ -77,13 +77,10 @@ class Demo:
         metrics = Metrics()
         server = serve_configured(metrics, config.metrics.port)
         streams = {
-            name: ProgramStream(spark, config, files[f"{name}.dl"], metrics)
-            for name in PROGRAMS
+            name: ProgramStream(spark, config, files[f"{name}.dl"], metrics) for name in PROGRAMS
         }
         for name, stream in streams.items():
-            verdicts = ", ".join(
-                f"{v.relation}: {v.eval_class}" for v in stream.report.verdicts
-            )
+            verdicts = ", ".join(f"{v.relation}: {v.eval_class}" for v in stream.report.verdicts)
             say(f"checked {name}.dl — {verdicts}")
 
         self._publish(files["edge.facts"], delete=False, what="the bundled graph")
@@ -103,8 +100,10 @@ class Demo:
         if server is not None:
             say(f"metrics        http://127.0.0.1:{server.port}/metrics")
             server.stop()
-        say("query them:    fixflow query \"SELECT * FROM sssp ORDER BY dist\" "
-            f"--results {Path(lake.root).resolve()}/demo_sssp/results")
+        say(
+            'query them:    fixflow query "SELECT * FROM sssp ORDER BY dist" '
+            f"--results {Path(lake.root).resolve()}/demo_sssp/results"
+        )
         spark.stop()
         return 0
 
@@ -140,26 +139,38 @@ class Demo:
             stream.settle()  # type: ignore[attr-defined]
             seconds = time.monotonic() - started
             reports = stream.reports[before:]  # type: ignore[attr-defined]
-            strategies = sorted({
-                s.strategy for r in reports if r.epoch for s in r.epoch.strata
-                if s.strategy != "unchanged"
-            })
+            strategies = sorted(
+                {
+                    s.strategy
+                    for r in reports
+                    if r.epoch
+                    for s in r.epoch.strata
+                    if s.strategy != "unchanged"
+                }
+            )
             rounds = sum(r.epoch.rounds for r in reports if r.epoch)
-            say(f"{label} {name:9s} {len(reports)} batch(es), {rounds} rounds, "
+            say(
+                f"{label} {name:9s} {len(reports)} batch(es), {rounds} rounds, "
                 f"strategy {'/'.join(strategies) or '-'}: {seconds:.1f} s end to end "
-                f"({sum(r.seconds for r in reports):.1f} s maintaining)")
+                f"({sum(r.seconds for r in reports):.1f} s maintaining)"
+            )
 
     def _print_results(self, streams: dict[str, object]) -> None:
         sssp = _rows(streams["sssp"], "sssp")
         say("")
-        say("shortest distances from node 1: " + ", ".join(
-            f"{n}:{d:g}" for n, d in sorted(sssp)[:12]) + (" ..." if len(sssp) > 12 else ""))
+        say(
+            "shortest distances from node 1: "
+            + ", ".join(f"{n}:{d:g}" for n, d in sorted(sssp)[:12])
+            + (" ..." if len(sssp) > 12 else "")
+        )
         cc = _rows(streams["cc"], "cc")
         components: dict[int, int] = {}
         for _, label in cc:
             components[label] = components.get(label, 0) + 1
-        say(f"connected components: {len(components)} — sizes by label "
-            + ", ".join(f"{k}:{v}" for k, v in sorted(components.items())))
+        say(
+            f"connected components: {len(components)} — sizes by label "
+            + ", ".join(f"{k}:{v}" for k, v in sorted(components.items()))
+        )
         ranks = sorted(_rows(streams["pagerank"], "rank"), key=lambda r: -r[1])
         say("top PageRank: " + ", ".join(f"{n}:{r:.3f}" for n, r in ranks[:5]))
 
@@ -173,8 +184,10 @@ class Demo:
             for relation, change in last.epoch.changes.items():
                 upserts = [tuple(r) for r in change.upserts.collect()]
                 deletes = [tuple(r) for r in change.deletes.collect()]
-                say(f"{name}.{relation}: {len(upserts)} row(s) new or changed, "
-                    f"{len(deletes)} removed")
+                say(
+                    f"{name}.{relation}: {len(upserts)} row(s) new or changed, "
+                    f"{len(deletes)} removed"
+                )
                 for row in sorted(upserts)[:8]:
                     say(f"    {_fmt(row)}")
                 if len(upserts) > 8:

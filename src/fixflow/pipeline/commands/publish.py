@@ -13,12 +13,20 @@ HELP = "publish facts from a CSV/TSV file to Kafka"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("relation", metavar="RELATION", help="relation (topic = prefix + name)")
-    parser.add_argument("file", metavar="FILE",
-                        help=".csv with a header row, or tab-separated .facts/.tsv")
-    parser.add_argument("--delete", action="store_true",
-                        help='publish deletions ("op": "delete") instead of insertions')
-    parser.add_argument("--program", metavar="PROG.dl", default=None,
-                        help="type the values per the relation's .decl (needed for .facts)")
+    parser.add_argument(
+        "file", metavar="FILE", help=".csv with a header row, or tab-separated .facts/.tsv"
+    )
+    parser.add_argument(
+        "--delete",
+        action="store_true",
+        help='publish deletions ("op": "delete") instead of insertions',
+    )
+    parser.add_argument(
+        "--program",
+        metavar="PROG.dl",
+        default=None,
+        help="type the values per the relation's .decl (needed for .facts)",
+    )
     add_conf_argument(parser)
 
 
@@ -31,14 +39,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         program = _load_program(args.program) if args.program else None
-        result = publish_facts(config, args.relation, args.file, delete=args.delete,
-                               program=program)
+        result = publish_facts(
+            config, args.relation, args.file, delete=args.delete, program=program
+        )
     except (ConfigError, PublishError, CheckError) as error:
         print(f"fixflow publish: {error}", file=sys.stderr)
         return 1
     except KafkaError as error:
-        print(f"fixflow publish: cannot reach Kafka at {_servers(args)}: {error}"
-              "\n(for the embedded broker: fixflow broker start)", file=sys.stderr)
+        print(
+            f"fixflow publish: cannot reach Kafka at {_servers(args)}: {error}"
+            "\n(for the embedded broker: fixflow broker start)",
+            file=sys.stderr,
+        )
         return 1
     print(result)
     return 0

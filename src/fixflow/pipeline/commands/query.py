@@ -34,22 +34,37 @@ QUERY_MASTER = "local[2]"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("sql", metavar="SQL",
-                        help='Spark SQL; relations are tables: "SELECT * FROM sssp WHERE dist < 3"')
+    parser.add_argument(
+        "sql",
+        metavar="SQL",
+        help='Spark SQL; relations are tables: "SELECT * FROM sssp WHERE dist < 3"',
+    )
     add_scope_arguments(parser)
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                        help="output format (default: an aligned table)")
+    parser.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="output format (default: an aligned table)",
+    )
     add_conf_argument(parser)
 
 
 def add_scope_arguments(parser: argparse.ArgumentParser) -> None:
     """``--program`` and ``--results``: which result tables a command sees."""
-    parser.add_argument("--program", metavar="STEM", default=None,
-                        help="only the results of this program (sssp for sssp.dl); needed "
-                             "when several programs have a relation of the same name")
-    parser.add_argument("--results", metavar="DIR", default=None,
-                        help="read the Delta tables directly under DIR (e.g. the OUT_DIR of "
-                             "`fixflow eval`) instead of the lake")
+    parser.add_argument(
+        "--program",
+        metavar="STEM",
+        default=None,
+        help="only the results of this program (sssp for sssp.dl); needed "
+        "when several programs have a relation of the same name",
+    )
+    parser.add_argument(
+        "--results",
+        metavar="DIR",
+        default=None,
+        help="read the Delta tables directly under DIR (e.g. the OUT_DIR of "
+        "`fixflow eval`) instead of the lake",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,8 @@ HELP = "run the streaming pipeline: Kafka -> incremental maintenance -> Delta"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("program", metavar="PROG.dl", help="the Fixflow program")
     parser.add_argument(
-        "--available-now", action="store_true",
+        "--available-now",
+        action="store_true",
         help="process everything published so far, then exit 0",
     )
     add_conf_argument(parser)

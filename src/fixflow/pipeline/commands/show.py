@@ -20,8 +20,13 @@ DEFAULT_LIMIT = 20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("relation", metavar="RELATION", help="an .output relation")
-    parser.add_argument("--limit", metavar="N", type=_non_negative, default=DEFAULT_LIMIT,
-                        help=f"print at most N rows (default {DEFAULT_LIMIT}; 0: all)")
+    parser.add_argument(
+        "--limit",
+        metavar="N",
+        type=_non_negative,
+        default=DEFAULT_LIMIT,
+        help=f"print at most N rows (default {DEFAULT_LIMIT}; 0: all)",
+    )
     add_scope_arguments(parser)
     add_conf_argument(parser)
 
