@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -104,33 +105,57 @@ def _body_unsupported(program: MraProgram, i: int, body: RecursiveBody) -> str |
     if reason is not None:
         return reason
     if _join_key_columns(program, i, scan) is None:
-        return "the auxiliary side does not join on the whole key of the recursive atom"
+        return "the auxiliary side joins on no key column of the recursive atom"
     if _head_key_columns(program, body, scan) is None:
         return "a head key is computed, not copied from the auxiliary side"
     return None
 
 
+def shard_keys(program: MraProgram) -> tuple[str, ...]:
+    """The key columns shards are cut by: those whose variable in the recursive atom every
+    body's auxiliary side joins on (all of them for SSSP's ``sssp(X, _)``; only ``Z`` for
+    APSP's ``path(X, Z, _), edge(Z, Y, _)``), so each auxiliary row belongs to one shard."""
+    from fixflow.checker import ast
+
+    chosen = []
+    for j, pos in enumerate(program.spec.key_positions):
+        joined = True
+        for i, body in enumerate(program.bodies):
+            atom = program.spec.recursive_bodies[i].literals[program.spec.recursive_atom_index[i]]
+            assert isinstance(atom, ast.Atom)
+            arg, scan = atom.args[pos], _aux_scan(body)
+            joined &= isinstance(arg, ast.Var) and scan is not None and arg.name in scan.columns
+        if joined:
+            chosen.append(program.keys[j])
+    return tuple(chosen)
+
+
 def _join_key_columns(program: MraProgram, i: int, scan: Scan) -> list[int] | None:
-    """Positions in the aux scan of the recursive atom's key variables (its shard)."""
+    """Positions in the aux scan of the recursive atom's shard-key variables."""
     from fixflow.checker import ast
 
     atom = program.spec.recursive_bodies[i].literals[program.spec.recursive_atom_index[i]]
     assert isinstance(atom, ast.Atom)
+    keys = shard_keys(program)
+    if not keys:
+        return None
     positions = []
-    for pos in program.spec.key_positions:
+    for j, pos in enumerate(program.spec.key_positions):
         arg = atom.args[pos]
-        if not isinstance(arg, ast.Var) or arg.name not in scan.columns:
-            return None
-        positions.append(scan.columns.index(arg.name))
+        if program.keys[j] in keys and isinstance(arg, ast.Var):
+            positions.append(scan.columns.index(arg.name))
     return positions
 
 
-def _head_key_columns(program: MraProgram, body: RecursiveBody, scan: Scan) -> list[int] | None:
-    """Positions in the aux scan of the columns the head's key copies (the destination)."""
+def _head_key_columns(
+    program: MraProgram, body: RecursiveBody, scan: Scan, keys: Sequence[str] | None = None
+) -> list[int] | None:
+    """Positions in the aux scan of the columns the head copies into ``keys`` (default:
+    the shard keys, i.e. where its candidates go); None when one is computed."""
     assert isinstance(body.plan, Project)
     outputs = dict(body.plan.outputs)
     positions = []
-    for key in program.keys:
+    for key in shard_keys(program) if keys is None else keys:
         name = _plain_column(outputs[key])
         if name is None or name not in scan.columns:
             return None
@@ -338,9 +363,10 @@ class AsyncEngine:
         self, program: MraProgram, env: EngineEnv, max_rounds: int, on_round: OnRound
     ) -> MraOutcome:
         self.shard_maps.pop(program.relation, None)
-        run = self._prepare(program, env)
-        seeds = self._candidates(run, [*program.init_plans, *program.constant_plans])
-        return self._stages(run, self._messages(run, seeds), max_rounds, on_round)
+        with _planning(env):
+            run = self._prepare(program, env)
+            seeds = self._candidates(run, [*program.init_plans, *program.constant_plans])
+            return self._stages(run, self._messages(run, seeds), max_rounds, on_round)
 
     def resume(
         self,
@@ -352,18 +378,18 @@ class AsyncEngine:
         on_round: OnRound,
         carried: object | None = None,
     ) -> MraOutcome:
-        run = self._prepare(program, env)
-        messages = self._messages(run, seed.select(*program.keys, "v"))
-        if isinstance(carried, AsyncState):
-            base = carried.frame.where(F.col("kind") < AUX)
-        else:
-            base = self._state_rows(run, rows)
-        frame = base.union(messages)
-        try:
-            return self._stages(run, frame, max_rounds, on_round)
-        finally:
+        with _planning(env):
+            run = self._prepare(program, env)
+            messages = self._messages(run, seed.select(*program.keys, "v"))
             if isinstance(carried, AsyncState):
-                carried.release()
+                base = carried.frame.where(F.col("kind") < AUX)
+            else:
+                base = self._state_rows(run, rows)
+            try:
+                return self._stages(run, base.union(messages), max_rounds, on_round)
+            finally:
+                if isinstance(carried, AsyncState):
+                    carried.release()
 
     # ------------------------------------------------------------ preparation
 
@@ -378,8 +404,11 @@ class AsyncEngine:
             shard_map = self._shard_map(program, env, aux)
             self.shard_maps[program.relation] = shard_map
         layout = Layout(program, env.witness, tuple(self._aux_types(program)))
-        wide = self._wide_aux(program, layout, shard_map, aux)
-        stored = env.materializer.store(wide)
+        # Materialized, then partitioned and materialized again: a checkpoint keeps the hash
+        # partitioning by shard only when the plan it stores is a plain exchange.
+        wide = env.materializer.store(self._wide_aux(program, layout, shard_map, aux))
+        stored = env.materializer.store(wide.frame.repartition(shard_map.shards, "shard"))
+        env.materializer.release(wide)
         return _Run(program, env, layout, shard_map, stored)
 
     @staticmethod
@@ -402,7 +431,7 @@ class AsyncEngine:
     def _shard_map(self, program: MraProgram, env: EngineEnv, aux: list[DataFrame]) -> ShardMap:
         shards = env.options.shards or env.spark.sparkContext.defaultParallelism
         shard_map = ShardMap(shards, shard_labels(shards))
-        if len(program.keys) != 1:
+        if len(shard_keys(program)) != 1:
             return shard_map
         links = None
         for i, (body, frame) in enumerate(zip(program.bodies, aux, strict=True)):
@@ -439,7 +468,7 @@ class AsyncEngine:
         union = parts[0]
         for other in parts[1:]:
             union = union.union(other)
-        return union.repartition(shard_map.shards, "shard")
+        return union
 
     def _candidates(self, run: _Run, plans: Sequence[object]) -> DataFrame:
         program = run.program
@@ -465,7 +494,7 @@ class AsyncEngine:
         return union
 
     def _messages(self, run: _Run, candidates: DataFrame) -> DataFrame:
-        labelled = run.shard_map.label(candidates, list(run.program.keys), "shard")
+        labelled = run.shard_map.label(candidates, list(shard_keys(run.program)), "shard")
         rows = labelled.select(
             "shard", F.lit(MESSAGE).alias("kind"), *run.program.keys, F.col("v").alias("acc")
         )
@@ -480,7 +509,7 @@ class AsyncEngine:
             ),
             F.col(positional(spec.value_pos)).alias("acc"),
         )
-        labelled = run.shard_map.label(named, list(run.program.keys), "shard")
+        labelled = run.shard_map.label(named, list(shard_keys(run.program)), "shard")
         return run.layout.conform(labelled.withColumn("kind", F.lit(STATE)))
 
     # ------------------------------------------------------------ stages
@@ -502,6 +531,10 @@ class AsyncEngine:
             witness=run.layout.witness,
             plans=tuple((body.plan, body.aux_name or "") for body in program.bodies),
             aux_widths=tuple(len(t) for t in run.layout.aux_types),
+            dest_columns=tuple(
+                tuple(_head_key_columns(program, body, _aux_scan(body), program.keys) or ())  # type: ignore[arg-type]
+                for body in program.bodies
+            ),
             beta={} if self.hybrid else dict(run.beta),
             beta0=beta0,
             tau=tau,
@@ -522,13 +555,7 @@ class AsyncEngine:
         out = out.repartition(run.shard_map.shards, "shard")
         return run.env.materializer.store(out, _stage_metrics(run.program))
 
-    def _stages(self, run: _Run, frame: DataFrame, max_rounds: int, on_round: OnRound) -> MraOutcome:
-        # Adaptive execution would re-plan the exchange and break the partition-aligned
-        # union of the stage frame with the auxiliary rows.
-        with session_conf(run.env.spark, {"spark.sql.adaptive.enabled": "false"}):
-            return self._run_stages(run, frame, max_rounds, on_round)
-
-    def _run_stages(
+    def _stages(
         self, run: _Run, frame: DataFrame, max_rounds: int, on_round: OnRound
     ) -> MraOutcome:
         program, env = run.program, run.env
@@ -606,6 +633,13 @@ class AsyncEngine:
             "beta_min": min(betas),
             "beta_max": max(betas),
         }
+
+
+def _planning(env: EngineEnv) -> AbstractContextManager[None]:
+    """Adaptive execution hides the hash partitioning of a checkpointed plan and re-plans
+    exchanges, which would break the partition-aligned union of the stage frame with the
+    auxiliary rows: it is off while the engine runs."""
+    return session_conf(env.spark, {"spark.sql.adaptive.enabled": "false"})
 
 
 def _local_bound(program: MraProgram, shards: int) -> float | None:

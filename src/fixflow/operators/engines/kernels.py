@@ -205,12 +205,15 @@ def _cast(value: Value, source: str, target: str) -> Value:
 
 @dataclass
 class JoinIndex:
-    """The right side of a join, sorted by its join key, for O(probe) lookups."""
+    """The right side of a join grouped by its join key: the rows of key code ``c`` are
+    ``order[starts[c]:starts[c + 1]]``, so a probe is a gather, O(probe rows)."""
 
     batch: Batch
     uniques: list[pd.Index]
     radix: list[int]
-    sorted_codes: np.ndarray
+    combined: pd.Index
+    """The mixed-radix codes of the key combinations present, densely numbered."""
+    starts: np.ndarray
     order: np.ndarray
 
     @classmethod
@@ -223,8 +226,10 @@ class JoinIndex:
             codes = codes * size + column_codes
             uniques.append(pd.Index(values))
             radix.append(size)
-        order = np.argsort(codes, kind="stable")
-        return cls(batch, uniques, radix, codes[order], order)
+        dense, combined = pd.factorize(codes)
+        order = np.argsort(dense, kind="stable")
+        starts = np.searchsorted(dense[order], np.arange(len(combined) + 1))
+        return cls(batch, uniques, radix, pd.Index(combined), starts, order)
 
     def probe(self, left: Batch, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(left rows, right rows) of every matching pair."""
@@ -234,8 +239,10 @@ class JoinIndex:
             column_codes = index.get_indexer(left.cols[name])
             found &= (column_codes >= 0) & left.mask(name)
             codes = codes * size + column_codes
-        lo = np.searchsorted(self.sorted_codes, codes, "left")
-        hi = np.searchsorted(self.sorted_codes, codes, "right")
+        dense = self.combined.get_indexer(codes)
+        found &= dense >= 0
+        codes = np.where(found, dense, 0)
+        lo, hi = self.starts[codes], self.starts[codes + 1]
         counts = np.where(found, hi - lo, 0)
         total = int(counts.sum())
         left_rows = np.repeat(np.arange(left.n), counts)

@@ -56,6 +56,8 @@ class StageParams:
     plans: tuple[tuple[Plan, str], ...]
     """Per recursive body: its round plan and the name of its auxiliary table."""
     aux_widths: tuple[int, ...]
+    dest_columns: tuple[tuple[int, ...], ...]
+    """Per body, the auxiliary columns its head key copies: the keys a shard can reach."""
     beta: dict[tuple[int, int], float]
     """Flush size per (source, destination) buffer; absent: ``beta0``."""
     beta0: float
@@ -95,6 +97,8 @@ class LocalTable:
         self.sort_key = self._sort_key(self.columns)
         self.acc = acc[order]
         n = len(order)
+        self.present = np.ones(n, dtype=bool)
+        """False for keys reserved in advance that no candidate has reached yet."""
         self.pending = np.zeros(n, dtype=bool)
         self.delta = np.zeros(n, dtype=self.acc.dtype)
         if delta is not None:
@@ -124,6 +128,20 @@ class LocalTable:
         return len(self.sort_key)
 
     # ------------------------------------------------------------ merging candidates
+
+    def reserve(self, keys: list[np.ndarray]) -> None:
+        """Make room for keys candidates may reach, so that merges find them in place
+        instead of inserting (an insert moves every array: O(keys) per iteration)."""
+        if not len(keys[0]):
+            return
+        sort_key = self._sort_key(keys)
+        unique, first = np.unique(sort_key, return_index=True)
+        pos = np.searchsorted(self.sort_key, unique)
+        found = pos < len(self)
+        found[found] = self.sort_key[pos[found]] == unique[found]
+        new = first[~found]
+        values = np.zeros(len(new), dtype=self.acc.dtype)
+        self._insert(pos[~found], [k[new] for k in keys], values, [], present=False)
 
     def merge(self, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]) -> int:
         """acc ← G(acc, candidates): improved (min/max) or changed (sum) keys become
@@ -164,13 +182,16 @@ class LocalTable:
 
     def _update_existing(self, pos: np.ndarray, values: np.ndarray, wits: list[np.ndarray]) -> int:
         if self.params.g == "sum":
-            self.acc[pos] += values
+            self.acc[pos] = np.where(self.present[pos], self.acc[pos], 0) + values
+            self.present[pos] = True
             self.delta[pos] += values
             self.pending[pos] = self.delta[pos] != 0
             return int(np.count_nonzero(values))
         better = values < self.acc[pos] if self.params.g == "min" else values > self.acc[pos]
+        better |= ~self.present[pos]
         pos, values = pos[better], values[better]
         self.acc[pos] = values
+        self.present[pos] = True
         self.delta[pos] = values
         self.pending[pos] = True
         if self.wits and len(wits) == len(self.wits):
@@ -180,15 +201,22 @@ class LocalTable:
         return len(pos)
 
     def _insert(
-        self, pos: np.ndarray, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]
+        self,
+        pos: np.ndarray,
+        keys: list[np.ndarray],
+        values: np.ndarray,
+        wits: list[np.ndarray],
+        present: bool = True,
     ) -> None:
         if len(pos) == 0:
             return
+        self.present = np.insert(self.present, pos, present)
         self.columns = [np.insert(c, pos, k) for c, k in zip(self.columns, keys, strict=True)]
         self.sort_key = np.insert(self.sort_key, pos, self._sort_key(keys))
         self.acc = np.insert(self.acc, pos, values.astype(self.acc.dtype))
         self.delta = np.insert(self.delta, pos, values.astype(self.delta.dtype))
-        self.pending = np.insert(self.pending, pos, values != 0 if self.params.g == "sum" else True)
+        fresh = (values != 0 if self.params.g == "sum" else True) if present else False
+        self.pending = np.insert(self.pending, pos, fresh)
         known = len(wits) == len(self.wits)
         for j, column in enumerate(self.wits):
             filler = wits[j] if known else np.zeros(len(pos), dtype=column.dtype)
@@ -237,6 +265,7 @@ class ShardLoop:
         kind = rows.column("kind").to_numpy()
         self.table = self._state(rows.filter(pa.array(kind == STATE)))
         self.kernels = self._kernels(rows, kind)
+        self._reserve()
         self.messages = rows.filter(pa.array(kind == MESSAGE))
         self.buffers: dict[int, list[Batch]] = {}
         self.buffered: dict[int, int] = {}
@@ -273,6 +302,17 @@ class ShardLoop:
             kernel.prepare(sources)
             kernels.append((kernel, sources))
         return kernels
+
+    def _reserve(self) -> None:
+        """Reserve the keys this shard's auxiliary rows lead to."""
+        for (_, sources), columns in zip(self.kernels, self.params.dest_columns, strict=True):
+            if not columns:
+                continue  # a head key computed from the frontier: not known in advance
+            batch = next(iter(sources.values()))
+            mine = np.flatnonzero(batch.cols[DESTINATION] == self.shard)
+            keys = [batch.cols[f"c{c}"][mine] for c in columns]
+            types = self.params.key_types
+            self.table.reserve([k.astype(_numpy_type(t)) for k, t in zip(keys, types, strict=True)])
 
     # ------------------------------------------------------------ the loop
 
@@ -349,12 +389,13 @@ class ShardLoop:
 
     def _state_rows(self, schema: pa.Schema) -> pa.Table:
         t = self.table
-        cols: dict[str, object] = {f"k{j}": c for j, c in enumerate(t.columns)}
-        cols["acc"] = t.acc
-        cols["delta"] = pa.array(t.delta, mask=~t.pending)
+        keep = np.flatnonzero(t.present)
+        cols: dict[str, object] = {f"k{j}": c[keep] for j, c in enumerate(t.columns)}
+        cols["acc"] = t.acc[keep]
+        cols["delta"] = pa.array(t.delta[keep], mask=~t.pending[keep])
         for j, w in enumerate(t.wits):
-            cols[f"wit{j}"] = pa.array(w, mask=~t.has_wit)
-        return _rows(schema, len(t), self.shard, STATE, cols)
+            cols[f"wit{j}"] = pa.array(w[keep], mask=~t.has_wit[keep])
+        return _rows(schema, len(keep), self.shard, STATE, cols)
 
     def _message_rows(self, schema: pa.Schema) -> Iterator[pa.Table]:
         p = self.params

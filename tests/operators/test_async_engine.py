@@ -1,0 +1,111 @@
+"""The async MRA engine against the sync engine on every golden program with an `mra`
+stratum: the same relation, exactly for min/max and within the golden tolerance for sum,
+for several shard counts and both flush policies (async: β/τ; hybrid: local quiescence)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from fixflow.checker import load
+from fixflow.checker.model import Report
+from fixflow.operators.compiler import positional
+from fixflow.operators.engines.async_engine import AsyncEngine, unsupported
+from fixflow.operators.engines.base import BufferOptions, EngineEnv, EngineOptions, RoundInfo
+from fixflow.operators.engines.program import MraProgram
+from fixflow.operators.evaluate import EvalOptions, evaluate_with_stats
+from fixflow.operators.materialize import Materializer
+from reference.golden import load_golden
+
+from .helpers import edb_frames
+
+PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
+
+
+def _mra_cases() -> list[tuple[str, str]]:
+    cases = []
+    for directory in sorted(PROGRAMS.iterdir()):
+        if not (directory / "program.dl").is_file():
+            continue
+        report = load((directory / "program.dl").read_text(), str(directory / "program.dl"))
+        for relation in sorted(report.mra):
+            cases.append((directory.name, relation))
+    return cases
+
+
+CASES = _mra_cases()
+
+
+def test_the_corpus_has_mra_relations_the_async_engine_runs() -> None:
+    runnable = []
+    for name, relation in CASES:
+        report = _report(name)
+        if unsupported(_program(report, relation)) is None:
+            runnable.append(relation)
+    assert len(runnable) >= 10, runnable
+
+
+def _report(name: str) -> Report:
+    path = PROGRAMS / name / "program.dl"
+    return load(path.read_text(), str(path))
+
+
+def _program(report: Report, relation: str) -> MraProgram:
+    schemas = {r: tuple(a.type for a in attrs) for r, attrs in report.analysis.schemas.items()}
+    return MraProgram(report.mra[relation], schemas)
+
+
+def _positional(frame: DataFrame) -> DataFrame:
+    return frame.toDF(*(positional(i) for i in range(len(frame.columns))))
+
+
+def _keyed(rows: list[tuple], value_pos: int) -> dict[tuple, object]:
+    return {tuple(v for i, v in enumerate(r) if i != value_pos): r[value_pos] for r in rows}
+
+
+CONFIGS = [("async", 1), ("async", 3), ("hybrid", 2)]
+"""(mode, shards): one shard (no messages), several (β/τ flushes across a cut), and
+flushing only at local quiescence."""
+
+
+@pytest.mark.parametrize(("name", "relation"), CASES)
+def test_async_equals_sync(spark: SparkSession, name: str, relation: str) -> None:
+    case = load_golden(PROGRAMS / name)
+    report = _report(name)
+    program = _program(report, relation)
+    reason = unsupported(program)
+    if reason is not None:
+        pytest.skip(f"runs on the sync engine: {reason}")
+    edb = edb_frames(spark, report, case.facts)
+    sync = evaluate_with_stats(report, edb, spark, EvalOptions(max_iterations=1000))
+    frames = {rel: _positional(df) for rel, df in sync.relations.items()}
+    frames.update(edb)
+    value_pos = program.spec.value_pos
+    expected = _keyed([tuple(r) for r in frames[relation].collect()], value_pos)
+    for mode, shards in CONFIGS:
+        actual = _run_async(spark, program, frames, mode, shards)
+        assert set(actual) == set(expected), (mode, shards)
+        if program.g == "sum":
+            worst = max((abs(actual[k] - expected[k]) for k in expected), default=0.0)  # type: ignore[operator]
+            assert worst <= max(case.tolerance, 1e-9), f"{mode}/{shards}: off by {worst}"
+        else:
+            assert actual == expected, (mode, shards)
+
+
+def _run_async(
+    spark: SparkSession, program: MraProgram, frames: dict[str, DataFrame], mode: str, shards: int
+) -> dict[tuple, object]:
+    options = EngineOptions(
+        mode, shards, priority=True, schedule_portion=0.5, check_interval_ms=0,
+        buffer=BufferOptions(initial=8, interval_ms=50),
+    )
+    env = EngineEnv(spark, lambda rel, _v: frames[rel], Materializer(spark), 2, options=options)
+    rounds: list[RoundInfo] = []
+    outcome = AsyncEngine(hybrid=mode == "hybrid").bootstrap(program, env, 1000, rounds.append)
+    assert not outcome.capped
+    assert rounds and rounds[-1].round == outcome.rounds
+    rows = _keyed([tuple(r) for r in outcome.rows.collect()], program.spec.value_pos)
+    outcome.state.release()
+    return rows
