@@ -6,11 +6,19 @@ Entry points are named after what they consume: ``parse(text) -> Program``,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fixflow.checker.diagnostics import CheckError, Diagnostic
 
+if TYPE_CHECKING:
+    # Only for annotations: importing the later stages here would defeat ``load``'s order.
+    from fixflow.checker.model import Report
+    from fixflow.checker.smt import Budget
 
-def load(text: str, file: str = "<input>") -> object:
-    """Parse, analyze and check ``text``; return the ``Report`` or raise ``CheckError``."""
+
+def load(text: str, file: str = "<input>", budget: Budget | None = None) -> Report:
+    """Parse, analyze and check ``text``; return the ``Report`` or raise ``CheckError``.
+    ``budget`` is Z3's work limit per query (``smt.DEFAULT_BUDGET`` when ``None``)."""
     from fixflow.checker.parser import parse
 
     # Parse before importing the later stages, so that syntax errors are reported by
@@ -18,11 +26,12 @@ def load(text: str, file: str = "<input>") -> object:
     program = parse(text, file)
     from fixflow.checker.analysis import analyze
     from fixflow.checker.check import check
+    from fixflow.checker.smt import DEFAULT_BUDGET
 
     analysis = analyze(program, text)
     if analysis.errors:
         raise CheckError(list(analysis.diagnostics), text)
-    report = check(analysis)
+    report = check(analysis, budget or DEFAULT_BUDGET)
     if report.errors:
         raise CheckError(list(report.diagnostics), text)
     return report
@@ -34,7 +43,7 @@ def diagnose(text: str, file: str = "<input>") -> list[Diagnostic]:
         report = load(text, file)
     except CheckError as error:
         return error.diagnostics
-    return list(report.diagnostics)  # type: ignore[attr-defined]
+    return list(report.diagnostics)
 
 
 __all__ = ["CheckError", "Diagnostic", "diagnose", "load"]

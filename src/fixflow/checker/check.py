@@ -108,7 +108,7 @@ def _value_sort(analysis: Analysis, rule: Rule) -> str:
 
 
 def _check_rule(
-    analysis: Analysis, rule: Rule, original: Rule, members: frozenset[str]
+    analysis: Analysis, rule: Rule, original: Rule, members: frozenset[str], budget: smt.Budget
 ) -> _RuleCheck:
     counts = count_columns(analysis.program)
     positions = value_positions_of(analysis.program)
@@ -119,17 +119,17 @@ def _check_rule(
         return found
     sort = _value_sort(analysis, rule)
     for law in ("commutativity", "associativity"):
-        verdict = smt.algebra(found.operator, sort, law)  # type: ignore[arg-type]
+        verdict = smt.algebra(found.operator, sort, law, budget=budget)  # type: ignore[arg-type]
         found.properties[law] = verdict.status
         if verdict.status == "fails" and found.counterexample is None:
             found.counterexample = _algebra_counterexample(found.operator, law, verdict)
     if found.linear:
-        _property2(found)
-        _convergence(found, rule, sort)
+        _property2(found, budget)
+        _convergence(found, rule, sort, budget)
     return found
 
 
-def _property2(found: _RuleCheck) -> None:
+def _property2(found: _RuleCheck, budget: smt.Budget) -> None:
     statuses: list[PropertyStatus] = []
     for alternative in found.alternatives:
         if not alternative.recursive_atoms:
@@ -138,7 +138,7 @@ def _property2(found: _RuleCheck) -> None:
             statuses.append("unknown")
             found.notes.append(f"F′ could not be extracted: {alternative.why}")
             continue
-        verdict = smt.property2(found.operator, alternative.value_map)
+        verdict = smt.property2(found.operator, alternative.value_map, budget=budget)
         statuses.append(verdict.status)
         if verdict.note:
             found.notes.append(f"Property 2: {verdict.note}")
@@ -146,12 +146,12 @@ def _property2(found: _RuleCheck) -> None:
             found.counterexample = _property2_counterexample(
                 found.operator, alternative.value_map, verdict
             )
-        if (
-            verdict.status == "fails"
-            and smt.property2(found.operator, alternative.value_map, nonnegative=True).status
-            == "holds"
-        ):
-            found.notes.append(_sign_hint("Property 2", alternative.value_map))
+        if verdict.status == "fails":
+            signed = smt.property2(
+                found.operator, alternative.value_map, nonnegative=True, budget=budget
+            )
+            if signed.status == "holds":
+                found.notes.append(_sign_hint("Property 2", alternative.value_map))
     found.properties["property2"] = _conjunction(statuses)
 
 
@@ -175,7 +175,7 @@ def _shown_aux(value_map: ValueMap) -> list:
     return [s for s in value_map.aux if s.name in used]
 
 
-def _convergence(found: _RuleCheck, rule: Rule, sort: str) -> None:
+def _convergence(found: _RuleCheck, rule: Rule, sort: str, budget: smt.Budget) -> None:
     """A3 eliminable condition, only for sum programs that reach a limit rather than a
     fixpoint: float values, or a termination clause."""
     if found.operator != "sum" or (sort == "int" and rule.termination is None):
@@ -183,7 +183,7 @@ def _convergence(found: _RuleCheck, rule: Rule, sort: str) -> None:
     statuses: list[PropertyStatus] = []
     for alternative in found.alternatives:
         if alternative.recursive_atoms and alternative.value_map is not None:
-            verdict = smt.contraction(alternative.value_map)
+            verdict = smt.contraction(alternative.value_map, budget=budget)
             statuses.append("holds" if verdict.status == "holds" else "unknown")
             if verdict.status == "fails":
                 found.notes.append(
@@ -305,11 +305,11 @@ class _Outcome:
     mra: dict[str, MraSpec] = field(default_factory=dict)
 
 
-def _check_stratum(analysis: Analysis, stratum: Stratum) -> _Outcome:
+def _check_stratum(analysis: Analysis, stratum: Stratum, budget: smt.Budget) -> _Outcome:
     members = frozenset(stratum.relations)
     effective = with_relation_aggregate(stratum.rules)
     checks = [
-        _check_rule(analysis, rule, original, members)
+        _check_rule(analysis, rule, original, members, budget)
         for rule, original in zip(effective, stratum.rules, strict=True)
         if _reads(original, members)
     ]
@@ -320,7 +320,7 @@ def _check_stratum(analysis: Analysis, stratum: Stratum) -> _Outcome:
     if single and checks[0].linear and checks[0].rule.head.aggregate is not None:
         return _mra_or_naive(analysis, stratum, checks)
     if funcs and funcs <= {"min", "max"}:
-        return _monotone_min_max(checks, "/".join(sorted(funcs)))
+        return _monotone_min_max(checks, "/".join(sorted(funcs)), budget)
     if funcs == {"count"}:
         return _monotone_count(stratum, checks)
     return _Outcome("naive", stratum.reason, checks)
@@ -353,7 +353,7 @@ def _mra_or_naive(analysis: Analysis, stratum: Stratum, checks: list[_RuleCheck]
     return _Outcome("mra", reason, checks, {spec.relation: spec})
 
 
-def _monotone_min_max(checks: list[_RuleCheck], funcs: str) -> _Outcome:
+def _monotone_min_max(checks: list[_RuleCheck], funcs: str, budget: smt.Budget) -> _Outcome:
     """Semi-naive with keep-only-improved is sound when every combining expression is
     monotone (non-decreasing) in each recursive value."""
     for check_ in checks:
@@ -366,33 +366,33 @@ def _monotone_min_max(checks: list[_RuleCheck], funcs: str) -> _Outcome:
                 reason = f"cannot read the combining expression ({alternative.why}): naive"
                 return _Outcome("naive", reason, checks)
             for position in range(len(alternative.value_map.inputs)):
-                verdict = smt.monotone(alternative.value_map, position)
+                verdict = smt.monotone(alternative.value_map, position, budget=budget)
                 if verdict.status != "holds":
-                    if verdict.status == "fails" and check_.counterexample is None:
-                        check_.counterexample = _monotone_counterexample(
-                            alternative.value_map, position, verdict
-                        )
-                    what = (
-                        "is not monotone"
-                        if verdict.status == "fails"
-                        else ("is not proven monotone")
-                    )
+                    what = _not_monotone(check_, alternative.value_map, position, verdict, budget)
                     reason = (
-                        f"`{funcs}` recursion whose combining expression "
-                        f"`{alternative.value_map.text()}` {what}: naive evaluation"
+                        f"`{funcs}` recursion whose combining expression {what}: naive evaluation"
                     )
-                    if (
-                        verdict.status == "fails"
-                        and smt.monotone(alternative.value_map, position, nonnegative=True).status
-                        == "holds"
-                    ):
-                        check_.notes.append(_sign_hint("monotonicity", alternative.value_map))
                     return _Outcome("naive", reason, checks)
     reason = (
         f"`{funcs}` recursion, not linear over one relation, with monotone combining "
         "expressions: semi-naive evaluation keeping only improved values"
     )
     return _Outcome("aggregate-seminaive", reason, checks)
+
+
+def _not_monotone(
+    check_: _RuleCheck, value_map: ValueMap, position: int, verdict: smt.Verdict, budget: smt.Budget
+) -> str:
+    """Why ``value_map`` is not (proven) monotone in input ``position``; a failure also
+    records its counterexample and, if non-negative values would fix it, a hint."""
+    if verdict.status != "fails":
+        return f"`{value_map.text()}` is not proven monotone"
+    if check_.counterexample is None:
+        check_.counterexample = _monotone_counterexample(value_map, position, verdict)
+    signed = smt.monotone(value_map, position, nonnegative=True, budget=budget)
+    if signed.status == "holds":
+        check_.notes.append(_sign_hint("monotonicity", value_map))
+    return f"`{value_map.text()}` is not monotone"
 
 
 def _monotone_count(stratum: Stratum, checks: list[_RuleCheck]) -> _Outcome:
@@ -528,17 +528,18 @@ def _verdict(check_: _RuleCheck, outcome: _Outcome) -> RuleVerdict:
     )
 
 
-def check(analysis: Analysis) -> Report:
-    """Decide the MRA conditions and the final class of every recursive stratum."""
+def check(analysis: Analysis, budget: smt.Budget = smt.DEFAULT_BUDGET) -> Report:
+    """Decide the MRA conditions and the final class of every recursive stratum, giving Z3
+    ``budget`` for each query (deterministic: the same program always gets the same
+    classes)."""
     strata: list[Stratum] = []
     verdicts: list[RuleVerdict] = []
     mra: dict[str, MraSpec] = {}
-    smt.start_budget()
     for stratum in analysis.strata:
         if not stratum.recursive:
             strata.append(stratum)
             continue
-        outcome = _check_stratum(analysis, stratum)
+        outcome = _check_stratum(analysis, stratum, budget)
         log.debug("stratum %s: %s", stratum.relations, outcome.eval_class)
         strata.append(replace(stratum, eval_class=outcome.eval_class, reason=outcome.reason))
         verdicts += [_verdict(c, outcome) for c in outcome.checks]

@@ -2,9 +2,13 @@
 
 Every verb builds ``¬property`` over universally quantified values and asks Z3 for a
 model: ``unsat`` ⇒ the property holds; ``sat`` ⇒ it fails and the model is the
-counterexample; ``unknown`` or a timeout ⇒ unknown (never treated as holds). ``exp`` and
-``log`` are uninterpreted functions with ground monotonicity axioms (and ``exp > 0``), so a
-``sat`` answer that involves them is only "not proven" and reported as unknown.
+counterexample; ``unknown`` ⇒ unknown (never treated as holds). ``exp`` and ``log`` are
+uninterpreted functions with ground monotonicity axioms (and ``exp > 0``), so a ``sat``
+answer that involves them is only "not proven" and reported as unknown.
+
+Each verb takes a ``Budget``: Z3's resource limit for that one query, counted in solver
+steps rather than seconds, and solves in a fresh Z3 context. So a query's answer depends
+only on the query and the budget, never on machine load or on what was solved before.
 
 An F′ application is partial: when a body comparison fails the alternative yields
 nothing. Values are therefore (present, value) pairs and G ignores absent operands.
@@ -13,7 +17,6 @@ nothing. Values are therefore (present, value) pairs and G ignores absent operan
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -34,25 +37,28 @@ from fixflow.checker.conditions import Sort, ValueMap
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_MS = 300
-"""Per query. Every corpus query answers in milliseconds; a timeout only means unknown."""
-BUDGET_S = 0.6
-"""Per program (see ``start_budget``): checking a program stays well under a second even
-when every query is hard; queries past the budget are unknown."""
-
-_deadline: float | None = None
-
-
-def start_budget(seconds: float = BUDGET_S) -> None:
-    """Start the solving-time budget of one program's check."""
-    global _deadline
-    _deadline = time.monotonic() + seconds
+DEFAULT_RLIMIT = 1_000_000
+"""Z3 resource units per query. Units count solver steps, not time, so a query gets the
+same answer on any machine under any load (for one Z3 version: versions count
+differently). The hardest query of the corpus and the checker tests uses ~104k units with
+Z3 5.4 and ~193k with 4.12; a query that spends the whole limit takes under a second
+here."""
 
 
-def _timeout_ms() -> int:
-    if _deadline is None:
-        return TIMEOUT_MS
-    return max(0, min(TIMEOUT_MS, int((_deadline - time.monotonic()) * 1000)))
+@dataclass(frozen=True)
+class Budget:
+    """How much work Z3 may do on each query of a check: a deterministic resource limit
+    (Z3's ``rlimit``), deliberately with no wall-clock component. Past it a query is
+    ``unknown``, never ``holds``."""
+
+    rlimit: int = DEFAULT_RLIMIT
+
+    def __post_init__(self) -> None:
+        if self.rlimit <= 0:
+            raise ValueError(f"rlimit must be positive, not {self.rlimit}")
+
+
+DEFAULT_BUDGET = Budget()
 
 
 Status = Literal["holds", "fails", "unknown"]
@@ -73,6 +79,7 @@ class Verdict:
 class _Translation:
     """Expressions over a symbol environment; collects side conditions and UF uses."""
 
+    ctx: z3.Context
     env: dict[str, z3.ArithRef]
     side: list[z3.BoolRef] = field(default_factory=list)
     uf_calls: list[tuple[str, z3.ArithRef, z3.ArithRef]] = field(default_factory=list)
@@ -80,10 +87,10 @@ class _Translation:
     def expr(self, expr: Expr) -> z3.ArithRef:
         match expr:
             case NumberLit(value=value):
-                return z3.IntVal(value)
+                return z3.IntVal(value, self.ctx)
             case FloatLit(value=value):
                 fraction = Fraction(repr(value))  # the decimal as written, not the binary float
-                return z3.Q(fraction.numerator, fraction.denominator)
+                return z3.Q(fraction.numerator, fraction.denominator, self.ctx)
             case Var(name=name):
                 return self.env[name]
             case Neg(operand=operand):
@@ -113,8 +120,10 @@ class _Translation:
         if func == "abs":
             return z3.If(arg >= 0, arg, -arg)
         if func == "relu":
-            return z3.If(arg > 0, arg, z3.IntVal(0) if arg.is_int() else z3.RealVal(0))
-        function = z3.Function(func, z3.RealSort(), z3.RealSort())
+            return z3.If(
+                arg > 0, arg, z3.IntVal(0, self.ctx) if arg.is_int() else z3.RealVal(0, self.ctx)
+            )
+        function = z3.Function(func, z3.RealSort(self.ctx), z3.RealSort(self.ctx))
         real_arg = _real(arg)
         if func == "log":
             self.side.append(real_arg > 0)
@@ -150,8 +159,8 @@ def _real(term: z3.ArithRef) -> z3.ArithRef:
     return z3.ToReal(term) if term.is_int() else term
 
 
-def _sort(sort: Sort) -> z3.ArithSortRef:
-    return z3.IntSort() if sort == "int" else z3.RealSort()
+def _sort(sort: Sort, ctx: z3.Context) -> z3.ArithSortRef:
+    return z3.IntSort(ctx) if sort == "int" else z3.RealSort(ctx)
 
 
 def binary(operator: str, a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
@@ -191,42 +200,49 @@ class _Applier:
 
     def __init__(self, value_map: ValueMap, group: str, shared: _Translation) -> None:
         self.map = value_map
-        self.aux = {s.name: z3.Const(f"{s.name}#{group}", _sort(s.sort)) for s in value_map.aux}
+        self.aux = {
+            s.name: z3.Const(f"{s.name}#{group}", _sort(s.sort, shared.ctx)) for s in value_map.aux
+        }
         self.shared = shared
 
     def __call__(self, *inputs: z3.ArithRef) -> _Partial:
         env = dict(self.aux)
         env.update({s.name: v for s, v in zip(self.map.inputs, inputs, strict=True)})
-        translation = _Translation(env)
+        translation = _Translation(self.shared.ctx, env)
         value = translation.expr(self.map.output)
         guards = [translation.comparison(c) for c in self.map.constraints] + translation.side
         self.shared.uf_calls.extend(translation.uf_calls)
         if self.map.output_sort == "real":
             value = _real(value)
-        return _Partial(z3.And(*guards) if guards else z3.BoolVal(True), value)
+        return _Partial(z3.And(*guards) if guards else z3.BoolVal(True, self.shared.ctx), value)
 
 
 # ---------------------------------------------------------------- solving
+
+
+def _fresh() -> _Translation:
+    """A translation in a new Z3 context: each query starts from the same solver state
+    whatever was solved before in the process, so its answer within the budget depends
+    only on the query."""
+    return _Translation(z3.Context(), {})
 
 
 def _solve(
     negation: z3.BoolRef,
     shared: _Translation,
     named: dict[str, z3.ArithRef],
+    budget: Budget,
     simple: tuple[list[z3.BoolRef], ...] = (),
 ) -> Verdict:
-    timeout = _timeout_ms()
-    if timeout <= 0:
-        return Verdict("unknown", note="the checker's time budget was spent")
-    solver = z3.Solver()
-    solver.set("timeout", timeout)
+    solver = z3.Solver(ctx=shared.ctx)
+    solver.set("rlimit", budget.rlimit)
     solver.add(negation, *shared.axioms())
     result = solver.check()
     if result == z3.unsat:
         return Verdict("holds")
     if result == z3.unknown:
-        return Verdict("unknown", note=f"Z3 gave no answer ({solver.reason_unknown()})")
-    model = _simplest_model(solver, simple)
+        return Verdict("unknown", note=_unknown_note(solver.reason_unknown(), budget))
+    model = _simplest_model(solver, simple, budget)
     witness = {n: _value(model.eval(term, model_completion=True)) for n, term in named.items()}
     if shared.uf_calls:
         return Verdict(
@@ -235,11 +251,20 @@ def _solve(
     return Verdict("fails", witness)
 
 
-def _simplest_model(solver: z3.Solver, tiers: tuple[list[z3.BoolRef], ...]) -> z3.ModelRef:
+def _unknown_note(reason: str, budget: Budget) -> str:
+    if reason in ("canceled", "max. resource limit exceeded"):
+        return f"Z3 spent its budget of {budget.rlimit} resource units without an answer"
+    return f"Z3 gave no answer ({reason})"
+
+
+def _simplest_model(
+    solver: z3.Solver, tiers: tuple[list[z3.BoolRef], ...], budget: Budget
+) -> z3.ModelRef:
     """A model that reads well: try the preference tiers in order (auxiliaries = 1, small
-    whole inputs, ...), keep the first that is still a counterexample."""
+    whole inputs, ...), keep the first that is still a counterexample. Only cosmetic, so
+    each tier gets half the query's budget."""
     model = solver.model()
-    solver.set("timeout", max(1, _timeout_ms() // 4))
+    solver.set("rlimit", max(1, budget.rlimit // 2))
     for tier in tiers:
         if solver.check(*tier) == z3.sat:
             return solver.model()
@@ -247,12 +272,10 @@ def _simplest_model(solver: z3.Solver, tiers: tuple[list[z3.BoolRef], ...]) -> z
 
 
 def _small_whole(terms: list[z3.ArithRef], bound: int = 4) -> list[z3.BoolRef]:
-    facts: list[z3.BoolRef] = []
-    for term in terms:
-        facts += [term >= -bound, term <= bound]
-        if not term.is_int():
-            facts.append(z3.IsInt(term))
-    return facts
+    """Each term is a whole number in [-bound, bound], stated as a choice of values rather
+    than ``IsInt``: fixed values keep the arithmetic linear, which Z3 settles with little
+    work, where ``IsInt`` over nonlinear terms could spend the whole budget."""
+    return [z3.Or(*(term == v for v in range(-bound, bound + 1))) for term in terms]
 
 
 def _signs(terms: list[z3.ArithRef], nonnegative: bool) -> list[z3.BoolRef]:
@@ -273,9 +296,10 @@ def _value(term: z3.ExprRef) -> Fraction | float:
     return float("nan")
 
 
-def algebra(operator: str, sort: Sort, law: str) -> Verdict:
+def algebra(operator: str, sort: Sort, law: str, *, budget: Budget = DEFAULT_BUDGET) -> Verdict:
     """Property 1: ``commutativity`` or ``associativity`` of G as a binary operator."""
-    value_sort = z3.RealSort() if operator == "mean" else _sort(sort)
+    shared = _fresh()
+    value_sort = _sort("real" if operator == "mean" else sort, shared.ctx)
     a, b, c = (z3.Const(n, value_sort) for n in "abc")
     if law == "commutativity":
         left, right = binary(operator, a, b), binary(operator, b, a)
@@ -284,15 +308,21 @@ def algebra(operator: str, sort: Sort, law: str) -> Verdict:
         left = binary(operator, binary(operator, a, b), c)
         right = binary(operator, a, binary(operator, b, c))
         named = {"a": a, "b": b, "c": c, "left": left, "right": right}
-    return _solve(left != right, _Translation({}), named, (_small_whole([a, b, c]),))
+    return _solve(left != right, shared, named, budget, (_small_whole([a, b, c]),))
 
 
-def property2(operator: str, value_map: ValueMap, nonnegative: bool = False) -> Verdict:
+def property2(
+    operator: str,
+    value_map: ValueMap,
+    nonnegative: bool = False,
+    *,
+    budget: Budget = DEFAULT_BUDGET,
+) -> Verdict:
     """G∘F′∘G(X) = G∘F′(X) on PowerLog's Figure 4 template, generalised: two source groups,
     each with its own auxiliary values and two recursive values. ``nonnegative`` assumes
     every value and auxiliary is ≥ 0 (used only to suggest guards, never for a verdict)."""
-    shared = _Translation({})
-    sort = _sort(value_map.input.sort)
+    shared = _fresh()
+    sort = _sort(value_map.input.sort, shared.ctx)
     x1, y1, x2, y2 = (z3.Const(n, sort) for n in ("x1", "y1", "x2", "y2"))
     f1, f2 = _Applier(value_map, "1", shared), _Applier(value_map, "2", shared)
 
@@ -313,7 +343,7 @@ def property2(operator: str, value_map: ValueMap, nonnegative: bool = False) -> 
         _ones(aux),
     )
     negation = z3.And(z3.Not(_same(lhs, rhs)), *_signs(aux + values, nonnegative))
-    return _solve(negation, shared, named, tiers)
+    return _solve(negation, shared, named, budget, tiers)
 
 
 def _aux_named(*appliers: _Applier) -> dict[str, z3.ArithRef]:
@@ -324,11 +354,11 @@ def _aux_named(*appliers: _Applier) -> dict[str, z3.ArithRef]:
     return named
 
 
-def contraction(value_map: ValueMap) -> Verdict:
+def contraction(value_map: ValueMap, *, budget: Budget = DEFAULT_BUDGET) -> Verdict:
     """A3 Theorem 3.9 (eliminable, sufficient): |f(x)| < |x| for every x ≠ 0 the body
     admits; refuted by a model with x ≠ 0 and |f(x)| ≥ |x|."""
-    shared = _Translation({})
-    x = z3.Const("x1", _sort(value_map.input.sort))
+    shared = _fresh()
+    x = z3.Const("x1", _sort(value_map.input.sort, shared.ctx))
     f = _Applier(value_map, "1", shared)
     out = f(x)
     size_in = z3.If(x >= 0, x, -x)
@@ -337,16 +367,22 @@ def contraction(value_map: ValueMap) -> Verdict:
     named = {"x1": x, **_aux_named(f), "lhs": out.value}
     aux = list(_aux_named(f).values())
     tiers = (_small_whole([x, *aux]), _ones(aux))
-    return _solve(negation, shared, named, tiers)
+    return _solve(negation, shared, named, budget, tiers)
 
 
-def monotone(value_map: ValueMap, position: int, nonnegative: bool = False) -> Verdict:
+def monotone(
+    value_map: ValueMap,
+    position: int,
+    nonnegative: bool = False,
+    *,
+    budget: Budget = DEFAULT_BUDGET,
+) -> Verdict:
     """The combining expression never decreases when input ``position`` grows (others
     fixed): what min/max semi-naive evaluation with "keep only improved" needs.
     ``nonnegative`` as in ``property2``."""
-    shared = _Translation({})
+    shared = _fresh()
     f = _Applier(value_map, "1", shared)
-    inputs = [z3.Const(s.name, _sort(s.sort)) for s in value_map.inputs]
+    inputs = [z3.Const(s.name, _sort(s.sort, shared.ctx)) for s in value_map.inputs]
     larger = list(inputs)
     larger[position] = z3.Const(f"{value_map.inputs[position].name}'", inputs[position].sort())
     low, high = f(*inputs), f(*larger)
@@ -362,7 +398,16 @@ def monotone(value_map: ValueMap, position: int, nonnegative: bool = False) -> V
     named.update(_aux_named(f))
     named.update({"lhs": low.value, "rhs": high.value})
     tiers = (_small_whole([*inputs, larger[position], *aux]),)
-    return _solve(negation, shared, named, tiers)
+    return _solve(negation, shared, named, budget, tiers)
 
 
-__all__ = ["Verdict", "algebra", "contraction", "monotone", "property2", "start_budget"]
+__all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_RLIMIT",
+    "Budget",
+    "Verdict",
+    "algebra",
+    "contraction",
+    "monotone",
+    "property2",
+]
