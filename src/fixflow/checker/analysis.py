@@ -37,7 +37,7 @@ from fixflow.checker.ast import (
 )
 from fixflow.checker.diagnostics import Diagnostic
 from fixflow.checker.model import Analysis, EvalClass, Stratum
-from fixflow.checker.types import assignment_sides, infer_body
+from fixflow.checker.types import BodyTypes, assignment_sides, infer_body
 
 log = logging.getLogger(__name__)
 
@@ -277,19 +277,19 @@ class _Analyzer:
                     sides = [*_var_occurrences(literal.left), *_var_occurrences(literal.right)]
                 for var in sides:
                     report(var, "a comparison")
-        for arg in rule.head.args:
-            for var in _var_occurrences(arg):
+        for head_arg in rule.head.args:
+            for var in _var_occurrences(head_arg):
                 report(var, f"the head of `{rule.head.relation}`")
 
-    def _head_types(self, head: Head, types: object) -> None:
+    def _head_types(self, head: Head, types: BodyTypes) -> None:
         schema = self.schemas.get(head.relation)
         if schema is None or len(schema) != len(head.args):
             return
         for arg, attribute in zip(head.args, schema, strict=True):
             if isinstance(arg, Aggregate):
-                types.check_aggregate(arg, attribute, head.relation)  # type: ignore[attr-defined]
+                types.check_aggregate(arg, attribute, head.relation)
             elif not isinstance(arg, Wildcard):
-                types.check_value(arg, attribute, head.relation, exact=True)  # type: ignore[attr-defined]
+                types.check_value(arg, attribute, head.relation, exact=True)
 
     def _aggregate_agreement(self) -> None:
         """All rules of a relation contribute to one aggregate (docs/language.md)."""
@@ -453,8 +453,8 @@ def _cycle_through(start: str, end: str, edges: list[Edge], members: set[str]) -
                 previous[nxt] = node
                 queue.append(nxt)
     path = [end]
-    while previous.get(path[-1]) is not None:
-        path.append(previous[path[-1]])  # type: ignore[arg-type]
+    while (prior := previous.get(path[-1])) is not None:
+        path.append(prior)
     return list(reversed(path))
 
 
@@ -484,7 +484,8 @@ def with_relation_aggregate(rules: Iterable[Rule]) -> tuple[Rule, ...]:
             result.append(rule)
             continue
         value = args[position]
-        args[position] = Aggregate(aggregate.func, value, value.span)  # type: ignore[arg-type]
+        assert not isinstance(value, Aggregate), "a head without an aggregate has none"
+        args[position] = Aggregate(aggregate.func, value, value.span)
         head = Head(rule.head.relation, tuple(args), rule.head.span)
         result.append(Rule(head, rule.bodies, rule.termination, rule.span))
     return tuple(result)

@@ -41,7 +41,7 @@ NO_SPAN = Span("<generated>", 0, 0, 0, 0)
 
 
 def _span() -> Span:
-    return field(default=NO_SPAN, compare=False, hash=False, repr=False)  # type: ignore[return-value]
+    return field(default=NO_SPAN, compare=False, hash=False, repr=False)
 
 
 # ---------------------------------------------------------------- expressions

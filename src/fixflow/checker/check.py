@@ -27,6 +27,7 @@ from fixflow.checker.ast import (
 )
 from fixflow.checker.conditions import (
     Alternative,
+    Sort,
     ValueMap,
     aggregate_text,
     alternatives,
@@ -85,7 +86,9 @@ class _RuleCheck:
         relation = self.rule.head.relation
         for alternative in self.alternatives:
             atoms = [alternative.body.literals[i] for i in alternative.recursive_atoms]
-            if len(atoms) > 1 or any(a.relation != relation for a in atoms):  # type: ignore[union-attr]
+            if len(atoms) > 1 or any(
+                not isinstance(a, Atom) or a.relation != relation for a in atoms
+            ):
                 return False
         return True
 
@@ -99,7 +102,7 @@ class _RuleCheck:
 # ---------------------------------------------------------------- rule properties
 
 
-def _value_sort(analysis: Analysis, rule: Rule) -> str:
+def _value_sort(analysis: Analysis, rule: Rule) -> Sort:
     aggregate = rule.head.aggregate
     schema = analysis.schemas.get(rule.head.relation)
     if aggregate is None or schema is None:
@@ -119,7 +122,7 @@ def _check_rule(
         return found
     sort = _value_sort(analysis, rule)
     for law in ("commutativity", "associativity"):
-        verdict = smt.algebra(found.operator, sort, law, budget=budget)  # type: ignore[arg-type]
+        verdict = smt.algebra(found.operator, sort, law, budget=budget)
         found.properties[law] = verdict.status
         if verdict.status == "fails" and found.counterexample is None:
             found.counterexample = _algebra_counterexample(found.operator, law, verdict)
@@ -200,7 +203,7 @@ def _conjunction(statuses: list[PropertyStatus]) -> PropertyStatus:
         return "n/a"
     for status in ("fails", "unknown"):
         if status in statuses:
-            return status  # type: ignore[return-value]
+            return status
     return "holds"
 
 
@@ -332,7 +335,9 @@ def _reads(rule: Rule, members: frozenset[str]) -> bool:
 
 def _mra_or_naive(analysis: Analysis, stratum: Stratum, checks: list[_RuleCheck]) -> _Outcome:
     check_ = checks[0]
-    func = check_.rule.head.aggregate.func  # type: ignore[union-attr]
+    aggregate = check_.rule.head.aggregate
+    assert aggregate is not None, "only aggregate rules are MRA candidates"
+    func = aggregate.func
     failure = check_.first_failure(("commutativity", "associativity", "property2"))
     if failure is not None:
         name, status = failure

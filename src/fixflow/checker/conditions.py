@@ -13,6 +13,7 @@ universally quantified and constrained by the body's comparisons and by known fa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -32,6 +33,7 @@ from fixflow.checker.ast import (
     NumberLit,
     Program,
     Rule,
+    TypeName,
     Var,
     Wildcard,
     body_atoms,
@@ -89,8 +91,12 @@ class Alternative:
     why: str = ""
 
 
+SORTS: dict[str, Sort] = {"number": "int", "float": "real"}
+"""The Z3 sort of each numeric declared type (``symbol`` has none)."""
+
+
 def sort_of(type_name: str | None) -> Sort | None:
-    return {"number": "int", "float": "real"}.get(type_name or "")
+    return SORTS.get(type_name or "")
 
 
 def operator_of(func: AggregateFunc) -> str:
@@ -239,12 +245,12 @@ def _value_reuse(
 
 def _value_joins(
     body: Body, positions: tuple[int, ...], inputs: list[Symbol]
-) -> list[tuple[Comparison, tuple[str, str]]]:
+) -> list[tuple[Comparison, tuple[str, TypeName]]]:
     """A recursive value that also occurs in another atom is a filter: F′ yields a value
     only when the input equals that atom's column. Each occurrence becomes a fresh
     auxiliary ``x_rel`` and the constraint ``x = x_rel``."""
     by_name = {s.name: s for s in inputs}
-    joins: list[tuple[Comparison, tuple[str, str]]] = []
+    joins: list[tuple[Comparison, tuple[str, TypeName]]] = []
     for i, literal in enumerate(body.literals):
         if i in positions or not isinstance(literal, Atom):
             continue
@@ -252,7 +258,7 @@ def _value_joins(
             if isinstance(arg, Var) and arg.name in by_name:
                 symbol = by_name[arg.name]
                 fresh = f"{arg.name}_{literal.relation}{len(joins) + 1}"
-                type_ = "number" if symbol.sort == "int" else "float"
+                type_: TypeName = "number" if symbol.sort == "int" else "float"
                 joins.append((Comparison("=", Var(arg.name), Var(fresh)), (fresh, type_)))
     return joins
 
@@ -311,7 +317,7 @@ def _constraints(
     assignments: list[Comparison],
     definitions: dict[str, Expr],
     renames: dict[str, Expr],
-    types: dict[str, str],
+    types: Mapping[str, str],
     counts: frozenset[tuple[str, int]],
 ) -> tuple[Comparison, ...]:
     found: list[Comparison] = []

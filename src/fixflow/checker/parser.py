@@ -103,7 +103,7 @@ def _aggregates_in(node: object) -> list[Aggregate]:
     """Every aggregate inside an expression (the expression itself included)."""
     match node:
         case Aggregate(arg=arg):
-            return [cast(Aggregate, node), *_aggregates_in(arg)]
+            return [node, *_aggregates_in(arg)]
         case BinOp(left=left, right=right):
             return _aggregates_in(left) + _aggregates_in(right)
         case Neg(operand=operand):
@@ -326,10 +326,8 @@ class Parser:
                 bodies.append(self._body())
             after = "expected `,`, `;` or `.` after a body literal"
         else:
-            end = head.span
-            bodies.append(
-                Body((), Span(end.file, end.end_line, end.end_col, end.end_line, end.end_col))
-            )
+            at = head.span
+            bodies.append(Body((), Span(at.file, at.end_line, at.end_col, at.end_line, at.end_col)))
         if self._at(",", ";") and self._at("{", ahead=1):
             self._advance()
         if self._at("{"):
@@ -533,9 +531,14 @@ class Parser:
         minus = self._advance()
         token = self._peek()
         if token.kind in (Kind.INT, Kind.FLOAT):
-            literal = cast(NumberLit | FloatLit, self._primary())
+            literal = self._primary()
+            assert isinstance(literal, NumberLit | FloatLit), "a number token is a literal"
             span = _join(minus.span, literal.span)
-            negative = dataclasses.replace(literal, value=-literal.value, span=span)
+            negative: Expr = (
+                NumberLit(-literal.value, span)
+                if isinstance(literal, NumberLit)
+                else FloatLit(-literal.value, span)
+            )
             return self._check_int_range(negative, token)
         operand = self._unary()
         return Neg(operand, _join(minus.span, operand.span))

@@ -131,13 +131,14 @@ class BodyTypes:
 
     def _call(self, func: str, args: tuple[Expr, ...]) -> TypeName | None:
         arg_types = [self._numeric(a, f"`{func}`") for a in args]
-        if any(t is None for t in arg_types):
+        known = [t for t in arg_types if t is not None]
+        if len(known) < len(arg_types):
             return None
         if func in ("exp", "log"):
             return "float"
         result: TypeName = "number"
-        for t in arg_types:
-            result = join_numeric(result, t)  # type: ignore[arg-type]
+        for t in known:
+            result = join_numeric(result, t)
         return result
 
     # ------------------------------------------------------------ checks
