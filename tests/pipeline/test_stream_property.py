@@ -80,11 +80,11 @@ def engine_mismatches(
     from fixflow.operators.evaluate import evaluate
 
     report = load(program_file.read_text(), str(program_file))
-    program = report.analysis.program  # type: ignore[attr-defined]
+    program = report.analysis.program
     attributes = program.declaration(relation).attributes
     schema = ", ".join(f"{a.name} {SPARK_TYPES[a.type]}" for a in attributes)
     edb = {relation: spark.createDataFrame(sorted(facts), schema=schema)}
-    fresh = evaluate(report, edb, spark)  # type: ignore[arg-type]
+    fresh = evaluate(report, edb, spark)
     problems = {}
     for output in program.outputs:
         rows = [tuple(r) for r in fresh[output].collect()]

@@ -17,8 +17,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fixflow.pipeline.config import Config
+
+if TYPE_CHECKING:  # kafka is imported where used: `fixflow broker status` stays quick
+    from kafka import KafkaAdminClient
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +31,8 @@ LOG_TAIL_LINES = 20
 
 # Children this process started: reaped on stop so they do not linger as zombies.
 _children: dict[int, subprocess.Popen[bytes]] = {}
+# Their log files, for the tail shown when one fails to come up.
+_child_logs: dict[int, Path] = {}
 
 
 class BrokerError(RuntimeError):
@@ -169,10 +175,10 @@ def ensure_topics(config: Config, names: Iterable[str], timeout: float = 10.0) -
         admin.close()
 
 
-def _wait_for_topics(admin: object, names: list[str], timeout: float) -> None:
+def _wait_for_topics(admin: KafkaAdminClient, names: list[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if set(names) <= set(admin.list_topics()):  # type: ignore[attr-defined]
+        if set(names) <= set(admin.list_topics()):
             return
         time.sleep(0.05)
     raise BrokerError(f"topics {names} not visible after {timeout:.0f}s")
@@ -211,14 +217,14 @@ def _spawn(config: Config) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    process.log_path = log_file(config)  # type: ignore[attr-defined]
+    _child_logs[process.pid] = log_file(config)
     _children[process.pid] = process
     pid_file(config).write_text(f"{process.pid}\n", encoding="utf-8")
     return process
 
 
 def _log_of(process: subprocess.Popen[bytes] | None) -> Path | None:
-    return getattr(process, "log_path", None)
+    return _child_logs.get(process.pid) if process is not None else None
 
 
 def _live_pid(config: Config) -> int | None:
@@ -267,6 +273,7 @@ def _reap(pid: int) -> None:
     child = _children.get(pid)
     if child is not None and child.poll() is not None:
         _children.pop(pid, None)
+        _child_logs.pop(pid, None)
 
 
 def reachable(bootstrap_servers: str) -> bool:

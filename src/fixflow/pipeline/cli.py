@@ -9,6 +9,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 COMMANDS: dict[str, str] = {
     "check": "analyze a program and report the MRA condition check",
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _command_module(name: str):  # type: ignore[no-untyped-def]
+def _command_module(name: str) -> ModuleType | None:
     try:
         return importlib.import_module(f"fixflow.pipeline.commands.{name}")
     except ModuleNotFoundError as exc:

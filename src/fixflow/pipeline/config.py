@@ -124,9 +124,7 @@ class Config:
 
 
 SECTIONS: dict[str, type] = {
-    f.name: f.default_factory
-    for f in fields(Config)  # type: ignore[misc]
-    if f.default_factory is not MISSING
+    f.name: type(f.default_factory()) for f in fields(Config) if f.default_factory is not MISSING
 }
 
 

@@ -230,7 +230,7 @@ def validate(
     for record in records.to_pylist():
         relation = _relation_of(record["topic"], topic_prefix)
         attributes = schemas.get(relation) if relation is not None else None
-        if attributes is None:
+        if relation is None or attributes is None:
             inputs = ", ".join(sorted(schemas)) or "none"
             letters.append(
                 Letter(
@@ -247,7 +247,7 @@ def validate(
         if isinstance(parsed, DeadLetter):
             letters.append(Letter(record, parsed))
         else:
-            facts.setdefault(relation, []).append(parsed)  # type: ignore[arg-type]
+            facts.setdefault(relation, []).append(parsed)
     return facts, letters
 
 
@@ -304,7 +304,9 @@ def normalize(
 
 
 def _facts_table(rows: list[tuple[Value, ...]], schema: pa.Schema) -> pa.Table:
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in schema.names]
+    columns: list[Sequence[Value]] = (
+        list(zip(*rows, strict=True)) if rows else [[] for _ in schema.names]
+    )
     return pa.table(
         [pa.array(list(c), f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
     )

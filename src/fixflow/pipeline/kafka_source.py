@@ -122,7 +122,7 @@ def _consumer(bootstrap: str, **overrides: Any) -> Any:
 def _topic_partitions(consumer: Any, topics: Sequence[str]) -> list[Any]:
     from kafka import TopicPartition
 
-    result = []
+    result: list[Any] = []
     for topic in topics:
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:

@@ -12,6 +12,7 @@ import csv
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Literal
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
@@ -59,16 +60,17 @@ def rows_to_arrow(rows: Iterable[Sequence[object]], attributes: Sequence[Attribu
 
 
 def write_table(
-    path: str | Path, table: pa.Table, attributes: Sequence[Attribute], mode: str = "overwrite"
+    path: str | Path,
+    table: pa.Table,
+    attributes: Sequence[Attribute],
+    mode: Literal["overwrite", "append"] = "overwrite",
 ) -> None:
     """Write ``table`` as a Delta table with the exact declared schema."""
-    schema = arrow_schema(attributes)
-    write_deltalake(
-        str(path),
-        table.cast(schema),
-        mode=mode,  # type: ignore[arg-type]
-        schema_mode="overwrite" if mode == "overwrite" else None,
-    )
+    data = table.cast(arrow_schema(attributes))
+    if mode == "overwrite":
+        write_deltalake(str(path), data, mode="overwrite", schema_mode="overwrite")
+    else:
+        write_deltalake(str(path), data, mode="append")
     log.info("wrote %d rows to %s", table.num_rows, path)
 
 

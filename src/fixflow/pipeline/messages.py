@@ -110,7 +110,7 @@ def _parse_object(
                 f"got {_json_type(raw)} {json.dumps(raw)}",
             )
         values.append(typed)
-    return Fact(tuple(values), op)  # type: ignore[arg-type]
+    return Fact(tuple(values), "delete" if op == "delete" else "insert")
 
 
 def coerce_json_value(raw: object, type_name: str) -> Value | None:

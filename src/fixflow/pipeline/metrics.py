@@ -9,8 +9,10 @@ are in seconds. ``start_metrics_server(metrics, port)`` serves ``/metrics`` over
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Literal
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -131,12 +133,12 @@ class Metrics:
 class MetricsServer:
     port: int
     """The port actually bound (useful when asked for port 0 in tests)."""
-    server: object
-    thread: object
+    server: WSGIServer
+    thread: threading.Thread
 
     def stop(self) -> None:
-        self.server.shutdown()  # type: ignore[attr-defined]
-        self.server.server_close()  # type: ignore[attr-defined]
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def serve_configured(metrics: Metrics, port: int) -> MetricsServer | None:

@@ -57,7 +57,7 @@ from fixflow.pipeline.lakehouse import (
     overwrite_rows,
     read_before_batch,
 )
-from fixflow.pipeline.metrics import Metrics
+from fixflow.pipeline.metrics import Metrics, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class ProgramStream:
         self.config = config
         self.program_file = Path(program_file)
         text = self.program_file.read_text(encoding="utf-8")
-        self.report: Report = load(text, str(program_file))  # type: ignore[assignment]
+        self.report: Report = load(text, str(program_file))
         self.program = self.report.analysis.program
         self.lake = ProgramLake.for_program(config.lake.path, self.program_file)
         self.metrics = metrics
@@ -258,7 +258,8 @@ class ProgramStream:
         info = relation_info(self.report, relation)
         attributes = self.report.analysis.schemas[relation]
         keys = [attributes[p] for p in info.key_positions]
-        value = attributes[info.value_pos]  # type: ignore[index]
+        assert info.value_pos is not None, "MRA relations have an aggregated value"
+        value = attributes[info.value_pos]
         schema = arrow_schema((*keys, value, replace(value, name="pending_delta")))
         table = self.maintainer.carried.get(relation)
         if table is None:
@@ -327,8 +328,10 @@ class ProgramStream:
         if report.epoch is not None:
             for stratum in report.epoch.strata:
                 if stratum.strategy != "unchanged":
-                    kind = "bootstrap" if stratum.strategy.startswith("bootstrap") else "update"
-                    self.metrics.choose_strategy(stratum.stratum, kind)  # type: ignore[arg-type]
+                    kind: Strategy = (
+                        "bootstrap" if stratum.strategy.startswith("bootstrap") else "update"
+                    )
+                    self.metrics.choose_strategy(stratum.stratum, kind)
                     self.metrics.rounds.labels(stratum=str(stratum.stratum)).inc(stratum.rounds)
         for relation in self.program.outputs:
             if relation in self.maintainer.relations:

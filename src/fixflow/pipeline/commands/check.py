@@ -39,12 +39,12 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(to_json(None, error.diagnostics), ensure_ascii=False, indent=2))
         print(render_all(error.diagnostics, source), file=sys.stderr)
         return 1
-    diagnostics = list(report.diagnostics)  # type: ignore[attr-defined]
+    diagnostics = list(report.diagnostics)
     warnings = [d for d in diagnostics if d.severity == "warning"]
     if args.json:
-        print(json.dumps(to_json(report, diagnostics), ensure_ascii=False, indent=2))  # type: ignore[arg-type]
+        print(json.dumps(to_json(report, diagnostics), ensure_ascii=False, indent=2))
     else:
-        print(human(report))  # type: ignore[arg-type]
+        print(human(report))
     if warnings:
         print(render_all(warnings, source), file=sys.stderr)
     return 0

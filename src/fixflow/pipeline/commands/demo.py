@@ -15,8 +15,13 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_args
+from fixflow.pipeline.config import Config, ConfigError, add_conf_argument, config_from_args
+
+if TYPE_CHECKING:  # imported where used: Spark and the checker load only when the demo runs
+    from fixflow.checker.ast import Program
+    from fixflow.pipeline.stream import ProgramStream
 
 HELP = "the main job on the embedded default, end to end"
 PROGRAMS = ("sssp", "cc", "pagerank")
@@ -45,10 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 class Demo:
-    def __init__(self, config: object, keep: bool) -> None:
-        from fixflow.pipeline.config import Config
-
-        assert isinstance(config, Config)
+    def __init__(self, config: Config, keep: bool) -> None:
         stamp = time.strftime("%Y%m%d%H%M%S")
         # A fresh topic prefix per run: the embedded broker may still hold an earlier run.
         kafka = dataclasses.replace(config.kafka, topic_prefix=f"demo{stamp}.")
@@ -130,15 +132,15 @@ class Demo:
         result = publish_facts(self.config, "edge", path, delete=delete, program=program)
         say(f"published {what}: {result}")
 
-    def _process(self, streams: dict[str, object], label: str) -> None:
+    def _process(self, streams: dict[str, ProgramStream], label: str) -> None:
         for name, stream in streams.items():
-            before = len(stream.reports)  # type: ignore[attr-defined]
+            before = len(stream.reports)
             started = time.monotonic()
-            query = stream.start(available_now=True)  # type: ignore[attr-defined]
+            query = stream.start(available_now=True)
             query.awaitTermination()
-            stream.settle()  # type: ignore[attr-defined]
+            stream.settle()
             seconds = time.monotonic() - started
-            reports = stream.reports[before:]  # type: ignore[attr-defined]
+            reports = stream.reports[before:]
             strategies = sorted(
                 {
                     s.strategy
@@ -155,7 +157,7 @@ class Demo:
                 f"({sum(r.seconds for r in reports):.1f} s maintaining)"
             )
 
-    def _print_results(self, streams: dict[str, object]) -> None:
+    def _print_results(self, streams: dict[str, ProgramStream]) -> None:
         sssp = _rows(streams["sssp"], "sssp")
         say("")
         say(
@@ -174,10 +176,10 @@ class Demo:
         ranks = sorted(_rows(streams["pagerank"], "rank"), key=lambda r: -r[1])
         say("top PageRank: " + ", ".join(f"{n}:{r:.3f}" for n, r in ranks[:5]))
 
-    def _print_changes(self, streams: dict[str, object]) -> None:
+    def _print_changes(self, streams: dict[str, ProgramStream]) -> None:
         say("")
         for name, stream in streams.items():
-            last = stream.reports[-1] if stream.reports else None  # type: ignore[attr-defined]
+            last = stream.reports[-1] if stream.reports else None
             if last is None or last.epoch is None:
                 say(f"{name}: no change")
                 continue
@@ -196,15 +198,15 @@ class Demo:
                     say(f"  - {_fmt(row)}")
 
 
-def _edge_program(workdir: Path) -> object:
+def _edge_program(workdir: Path) -> Program:
     from fixflow.checker.parser import parse
 
     path = workdir / "demo_sssp.dl"
     return parse(path.read_text(encoding="utf-8"), str(path))
 
 
-def _rows(stream: object, relation: str) -> list[tuple]:
-    return [tuple(r) for r in stream.maintainer.relation(relation).collect()]  # type: ignore[attr-defined]
+def _rows(stream: ProgramStream, relation: str) -> list[tuple]:
+    return [tuple(r) for r in stream.maintainer.relation(relation).collect()]
 
 
 def _fmt(row: tuple) -> str:

@@ -12,8 +12,15 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fixflow.checker.ast import Attribute
+
+if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command needs them
+    import pyarrow as pa
+
+    from fixflow.checker.model import Report
+    from fixflow.operators.evaluate import Progress
 
 HELP = "evaluate a program once over fact files, writing Delta tables"
 ENGINES = ("sync", "async", "hybrid")
@@ -76,17 +83,17 @@ class _ProgressPrinter:
         self.stratum_started: dict[int, float] = {}
         self.last_print = 0.0
 
-    def __call__(self, progress: object) -> None:
+    def __call__(self, progress: Progress) -> None:
         now = time.monotonic()
-        started = self.stratum_started.setdefault(progress.stratum, now)  # type: ignore[attr-defined]
+        started = self.stratum_started.setdefault(progress.stratum, now)
         if now - started < PROGRESS_AFTER_SECONDS or now - self.last_print < PROGRESS_EVERY_SECONDS:
             return
         self.last_print = now
-        measure = progress.measure  # type: ignore[attr-defined]
+        measure = progress.measure
         print(
-            f"  stratum {progress.stratum} ({', '.join(progress.relations)}, "  # type: ignore[attr-defined]
-            f"{progress.strategy}): round {progress.round}, "  # type: ignore[attr-defined]
-            f"{progress.pending} pending" + ("" if measure is None else f", measure {measure:.3g}"),  # type: ignore[attr-defined]
+            f"  stratum {progress.stratum} ({', '.join(progress.relations)}, "
+            f"{progress.strategy}): round {progress.round}, "
+            f"{progress.pending} pending" + ("" if measure is None else f", measure {measure:.3g}"),
             file=sys.stderr,
             flush=True,
         )
@@ -128,13 +135,15 @@ def run(args: argparse.Namespace) -> int:
     return _evaluate_and_write(args, report, inputs)
 
 
-def _evaluate_and_write(args: argparse.Namespace, report: object, inputs: dict) -> int:  # type: ignore[type-arg]
+def _evaluate_and_write(
+    args: argparse.Namespace, report: Report, inputs: dict[str, pa.Table]
+) -> int:
     from fixflow.operators.compiler import relation_struct
     from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
     from fixflow.pipeline.lake import to_arrow, write_csv, write_table
     from fixflow.pipeline.spark import make_session
 
-    analysis = report.analysis  # type: ignore[attr-defined]
+    analysis = report.analysis
     spark = make_session(master=args.master, app_name="fixflow-eval")
     edb = {
         rel: spark.createDataFrame(
@@ -151,7 +160,7 @@ def _evaluate_and_write(args: argparse.Namespace, report: object, inputs: dict) 
     )
     started = time.monotonic()
     try:
-        evaluation = evaluate_with_stats(report, edb, spark, options)  # type: ignore[arg-type]
+        evaluation = evaluate_with_stats(report, edb, spark, options)
     except EvaluationError as exc:
         return _error(str(exc))
     args.output.mkdir(parents=True, exist_ok=True)
@@ -175,10 +184,10 @@ def _evaluate_and_write(args: argparse.Namespace, report: object, inputs: dict) 
     return 0
 
 
-def _result_attributes(report: object, relation: str) -> tuple[Attribute, ...]:
+def _result_attributes(report: Report, relation: str) -> tuple[Attribute, ...]:
     """The declared attributes of a result table: the iteration index is dropped."""
     from fixflow.operators.evaluate import relation_info
 
-    attributes = report.analysis.schemas[relation]  # type: ignore[attr-defined]
-    info = relation_info(report, relation)  # type: ignore[arg-type]
+    attributes = report.analysis.schemas[relation]
+    info = relation_info(report, relation)
     return tuple(a for i, a in enumerate(attributes) if i != info.index_pos)

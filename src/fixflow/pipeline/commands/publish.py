@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_args
+
+if TYPE_CHECKING:  # the parser is imported where used, only with --program
+    from fixflow.checker.ast import Program
 
 HELP = "publish facts from a CSV/TSV file to Kafka"
 
@@ -56,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_program(path: str) -> object:
+def _load_program(path: str) -> Program:
     from fixflow.checker.parser import parse
     from fixflow.pipeline.publish import PublishError
 

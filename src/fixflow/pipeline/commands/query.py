@@ -140,11 +140,13 @@ def _stderr_to(target: BinaryIO) -> Iterator[None]:
 
 def spark_error_message(error: Exception, results: ResultSet) -> str:
     """One line for a failed query; a missing table gets the ambiguity or a list of names."""
+    from pyspark.errors import PySparkException
+
     from fixflow.pipeline.results import explain_missing_table
 
     message = one_line(str(error))
-    if getattr(error, "getCondition", lambda: None)() == "TABLE_OR_VIEW_NOT_FOUND":
-        missing = error.getMessageParameters().get("relationName", "")  # type: ignore[attr-defined]
+    if isinstance(error, PySparkException) and error.getCondition() == "TABLE_OR_VIEW_NOT_FOUND":
+        missing = (error.getMessageParameters() or {}).get("relationName", "")
         return explain_missing_table(missing, results, message)
     return message
 

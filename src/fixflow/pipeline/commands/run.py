@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_args
+from fixflow.pipeline.config import Config, ConfigError, add_conf_argument, config_from_args
 
 HELP = "run the streaming pipeline: Kafka -> incremental maintenance -> Delta"
 
@@ -42,10 +42,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _run(config: object, program: str, available_now: bool) -> int:
+def _run(config: Config, program: str, available_now: bool) -> int:
     from fixflow.pipeline.session import Session
 
-    with Session(config, program) as session:  # type: ignore[arg-type]
+    with Session(config, program) as session:
         print(session.describe())
         session.stream.on_batch = session.print_batch
         query = session.stream.start(available_now=available_now)
