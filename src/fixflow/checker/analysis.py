@@ -35,6 +35,7 @@ from fixflow.checker.ast import (
     body_atoms,
     expr_vars,
 )
+from fixflow.checker.catalog import index_var
 from fixflow.checker.diagnostics import Diagnostic
 from fixflow.checker.model import Analysis, EvalClass, Stratum
 from fixflow.checker.types import BodyTypes, assignment_sides, infer_body
@@ -43,25 +44,6 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- shared helpers
-
-
-def index_var(rule: Rule) -> str | None:
-    """``i`` when the rule is iteration-indexed: aggregate head ``r(i+1, ...)`` with a body
-    atom of ``r`` (PowerLog Programs 2, 4–7)."""
-    head = rule.head
-    if head.aggregate is None or not head.args:
-        return None
-    first = head.args[0]
-    if not (
-        isinstance(first, BinOp)
-        and first.op == "+"
-        and isinstance(first.left, Var)
-        and isinstance(first.right, NumberLit)
-        and first.right.value == 1
-    ):
-        return None
-    recursive = any(a.relation == head.relation for b in rule.bodies for a in body_atoms(b))
-    return first.left.name if recursive else None
 
 
 def bindings(body: Body, pre_bound: Iterable[str] = ()) -> tuple[set[str], list[Comparison]]:

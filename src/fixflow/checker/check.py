@@ -25,6 +25,7 @@ from fixflow.checker.ast import (
     body_atoms,
     expr_vars,
 )
+from fixflow.checker.catalog import build_catalog
 from fixflow.checker.conditions import (
     Alternative,
     Sort,
@@ -550,7 +551,8 @@ def check(analysis: Analysis, budget: smt.Budget = smt.DEFAULT_BUDGET) -> Report
         verdicts += [_verdict(c, outcome) for c in outcome.checks]
         mra.update(outcome.mra)
     verdicts.sort(key=lambda v: (v.rule.span.line, v.rule.span.col))
-    return Report(analysis, tuple(strata), tuple(verdicts), mra, analysis.diagnostics)
+    catalog = build_catalog(analysis, mra)
+    return Report(analysis, tuple(strata), tuple(verdicts), mra, analysis.diagnostics, catalog)
 
 
 __all__ = ["check", "initial_delta", "number_text"]

@@ -19,6 +19,7 @@ from fixflow.checker.ast import (
     Rule,
     Termination,
 )
+from fixflow.checker.catalog import Catalog
 from fixflow.checker.diagnostics import Diagnostic
 
 EvalClass: TypeAlias = Literal["set", "mra", "aggregate-seminaive", "naive"]
@@ -138,6 +139,9 @@ class Report:
     mra: dict[str, MraSpec] = field(default_factory=dict)
     """By relation, for every relation of an ``mra`` stratum."""
     diagnostics: tuple[Diagnostic, ...] = ()
+    catalog: Catalog = field(default_factory=Catalog)
+    """Every relation's attributes, aggregate, key/value/index positions and result schema
+    (``fixflow.checker.catalog``), computed once by ``check``."""
 
     @property
     def errors(self) -> tuple[Diagnostic, ...]:
