@@ -48,12 +48,15 @@ import argparse
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 A, B, C = 0.57, 0.19, 0.19
+_Drawn = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, object]]
+"""src, dst, insertion src, insertion dst, the node ids used, the generator's parameters."""
 SEED = 42
 UPDATES = 100
 SMALL_EDGES = 5_000
@@ -91,7 +94,7 @@ def rmat_batch(rng: np.random.Generator, scale: int, m: int) -> tuple[np.ndarray
     return src, dst
 
 
-def gen_rmat(rng: np.random.Generator, edges: int, n_updates: int) -> tuple:  # type: ignore[type-arg]
+def gen_rmat(rng: np.random.Generator, edges: int, n_updates: int) -> _Drawn:
     scale = max(4, round(math.log2(edges / 16)))
     nv = 1 << scale
     keys_order: list[np.ndarray] = []
@@ -120,7 +123,7 @@ def gen_rmat(rng: np.random.Generator, edges: int, n_updates: int) -> tuple:  # 
     return src, dst, es, ed, ids, {"scale": scale, "a": A, "b": B, "c": C}
 
 
-def gen_grid(rng: np.random.Generator, edges: int, n_updates: int) -> tuple:  # type: ignore[type-arg]
+def gen_grid(rng: np.random.Generator, edges: int, n_updates: int) -> _Drawn:
     keep_frac = 0.9
     side = 2
     while 4 * side * (side - 1) * keep_frac < edges:
@@ -358,13 +361,13 @@ def _write_columns(path: Path, columns: list[np.ndarray]) -> None:
     )
 
 
-def _atomic(path: Path, write: object) -> None:
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Write through a temporary file and rename, so readers never see half a file (two
     benchmark processes may generate the same graph at once)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     if path.suffix == ".npz":  # np.savez appends .npz to a name without it
         tmp = tmp.with_suffix(".tmp.npz")
-    write(tmp)  # type: ignore[operator]
+    write(tmp)
     os.replace(tmp, path)
 
 
