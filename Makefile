@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test test-fast lint typecheck demo bench clean
 
 install: $(STAMP)
 
@@ -17,9 +17,18 @@ $(STAMP): pyproject.toml
 
 lint: install
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 
-test: install lint
+typecheck: install
+	$(BIN)/mypy src
+
+test: install lint typecheck
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The inner loop: no SparkSession, no broker, none of the slowest tests (markers applied
+# in tests/conftest.py). `make test` still runs everything.
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not spark and not kafka and not slow" $(PYTEST_ARGS)
 
 demo: install
 	$(BIN)/fixflow demo
@@ -28,4 +37,4 @@ bench: install
 	$(BIN)/python bench/run_eval_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,13 +1,59 @@
-"""Shared fixtures: one SparkSession for the whole test run (it takes ~8 s to start)."""
+"""Shared fixtures: one SparkSession for the whole test run (it takes ~8 s to start), and
+the markers of the fast inner loop (`make test-fast` runs what is neither `spark`, `kafka`
+nor `slow`).
+
+``spark`` and ``kafka`` are applied here from what a test uses, so a new test is marked
+without anyone remembering to: ``spark`` when it needs the session fixture (directly or
+through other fixtures), ``kafka`` when it needs the broker fixture or its module drives
+`fixflow run` subprocesses (tests/streams/cli.py, live.py). ``slow`` is a list of modules.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+SLOW_MODULES = frozenset(
+    {
+        "tests/operators/test_scale.py",  # graphs checked against scipy (a 500-round SSSP)
+        "tests/operators/test_maintain_property.py",  # hypothesis over incremental updates
+        "tests/pipeline/test_stream_crash.py",  # SIGKILL and restart of `fixflow run`
+        "tests/pipeline/test_stream_property.py",  # hypothesis over the streaming pipeline
+        "tests/pipeline/test_stream_golden.py",  # every stream case through the broker
+    }
+)
+RUNS_FIXFLOW = frozenset({"streams.cli", "streams.live"})
+"""Helper modules that start `fixflow run` (Spark and a broker in a subprocess)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in markers_of(item, config.rootpath):
+            item.add_marker(marker)
+
+
+def markers_of(item: pytest.Item, root: Path) -> list[str]:
+    # fixturenames is the transitive closure: fixtures of fixtures count.
+    fixtures = set(getattr(item, "fixturenames", ()))
+    found = []
+    if "spark" in fixtures:
+        found.append("spark")
+    if "broker" in fixtures or _runs_fixflow(getattr(item, "module", None)):
+        found.append("kafka")
+    if item.path.relative_to(root).as_posix() in SLOW_MODULES:
+        found.append("slow")
+    return found
+
+
+def _runs_fixflow(module: ModuleType | None) -> bool:
+    if module is None:
+        return False
+    return any(getattr(v, "__module__", None) in RUNS_FIXFLOW for v in vars(module).values())
 
 
 @pytest.fixture(scope="session")

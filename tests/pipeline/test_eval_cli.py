@@ -52,6 +52,7 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.spark  # the `fixflow eval` subprocess starts Spark of its own
 def test_eval_writes_delta_tables_and_csv(project: Path) -> None:
     out = project / "out"
     result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", out, "--csv")

@@ -105,6 +105,7 @@ def table_rows(stdout: str) -> list[list[str]]:
 # ---------------------------------------------------------------- fixflow query (Spark)
 
 
+@pytest.mark.spark  # the `fixflow query` subprocess starts Spark of its own
 def test_query_filters_one_programs_relation(lakes: Lakes) -> None:
     done = fixflow(
         "query",
@@ -121,6 +122,7 @@ def test_query_filters_one_programs_relation(lakes: Lakes) -> None:
     assert done.stderr == ""  # Spark's start-up chatter stays out of the terminal
 
 
+@pytest.mark.spark  # the `fixflow query` subprocess starts Spark of its own
 def test_query_with_an_ambiguous_relation_asks_for_program(lakes: Lakes) -> None:
     done = fixflow("query", "SELECT * FROM sssp", "--conf", str(lakes.conf))
     assert done.returncode == 1
@@ -131,6 +133,7 @@ def test_query_with_an_ambiguous_relation_asks_for_program(lakes: Lakes) -> None
     assert "sssp, sssp_v2" in message and "--program" in message
 
 
+@pytest.mark.spark  # the `fixflow query` subprocess starts Spark of its own
 def test_query_sql_error_is_one_line_without_traceback(lakes: Lakes) -> None:
     done = fixflow("query", "SELECT nope FROM tc", "--results", str(lakes.out))
     assert done.returncode == 1
