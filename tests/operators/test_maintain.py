@@ -10,7 +10,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker.model import Report
-from fixflow.operators.evaluate import evaluate, relation_info
+from fixflow.operators.evaluate import evaluate
 from fixflow.operators.maintain import Epoch, Maintainer
 from reference.evaluator import evaluate as oracle
 
@@ -57,7 +57,7 @@ def declared(report: Report, frames: Mapping[str, DataFrame]) -> dict[str, DataF
 def by_key(report: Report, relation: str, rows: set[Row]) -> dict[Row, object]:
     """Rows by key: an aggregate relation's group, a set relation's non-float columns
     (float columns are compared within the tolerance)."""
-    info = relation_info(report, relation)
+    info = report.catalog[relation]
     if info.value_pos is None:
         return {
             tuple(v for v in row if not isinstance(v, float)): tuple(

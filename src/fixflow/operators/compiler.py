@@ -7,9 +7,9 @@ column, other comparisons become filters; ``!p(...)`` becomes an anti-join. Head
 projections cast to the declared types. ``SparkBackend`` runs a plan on DataFrames whose
 relations are stored with positional columns ``c0, c1, ...`` (see ``positional``).
 
-Every strategy (``fixflow.operators.evaluate``, ``fixflow.operators.monotable``) builds
-its round plans with this module; user expressions become Spark Column expressions,
-never evaluated Python.
+Every strategy (``fixflow.operators.strategies``) and every MRA engine
+(``fixflow.operators.engines``) builds its plans with this module; user expressions become
+Spark Column expressions, never evaluated Python.
 """
 
 from __future__ import annotations
@@ -419,31 +419,6 @@ def _assignment_target(
 
 def head_columns(arity: int) -> tuple[str, ...]:
     return tuple(f"h{i}" for i in range(arity))
-
-
-def aggregate_rows(
-    rows: Sequence[Plan], arity: int, position: int, func: str, declared: TypeName
-) -> Plan:
-    """G over the union of head rows of every rule of one relation, grouped by the other
-    head positions, as a plan with columns ``h0..hn``."""
-    union = rows[0] if len(rows) == 1 else Union(tuple(rows), distinct=False)
-    columns = head_columns(arity)
-    keys = tuple(c for i, c in enumerate(columns) if i != position)
-    value = columns[position]
-    func_name = "sum" if func == "count" else func
-    grouped: Plan = Aggregate(union, keys, func_name, value, value, declared)  # type: ignore[arg-type]
-    schema = dict(grouped.schema)
-    outputs = tuple(
-        (c, Cast(Col(c, schema[c]), declared) if c == value else Col(c, schema[c])) for c in columns
-    )
-    return Project(grouped, outputs)
-
-
-def set_rows(rows: Sequence[Plan]) -> Plan:
-    """The distinct union of head rows."""
-    if len(rows) == 1:
-        return Project(rows[0], tuple((n, Col(n, t)) for n, t in rows[0].schema), distinct=True)
-    return Union(tuple(rows), distinct=True)
 
 
 # ---------------------------------------------------------------- plan → Spark

@@ -4,12 +4,13 @@ A ``Maintainer`` owns the current EDB and every IDB relation as cached DataFrame
 epoch takes the batch's net insertions and deletions per EDB relation and brings every
 stratum up to date, stratum by stratum in evaluation order:
 
-- a stratum none of whose inputs changed is left alone;
-- otherwise the cheapest exact method that applies runs (see ``fixflow.operators.update``
-  for the incremental ones); ``bootstrap`` — re-evaluating the stratum from its current
-  inputs — is always available and is the fallback (PPDP'21's elastic switch: when an
-  incremental update runs longer than ``switch_fraction`` × the last bootstrap of that
-  stratum, it is abandoned and the stratum is bootstrapped).
+- a stratum none of whose inputs changed (and with no pending MRA deltas) is left alone;
+- otherwise the first method of ``UPDATES`` (ordered cheapest first; each one's ``applies``
+  and ``run`` live in its class module in ``fixflow.operators.strategies``) that applies
+  runs; the bootstrap — re-evaluating the stratum from its current inputs with
+  ``evaluate.Bootstrap`` — is always available and is the fallback;
+- the elastic switch (PPDP'21): an update still running after ``switch_fraction`` × the
+  last bootstrap of its stratum is abandoned between rounds and the stratum bootstrapped.
 
 Each epoch reports, per output relation, the rows to upsert and the keys to delete so the
 pipeline can commit only changed result rows, and, per stratum, which strategy ran.
@@ -20,36 +21,64 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker import ast
 from fixflow.checker.model import Report, Stratum
-from fixflow.operators import update
-from fixflow.operators.compiler import positional
-from fixflow.operators.evaluate import (
-    ROWS_PER_PARTITION,
+from fixflow.operators.compiler import positional, spark_type
+from fixflow.operators.core import (
     EvalOptions,
-    StratumStats,
-    evaluate_with_stats,
-    relation_info,
+    Frames,
+    StratumRun,
+    partitions_for,
+    round_conf,
     session_conf,
 )
-from fixflow.operators.update import Abandon, Delta, UpdateContext
+from fixflow.operators.engines import engine_for
+from fixflow.operators.engines.base import MraState
+from fixflow.operators.epoch import (
+    Abandon,
+    Delta,
+    Outcome,
+    UpdateContext,
+    changes_between,
+    stored_delta,
+)
+from fixflow.operators.evaluate import Bootstrap, StratumStats
+from fixflow.operators.materialize import Materializer, live_rdds, release_frame
+from fixflow.operators.strategies import aggregate_seminaive, mra, nonrecursive, seminaive
 
 log = logging.getLogger(__name__)
 
-UPDATES = {
-    "delta-rules": update.delta_rules,
-    "affected-groups": update.affected_groups,
-    "seminaive": update.continuation,
-    "mra-improve": update.mra_improve,
-    "continuation": update.continuation,
-    "mra-correction": update.mra_correction,
-}
+
+@dataclass(frozen=True)
+class UpdateMethod:
+    """An incremental update method: its name (``update:<name>`` in reports), when it
+    applies to a stratum's epoch, and how it runs."""
+
+    name: str
+    applies: Callable[[UpdateContext], bool]
+    run: Callable[[UpdateContext], Outcome]
+    resumes: bool = False
+    """It can carry an MRA relation's pending deltas on (async consistency)."""
+
+
+UPDATES: tuple[UpdateMethod, ...] = (
+    UpdateMethod("delta-rules", nonrecursive.delta_rules_applies, nonrecursive.delta_rules),
+    UpdateMethod(
+        "affected-groups", nonrecursive.affected_groups_applies, nonrecursive.affected_groups
+    ),
+    UpdateMethod("seminaive", seminaive.update_applies, seminaive.update),
+    UpdateMethod("continuation", aggregate_seminaive.update_applies, aggregate_seminaive.update),
+    UpdateMethod("mra-improve", mra.improve_applies, mra.improve, resumes=True),
+    UpdateMethod("mra-correction", mra.correction_applies, mra.correction, resumes=True),
+)
+"""Every update method, cheapest first: the first that applies runs."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +103,8 @@ class StratumEpoch:
     rounds: int = 0
     seconds: float = 0.0
     note: str = ""
+    jobs: int = 0
+    """Spark jobs of the stratum's materializations in this epoch."""
 
 
 @dataclass
@@ -104,8 +135,12 @@ class Maintainer:
         round_budget: int | None = None,
     ) -> None:
         self.report = report
+        self.catalog = report.catalog
         self.spark = spark
         self.options = options or EvalOptions()
+        self.engine = engine_for(self.options.engine_options)
+        """The MRA engine, looked up once: it may keep per-relation state across epochs."""
+        self.materializer = Materializer(spark)
         self.switch_fraction = switch_fraction
         if round_budget is not None and round_budget < 1:
             raise ValueError(f"round_budget must be at least 1, not {round_budget}")
@@ -113,12 +148,11 @@ class Maintainer:
         """Async consistency: propagation rounds (at least 1) an incremental MRA update may
         run per epoch, after merging its seed; the deltas still pending are carried into
         the next epoch. None: converge every epoch."""
-        self.carried: dict[str, DataFrame] = {}
-        """MRA relations with pending deltas: their MonoTables (async consistency)."""
-        self.schemas = report.analysis.schemas
+        self.carried: dict[str, MraState] = {}
+        """MRA relations with pending deltas: their engine states (async consistency)."""
         self.outputs = tuple(report.analysis.program.outputs)
         self.frames: dict[str, DataFrame] = {}
-        """Every relation's current rows, positional columns (IDB: index dropped)."""
+        """Every relation's current rows, positional columns (IDB: result rows)."""
         self.published: dict[str, DataFrame] = {}
         """Per output relation, the rows the consumer holds: epochs report changes to it."""
         self.bootstrap_seconds: dict[int, float] = {}
@@ -147,8 +181,8 @@ class Maintainer:
         relation (e.g. the result tables); the next ``apply`` (or ``pending_changes``)
         reports changes relative to it. Without ``published`` the consumer holds nothing."""
         for rel in self._inputs():
-            self.frames[rel] = _store(self._positional_input(rel, edb.get(rel)).distinct())
-            self.edb_rows[rel] = self.frames[rel].count()
+            rows = self._positional_input(rel, edb.get(rel)).distinct()
+            self.frames[rel], self.edb_rows[rel] = self.materializer.keep_counted(rows)
         self.published = dict(published or {})
         return self._bootstrap_all(publish=False)
 
@@ -180,7 +214,7 @@ class Maintainer:
             self.edb_rows[rel] += delta.n_added - delta.n_removed
             # Insert-only (the common case) needs no shuffle of the whole relation.
             kept = self.frames[rel].subtract(delta.removed) if delta.n_removed else old[rel]
-            self.frames[rel] = _store(kept.unionByName(delta.added))
+            self.frames[rel] = self.materializer.keep(kept.unionByName(delta.added))
         if not deltas and not self.carried:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
         if self.whole_program_only:
@@ -195,58 +229,41 @@ class Maintainer:
         return epoch
 
     def relation(self, name: str) -> DataFrame:
-        """The current rows of ``name`` (EDB or IDB), with its declared columns."""
-        return self.frames[name].toDF(*self._declared(name))
+        """The current rows of ``name`` (EDB or IDB), with its result columns."""
+        return self.frames[name].toDF(*(a.name for a in self.catalog[name].result))
+
+    def key_columns(self, relation: str) -> tuple[str, ...]:
+        """Result rows are identified by their group-by columns for an aggregate relation
+        (the aggregated value is updated in place), by all columns for a set relation."""
+        return self.catalog[relation].key_names
 
     # ------------------------------------------------------------ one stratum
 
     def _stratum(
         self, stratum: Stratum, old: dict[str, DataFrame], deltas: dict[str, Delta]
     ) -> StratumEpoch:
-        inputs = _inputs_of(stratum)
-        changed = {r: deltas[r] for r in inputs if r in deltas}
+        changed = {r: deltas[r] for r in _inputs_of(stratum) if r in deltas}
         carried = {r: self.carried[r] for r in stratum.relations if r in self.carried}
         if not changed and not carried:
             return self._unchanged(stratum)
-        started = time.monotonic()
-        method = self._choose(stratum, changed)
-        result: StratumEpoch | None = None
-        note = ""
-        if carried and method not in ("mra-improve", "mra-correction"):
-            method = None  # the bootstrap converges, and the carried deltas go with it
-        if method is not None:
-            budget = self.switch_fraction * self.bootstrap_seconds.get(stratum.index, float("inf"))
-            context = UpdateContext(
-                self.report,
-                stratum,
-                self.spark,
-                dict(self.frames),
-                {r: old[r] for r in changed},
-                changed,
-                started + budget,
-                self.options.max_iterations,
-                carried=carried,
-                round_budget=self.round_budget,
-            )
-            try:
-                with session_conf(self.spark, self._round_conf()):
-                    outcome = UPDATES[method](context)
-                result = self._adopt(stratum, outcome.frames, outcome.deltas, old, deltas)
-                result.strategy, result.rounds = f"update:{method}", outcome.rounds
-                self._carry(stratum, outcome.carried)
-            except Abandon as abandoned:
-                note = f"update:{method} abandoned: {abandoned}"
-                strategy = "bootstrap:switched" if abandoned.switched else "bootstrap"
-            if result is None:
-                result = self._bootstrap_stratum(stratum, old, deltas)
-                result.strategy, result.note = strategy, note
+        started, jobs = time.monotonic(), self.materializer.jobs
+        partitions = self._partitions()
+        with session_conf(self.spark, round_conf(partitions)):
+            ctx = self._context(stratum, partitions, old, changed, carried, started)
+            method = self._choose(ctx)
+            updated = self._update(method, ctx, old, deltas) if method is not None else None
+            if isinstance(updated, StratumEpoch):
+                result = updated
+            else:
+                result = self._bootstrap_stratum(stratum, old, deltas, partitions)
+                if updated is not None and method is not None:  # the update was abandoned
+                    result.strategy = "bootstrap:switched" if updated.switched else "bootstrap"
+                    result.note = f"update:{method.name} abandoned: {updated}"
                 self._carry(stratum, {})
-        else:
-            result = self._bootstrap_stratum(stratum, old, deltas)
-            self._carry(stratum, {})
         if stratum.relations[0] in self.carried:
             result.note = (result.note + "; " if result.note else "") + "deltas pending"
         result.seconds = time.monotonic() - started
+        result.jobs = self.materializer.jobs - jobs
         log.info(
             "epoch %d stratum %d %s: %s, %d round(s), %.3f s%s",
             self.epochs + 1,
@@ -259,67 +276,77 @@ class Maintainer:
         )
         return result
 
-    def _carry(self, stratum: Stratum, left: dict[str, DataFrame]) -> None:
-        """Record which of the stratum's MonoTables still have pending deltas."""
+    def _context(
+        self,
+        stratum: Stratum,
+        partitions: int,
+        old: Mapping[str, DataFrame],
+        changed: dict[str, Delta],
+        carried: dict[str, MraState],
+        started: float,
+    ) -> UpdateContext:
+        frames = Frames(self.spark, self.catalog)
+        frames.full.update(self.frames)
+        run = StratumRun(
+            self.report,
+            stratum,
+            frames,
+            self.materializer,
+            options=self.options,
+            engine=self.engine,
+            partitions=partitions,
+        )
+        budget = self.switch_fraction * self.bootstrap_seconds.get(stratum.index, float("inf"))
+        return UpdateContext(
+            run,
+            {r: old[r] for r in changed},
+            changed,
+            deadline=started + budget,
+            carried=carried,
+            round_budget=self.round_budget,
+        )
+
+    def _choose(self, ctx: UpdateContext) -> UpdateMethod | None:
+        """The cheapest exact update method for this stratum and change, or None."""
+        if any(r in self.options.strategy for r in ctx.relations):
+            return None  # a forced strategy is honoured by re-evaluation
+        if any(e.index_pos is not None for e in ctx.entries()) or ctx.negates_changed():
+            return None  # no method updates an iteration index or under a changed negation
+        for method in UPDATES:
+            # Pending deltas go with a bootstrap (which converges) unless the method
+            # carries them on.
+            if (method.resumes or not ctx.carried) and method.applies(ctx):
+                return method
+        return None
+
+    def _update(
+        self,
+        method: UpdateMethod,
+        ctx: UpdateContext,
+        old: dict[str, DataFrame],
+        deltas: dict[str, Delta],
+    ) -> StratumEpoch | Abandon:
+        """Run ``method``: the stratum's epoch, or why it was abandoned."""
+        try:
+            outcome = method.run(ctx)
+        except Abandon as abandoned:
+            return abandoned
+        result = self._adopt(ctx.stratum, outcome.frames, outcome.deltas, old, deltas)
+        result.strategy, result.rounds = f"update:{method.name}", outcome.rounds
+        self._carry(ctx.stratum, outcome.carried)
+        return result
+
+    def _carry(self, stratum: Stratum, left: dict[str, MraState]) -> None:
+        """Record which of the stratum's MRA relations still have pending deltas."""
         for relation in stratum.relations:
             previous = self.carried.pop(relation, None)
             if previous is not None and previous is not left.get(relation):
-                self._garbage.append(previous)
+                self._garbage.append(previous.rows())
         self.carried.update(left)
 
-    def _choose(self, stratum: Stratum, changed: dict[str, Delta]) -> str | None:
-        """The cheapest exact update method for this stratum and change, or None."""
-        if any(r in self.options.strategy for r in stratum.relations):
-            return None  # a forced strategy is honoured by re-evaluation
-        insert_only = all(d.n_removed == 0 for d in changed.values())
-        negated = any(
-            isinstance(lit, ast.Negation) and lit.atom.relation in changed
-            for rule in stratum.rules
-            for body in rule.bodies
-            for lit in body.literals
-        )
-        infos = [relation_info(self.report, r) for r in stratum.relations]
-        if any(i.index_pos is not None for i in infos) or negated:
-            return None
-        if not stratum.recursive:
-            if insert_only and all(i.aggregate is None for i in infos):
-                return "delta-rules"
-            return "affected-groups" if self._keys_are_variables(stratum) else None
-        aggregates = {i.aggregate for i in infos}
-        if stratum.eval_class == "mra" and aggregates <= {"sum", "count"} and len(infos) == 1:
-            context = UpdateContext(self.report, stratum, self.spark, self.frames, {}, {}, 0.0, 0)
-            context.deltas = changed  # only the counts and current rows are consulted
-            return "mra-correction" if update.correction_applies(context) else None
-        if not insert_only or not aggregates <= {None, "min", "max"}:
-            return None
-        return {
-            "set": "seminaive",
-            "mra": "mra-improve",
-            "aggregate-seminaive": "continuation",
-        }.get(stratum.eval_class or "")
-
-    def _round_conf(self) -> dict[str, str]:
-        """As the engine's rounds: partitions by input size, no adaptive re-planning, and no
-        broadcasts when everything fits one partition (small jobs pay dearly for both)."""
-        default = int(self.spark.conf.get("spark.sql.shuffle.partitions") or 4)
-        rows = sum(self.edb_rows.values())
-        partitions = self.options.partitions or max(1, min(default, -(-rows // ROWS_PER_PARTITION)))
-        conf = {
-            "spark.sql.shuffle.partitions": str(partitions),
-            "spark.sql.adaptive.enabled": "false",
-        }
-        if partitions == 1:
-            conf["spark.sql.autoBroadcastJoinThreshold"] = "-1"
-        return conf
-
-    def _keys_are_variables(self, stratum: Stratum) -> bool:
-        for rule in stratum.rules:
-            info = relation_info(self.report, rule.head.relation)
-            keys = [rule.head.args[i] for i in info.key_positions]
-            names = [k.name for k in keys if isinstance(k, ast.Var)]
-            if len(names) != len(keys) or len(set(names)) != len(names):
-                return False
-        return True
+    def _partitions(self) -> int:
+        """As a bootstrap's rounds: partitions by input size (read outside the rounds)."""
+        return partitions_for(self.spark, self.options.partitions, sum(self.edb_rows.values()))
 
     def _adopt(
         self,
@@ -342,41 +369,51 @@ class Maintainer:
         return StratumEpoch(stratum.index, stratum.relations, "update")
 
     def _bootstrap_stratum(
-        self, stratum: Stratum, old: dict[str, DataFrame], deltas: dict[str, Delta]
+        self,
+        stratum: Stratum,
+        old: dict[str, DataFrame],
+        deltas: dict[str, Delta],
+        partitions: int,
     ) -> StratumEpoch:
         """Re-evaluate one stratum from its current inputs and diff against its old rows."""
-        inputs = _inputs_of(stratum)
-        analysis = replace(
-            self.report.analysis,
-            edb=frozenset(inputs),
-            idb=frozenset(stratum.relations),
-            strata=(stratum,),
-        )
-        sub = replace(self.report, analysis=analysis, strata=(stratum,))
-        frames = {rel: self.frames[rel] for rel in inputs}
-        evaluation = evaluate_with_stats(sub, frames, self.spark, self.options)
-        stats = evaluation.stats[0]
+        driver = self._driver(partitions)
+        driver.frames.full.update({rel: self.frames[rel] for rel in _inputs_of(stratum)})
+        stats = driver.stratum(stratum)
         self.bootstrap_seconds[stratum.index] = stats.seconds
-        new = {rel: _store(self._evaluated(rel, df)) for rel, df in evaluation.relations.items()}
-        changes = {}
-        for rel in stratum.relations:
-            before = self.frames[rel]
-            changes[rel] = update.changes_between(before, new[rel])
+        new = {rel: self.materializer.keep(driver.result(rel)) for rel in stratum.relations}
+        for state in driver.states.values():
+            state.release()  # the results are stored on their own
+        changes = {
+            rel: changes_between(self.materializer, self.frames[rel], new[rel])
+            for rel in stratum.relations
+        }
         self._adopt(stratum, new, changes, old, deltas)
         return self._epoch_of(stats)
+
+    def _driver(self, partitions: int = 1) -> Bootstrap:
+        return Bootstrap(
+            self.report,
+            self.spark,
+            self.options,
+            self.engine,
+            materializer=self.materializer,
+            partitions=partitions,
+        )
 
     # ------------------------------------------------------------ whole program
 
     def _bootstrap_all(self, publish: bool = True) -> Epoch:
         started = time.monotonic()
-        self._garbage += self.carried.values()
+        self._garbage += [state.rows() for state in self.carried.values()]
         self.carried = {}
-        edb = {rel: self.frames[rel] for rel in self._inputs()}
-        evaluation = evaluate_with_stats(self.report, edb, self.spark, self.options)
-        for rel, df in evaluation.relations.items():
+        driver = self._driver()
+        evaluation = driver.run({rel: self.frames[rel] for rel in self._inputs()})
+        for rel in evaluation.relations:
             if rel in self.frames:
                 self._garbage.append(self.frames[rel])
-            self.frames[rel] = _store(self._evaluated(rel, df))
+            self.frames[rel] = self.materializer.keep(driver.result(rel))
+        for state in evaluation.states.values():
+            state.release()  # the results are stored on their own
         epoch = Epoch(strata=[self._epoch_of(s) for s in evaluation.stats])
         epoch.seconds = time.monotonic() - started
         for stratum in epoch.strata:
@@ -397,7 +434,13 @@ class Maintainer:
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
         note = "hit the iteration cap" if stats.capped else ""
         return StratumEpoch(
-            stats.stratum, stats.relations, "bootstrap", stats.rounds, stats.seconds, note
+            stats.stratum,
+            stats.relations,
+            "bootstrap",
+            stats.rounds,
+            stats.seconds,
+            note,
+            stats.jobs,
         )
 
     @staticmethod
@@ -409,31 +452,10 @@ class Maintainer:
     def _inputs(self) -> tuple[str, ...]:
         return tuple(self.report.analysis.program.inputs)
 
-    def _declared(self, relation: str) -> list[str]:
-        names = [a.name for a in self.schemas[relation]]
-        if relation in self.report.analysis.idb:
-            info = relation_info(self.report, relation)
-            return [n for i, n in enumerate(names) if i != info.index_pos]
-        return names
-
-    def _evaluated(self, relation: str, frame: DataFrame) -> DataFrame:
-        """An evaluated relation in positional columns. A group-less aggregate over no
-        bindings has no row (docs and oracle); Spark's global aggregate yields a null one."""
-        frame = frame.toDF(*(positional(i) for i in range(len(frame.columns))))
-        info = relation_info(self.report, relation)
-        if info.value_pos is not None and not self.key_columns(relation):
-            value = info.value_pos - (1 if info.index_pos is not None else 0)
-            frame = frame.where(F.col(positional(value)).isNotNull())
-        return frame
-
     def _reads_indexed_relation(self) -> bool:
         """A stratum reading another stratum's iteration-indexed relation needs its index
         column, which results drop: such programs are only re-evaluated as a whole."""
-        indexed = {
-            rel
-            for rel in self.report.analysis.idb
-            if relation_info(self.report, rel).index_pos is not None
-        }
+        indexed = self.catalog.indexed
         return any(rel in indexed for s in self.report.strata for rel in _inputs_of(s))
 
     def _edb_delta(
@@ -447,30 +469,22 @@ class Maintainer:
         removed = self._positional_input(relation, deletes)
         if deletes is not None:
             removed = removed.distinct().join(current, columns, "left_semi")
-        return update.stored_delta(added, removed)
+        return stored_delta(self.materializer, added, removed)
 
     def _positional_input(self, relation: str, frame: DataFrame | None) -> DataFrame:
-        conformed = self._conform(relation, frame)
-        return conformed.toDF(*(positional(i) for i in range(len(conformed.columns))))
-
-    def _conform(self, relation: str, frame: DataFrame | None) -> DataFrame:
-        """``frame`` with exactly the relation's declared columns and types (empty if None)."""
-        from fixflow.operators.compiler import spark_type
-
-        attributes = self.schemas[relation]
+        """``frame`` with exactly the relation's declared columns and types (empty if None),
+        in positional columns."""
+        attributes = self.catalog[relation].attributes
         if frame is None:
-            from pyspark.sql.types import StructField, StructType
-
-            schema = StructType([StructField(a.name, spark_type(a.type), True) for a in attributes])
-            return self.spark.createDataFrame([], schema)
-        return frame.select(*(F.col(a.name).cast(spark_type(a.type)) for a in attributes))
-
-    def key_columns(self, relation: str) -> tuple[str, ...]:
-        """Result rows are identified by their group-by columns for an aggregate relation
-        (the aggregated value is updated in place), by all columns for a set relation."""
-        info = relation_info(self.report, relation)
-        return tuple(
-            name for i, name in enumerate(info.names) if i not in (info.index_pos, info.value_pos)
+            fields = [
+                StructField(positional(i), spark_type(a.type)) for i, a in enumerate(attributes)
+            ]
+            return self.spark.createDataFrame([], StructType(fields))
+        return frame.select(
+            *(
+                F.col(a.name).cast(spark_type(a.type)).alias(positional(i))
+                for i, a in enumerate(attributes)
+            )
         )
 
     def _diff(self, relation: str, old: DataFrame | None, new: DataFrame) -> RelationChange:
@@ -485,13 +499,9 @@ class Maintainer:
     def _collect_garbage(self) -> None:
         """Free the blocks of the previous epoch's replaced rows and deltas. Deferred to the
         next epoch: the consumer evaluates the reported changes, which read them."""
-        live = set()
-        for frame in [*self.frames.values(), *self.carried.values()]:
-            rdd = update.checkpoint_rdd(frame)
-            if rdd is not None:
-                live.add(rdd.id())  # type: ignore[attr-defined]
+        live = live_rdds([*self.frames.values(), *(s.rows() for s in self.carried.values())])
         for frame in self._garbage:
-            update.release(frame, keep=live)
+            release_frame(frame, live)
         self._garbage = []
 
 
@@ -502,12 +512,8 @@ def _inputs_of(stratum: Stratum) -> list[str]:
         for body in rule.bodies:
             for lit in body.literals:
                 atom = lit.atom if isinstance(lit, ast.Negation) else lit
-                outside = isinstance(atom, ast.Atom) and atom.relation not in stratum.relations
-                if outside and atom.relation not in names:  # type: ignore[union-attr]
-                    names.append(atom.relation)  # type: ignore[union-attr]
+                if not isinstance(atom, ast.Atom) or atom.relation in stratum.relations:
+                    continue
+                if atom.relation not in names:
+                    names.append(atom.relation)
     return names
-
-
-def _store(frame: DataFrame) -> DataFrame:
-    # A local checkpoint cuts the lineage: epochs must not grow the plan without bound.
-    return frame.localCheckpoint(eager=True)

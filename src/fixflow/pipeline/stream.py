@@ -35,11 +35,11 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
-from fixflow.operators.evaluate import EvalOptions, Progress, relation_info
+from fixflow.operators.engines.base import BufferOptions, EngineOptions
+from fixflow.operators.evaluate import EvalOptions, Progress
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.ingest import (
@@ -88,6 +88,19 @@ class BatchReport:
         return self.finished_at - self.seconds
 
 
+def engine_options(config: Config) -> EngineOptions:
+    """The MRA engine's options from ``[engine]`` and ``[buffer]``."""
+    engine, buffer = config.engine, config.buffer
+    return EngineOptions(
+        mode=engine.mode,
+        shards=engine.shards,
+        priority=engine.priority,
+        schedule_portion=engine.schedule_portion,
+        check_interval_ms=engine.check_interval_ms,
+        buffer=BufferOptions(buffer.initial, buffer.interval_ms, buffer.alpha, buffer.r),
+    )
+
+
 class ProgramStream:
     """One program's streaming state: the checked program, its lake and its maintainer."""
 
@@ -108,7 +121,11 @@ class ProgramStream:
         self.lake = ProgramLake.for_program(config.lake.path, self.program_file)
         self.metrics = metrics
         self.on_batch = on_batch
-        options = EvalOptions(max_iterations=config.engine.max_iterations, progress=self._on_round)
+        options = EvalOptions(
+            max_iterations=config.engine.max_iterations,
+            engine_options=engine_options(config),
+            progress=self._on_round,
+        )
         self.async_mode = config.stream.consistency == "async"
         self.maintainer = Maintainer(
             self.report,
@@ -197,9 +214,7 @@ class ProgramStream:
 
     def result_schema(self, relation: str) -> pa.Schema:
         """A result table's schema: the declared attributes, minus any iteration index."""
-        info = relation_info(self.report, relation)
-        attributes = self.report.analysis.schemas[relation]
-        return arrow_schema(tuple(a for i, a in enumerate(attributes) if i != info.index_pos))
+        return arrow_schema(self.report.catalog[relation].result)
 
     def ensure_result_tables(self) -> None:
         """Empty result tables with exactly the output relations' schemas, so analysts can
@@ -255,20 +270,16 @@ class ProgramStream:
             self._state_rows[relation] = rows.num_rows
 
     def _pending_rows(self, relation: str) -> pa.Table:
-        info = relation_info(self.report, relation)
-        attributes = self.report.analysis.schemas[relation]
-        keys = [attributes[p] for p in info.key_positions]
-        assert info.value_pos is not None, "MRA relations have an aggregated value"
-        value = attributes[info.value_pos]
+        entry = self.report.catalog[relation]
+        keys = [entry.attributes[p] for p in entry.key_positions]
+        assert entry.value_pos is not None, "MRA relations have an aggregated value"
+        value = entry.attributes[entry.value_pos]
         schema = arrow_schema((*keys, value, replace(value, name="pending_delta")))
-        table = self.maintainer.carried.get(relation)
-        if table is None:
+        state = self.maintainer.carried.get(relation)
+        if state is None:
             return schema.empty_table()
-        frame = table.where("delta is not null").select(
-            *(F.col(f"k{j}").alias(a.name) for j, a in enumerate(keys)),
-            F.col("acc").alias(value.name),
-            F.col("delta").alias("pending_delta"),
-        )
+        rows = state.pending_rows().toDF(*entry.names, "pending_delta")
+        frame = rows.select(*(a.name for a in keys), value.name, "pending_delta")
         return _to_arrow(frame, schema)
 
     # ------------------------------------------------------------ async: between batches
@@ -339,7 +350,7 @@ class ProgramStream:
                 self.metrics.result_rows.labels(relation=relation).set(rows)
 
     def adapt_batch_size(self, report: BatchReport, lag: int) -> int:
-        """PowerLog's β rule on the per-trigger record limit (DESIGN §3.3).
+        """PowerLog's β rule on the per-trigger record limit (docs/architecture.md §4).
 
         The arrival rate |B|/ΔT is what arrived since the previous batch ended (the batch's
         records plus the growth of the backlog) over that wall time; τ is what one batch

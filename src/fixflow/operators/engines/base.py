@@ -105,6 +105,12 @@ class MraState(Protocol):
         """Free the Spark blocks holding this state."""
         ...
 
+    @property
+    def frame(self) -> DataFrame:
+        """The engine's physical table, for inspection (tests, debugging) only: its columns
+        are the engine's own."""
+        ...
+
 
 @dataclass
 class MraOutcome:

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from fixflow.checker import ast
 from fixflow.checker.model import MraSpec
@@ -119,6 +120,15 @@ class MraProgram:
         return Project(plan, tuple(self._head_outputs(rule_head.args, compiled.types)))
 
     # ------------------------------------------------------------ Spark
+
+    def candidates(self, rows: DataFrame) -> DataFrame:
+        """Seed candidates ``k0.., v`` (``MraEngine.resume``) from positional relation rows
+        whose value column holds the candidate value (min/max) or the correction (sum)."""
+        keys = zip(self.keys, self.spec.key_positions, strict=True)
+        return rows.select(
+            *(F.col(positional(p)).alias(k) for k, p in keys),
+            F.col(positional(self.spec.value_pos)).alias("v"),
+        )
 
     def aux_frames(self, backend: SparkBackend, partitions: int) -> dict[str, DataFrame]:
         """Each body's auxiliary side, positional columns ``c0..``, deduplicated,

@@ -139,6 +139,7 @@ def _evaluate_and_write(
     args: argparse.Namespace, report: Report, inputs: dict[str, pa.Table]
 ) -> int:
     from fixflow.operators.compiler import relation_struct
+    from fixflow.operators.engines.base import EngineOptions
     from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
     from fixflow.pipeline.lake import to_arrow, write_csv, write_table
     from fixflow.pipeline.spark import make_session
@@ -154,7 +155,7 @@ def _evaluate_and_write(
     }
     options = EvalOptions(
         max_iterations=args.max_iterations,
-        engine=args.engine,
+        engine_options=EngineOptions(mode=args.engine),
         partitions=args.partitions,
         progress=_ProgressPrinter(),
     )
@@ -186,8 +187,4 @@ def _evaluate_and_write(
 
 def _result_attributes(report: Report, relation: str) -> tuple[Attribute, ...]:
     """The declared attributes of a result table: the iteration index is dropped."""
-    from fixflow.operators.evaluate import relation_info
-
-    attributes = report.analysis.schemas[relation]
-    info = relation_info(report, relation)
-    return tuple(a for i, a in enumerate(attributes) if i != info.index_pos)
+    return report.catalog[relation].result

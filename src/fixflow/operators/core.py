@@ -1,0 +1,441 @@
+"""The core every evaluation class shares, bootstrap and update alike.
+
+A ``StratumRun`` is one stratum being bootstrapped (``fixflow.operators.evaluate``) or
+updated (``fixflow.operators.epoch.UpdateContext``, a ``StratumRun`` with the epoch's
+changes). It holds the stratum's rules, the ``Frames`` its plans read and write, the
+``Materializer`` that counts its jobs, the MRA engine, and offers the few operations every
+strategy in ``fixflow.operators.strategies`` is built from:
+
+- ``rule_rows``: one rule body's head rows as a plan (columns ``h0..``), any atom reading
+  another version or stored name of its relation;
+- ``combine``: G over the head rows of a relation's rules (or their distinct union), run
+  on Spark, in positional columns;
+- ``round``: called after every round (progress for a bootstrap, the elastic deadline for
+  an update).
+
+Also here: the session settings of rounds (``round_conf``), the min/max "improves" test
+(``improves``), the termination clause's measure, and the conversion of relation rows to
+result rows (``result_rows``, via the catalog's ``result_positions``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from fixflow.checker import ast
+from fixflow.checker.catalog import Catalog, RelationEntry, index_var
+from fixflow.checker.model import EvalClass, MraSpec, Report, Stratum
+from fixflow.operators.compiler import (
+    RuleCompiler,
+    SparkBackend,
+    column_name,
+    head_columns,
+    positional,
+    relation_struct,
+    spark_type,
+)
+from fixflow.operators.engines.base import EngineEnv, EngineOptions, MraEngine, MraState, RoundInfo
+from fixflow.operators.materialize import Materializer
+from fixflow.operators.plan import (
+    Aggregate,
+    Cast,
+    Col,
+    Const,
+    Plan,
+    Project,
+    Union,
+    Unit,
+    Version,
+)
+
+ROWS_PER_PARTITION = 250_000
+"""Input rows per partition when choosing the number of partitions automatically."""
+COMPACT_EVERY = 8
+"""Semi-naive rounds between materializations of the (lazily merged) full relations."""
+
+
+class EvaluationError(Exception):
+    """A program the engine cannot run (e.g. an unsupported shape)."""
+
+
+def strategy_of(stratum: Stratum, forced: Mapping[str, EvalClass]) -> str:
+    """How a stratum is evaluated: a strategy forced for one of its relations, else
+    ``nonrecursive`` or the checker's evaluation class."""
+    chosen = {forced[r] for r in stratum.relations if r in forced}
+    if chosen:
+        return chosen.pop()
+    if not stratum.recursive:
+        return "nonrecursive"
+    return stratum.eval_class or "naive"
+
+
+@dataclass
+class EvalOptions:
+    max_iterations: int = 1000
+    """Round cap of every recursive stratum; hitting it logs a warning and is reported."""
+    engine_options: EngineOptions = field(default_factory=EngineOptions)
+    """The MRA engine and its knobs (``[engine]``, ``[buffer]``)."""
+    partitions: int | None = None
+    """Partitions of MonoTables and auxiliary tables (default: spark.sql.shuffle.partitions)."""
+    progress: Callable[[Progress], None] | None = None
+    strategy: Mapping[str, EvalClass] = field(default_factory=dict)
+    """Force a strategy for the stratum holding a relation (tests compare MRA and naive)."""
+    witness: bool = False
+    """Keep, for min/max MRA relations, the key of the predecessor that gave each value:
+    what deleting by retraction needs. Off by default because it costs a second aggregate
+    per round and nothing reads it yet (deletions re-evaluate)."""
+
+    @property
+    def engine(self) -> str:
+        """The MRA engine's mode."""
+        return self.engine_options.mode
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One round of one stratum, for progress reporting."""
+
+    stratum: int
+    relations: tuple[str, ...]
+    strategy: str
+    round: int
+    pending: int
+    measure: float | None = None
+
+
+# ---------------------------------------------------------------- session settings
+
+
+def partitions_for(spark: SparkSession, requested: int | None, rows: int) -> int:
+    """Shuffle partitions of a run: as requested, else Spark's default capped by the input
+    size (``ROWS_PER_PARTITION``). Read outside ``session_conf``."""
+    if requested:
+        return requested
+    default = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    return max(1, min(default, -(-rows // ROWS_PER_PARTITION)))
+
+
+def round_conf(partitions: int) -> dict[str, str]:
+    """Session settings while rounds run: small per-round jobs pay dearly for adaptive
+    re-planning and for broadcasting tiny tables, so both go when data is small."""
+    conf = {
+        "spark.sql.shuffle.partitions": str(partitions),
+        "spark.sql.adaptive.enabled": "false",
+    }
+    if partitions == 1:
+        conf["spark.sql.autoBroadcastJoinThreshold"] = "-1"
+    return conf
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set runtime SQL settings for the duration of a run, then restore them."""
+    previous = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+# ---------------------------------------------------------------- termination
+
+
+def constant_value(expr: ast.Expr) -> float:
+    """The value of a constant expression (a termination bound such as ``1e-6``)."""
+    match expr:
+        case ast.NumberLit(value=value) | ast.FloatLit(value=value):
+            return float(value)
+        case ast.Neg(operand=operand):
+            return -constant_value(operand)
+        case ast.BinOp(op=op, left=left, right=right):
+            a, b = constant_value(left), constant_value(right)
+            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else float("inf")}[op]
+    raise ValueError(f"termination bound is not a constant: {expr!r}")
+
+
+def clause_holds(termination: ast.Termination, measure: float) -> bool:
+    bound = constant_value(termination.bound)
+    return {
+        "<": measure < bound,
+        "<=": measure <= bound,
+        ">": measure > bound,
+        ">=": measure >= bound,
+        "=": measure == bound,
+        "!=": measure != bound,
+    }[termination.op]
+
+
+def measure_column(func: str, change: Column) -> Column:
+    """The termination clause's aggregate over the round's |Δ| of every key."""
+    value = F.coalesce(change, F.lit(0.0))
+    match func:
+        case "sum":
+            return F.coalesce(F.sum(value), F.lit(0.0))
+        case "max":
+            return F.coalesce(F.max(value), F.lit(0.0))
+        case "min":
+            return F.coalesce(F.min(value), F.lit(0.0))
+        case "count":
+            return F.count(F.when(value != 0, 1)).cast("double")
+        case _:
+            return F.coalesce(F.avg(value), F.lit(0.0))
+
+
+# ---------------------------------------------------------------- G
+
+
+def improves(g: str, new: Column, old: Column) -> Column:
+    """The one "keep only improved" test: ``new`` is a better ``g`` (min/max) than ``old``."""
+    return new < old if g == "min" else new > old
+
+
+def combine_plan(entry: RelationEntry, rows: Sequence[Plan]) -> Plan:
+    """G over the head rows (``h0..``) of every rule body of a relation, grouped by the
+    other head positions; the distinct union for a set relation."""
+    if entry.aggregate is None or entry.value_pos is None:
+        if len(rows) == 1:
+            copied = tuple((n, Col(n, t)) for n, t in rows[0].schema)
+            return Project(rows[0], copied, distinct=True)
+        return Union(tuple(rows), distinct=True)
+    union = rows[0] if len(rows) == 1 else Union(tuple(rows), distinct=False)
+    columns = head_columns(len(entry.attributes))
+    value = columns[entry.value_pos]
+    keys = tuple(c for c in columns if c != value)
+    declared = entry.types[entry.value_pos]
+    func = "sum" if entry.aggregate == "count" else entry.aggregate
+    grouped = Aggregate(union, keys, func, value, value, "float" if func == "mean" else declared)
+    schema = dict(grouped.schema)
+    outputs = tuple(
+        (c, Cast(Col(c, schema[c]), declared) if c == value else Col(c, schema[c])) for c in columns
+    )
+    return Project(grouped, outputs)
+
+
+def rule_rows(
+    catalog: Catalog,
+    rule: ast.Rule,
+    body: ast.Body,
+    *,
+    recursive: bool,
+    versions: Mapping[int, Version] | None = None,
+    relation_of: Mapping[int, str] | None = None,
+    start: tuple[Plan, Mapping[str, ast.TypeName]] | None = None,
+    iteration: int | None = None,
+) -> Plan:
+    """Head rows ``h0..hn`` of one body (aggregate position: the contributed value).
+
+    ``versions`` and ``relation_of`` make atoms (by literal index) read another version or
+    another stored name of their relation; ``start`` is a plan the body is joined onto;
+    ``iteration`` binds the index variable of an iteration-indexed head."""
+    compiler = RuleCompiler(catalog.types)
+    variable = index_var(rule)
+    if iteration is not None and variable is not None:
+        seed = Project(Unit(), ((variable, Const(iteration, "number")),))
+        start = (seed, {variable: "number"})
+    compiled = compiler.body(body, versions, start=start, relation_of=relation_of)
+    entry = catalog[rule.head.relation]
+    return compiler.head(
+        rule, compiled, entry.types, aggregated=entry.aggregate is not None, recursive=recursive
+    )
+
+
+def result_rows(entry: RelationEntry, frame: DataFrame) -> DataFrame:
+    """A relation's positional rows as positional result rows (iteration index dropped)."""
+    return frame.select(
+        *(F.col(positional(p)).alias(positional(i)) for i, p in enumerate(entry.result_positions))
+    )
+
+
+# ---------------------------------------------------------------- frames
+
+
+class Frames:
+    """The DataFrames a run reads and writes, in positional columns ``c0..``.
+
+    ``full``: every relation's current rows; ``delta``: a round's new rows of a stratum
+    relation (what ``Scan(relation, "delta")`` reads); ``named``: frames under derived
+    names (an update's ``R@add``, ``R@del``, ``R@old``), read through ``relation_of``."""
+
+    def __init__(self, spark: SparkSession, catalog: Catalog) -> None:
+        self.spark = spark
+        self.catalog = catalog
+        self.full: dict[str, DataFrame] = {}
+        self.delta: dict[str, DataFrame] = {}
+        self.named: dict[str, DataFrame] = {}
+        self._empty: dict[str, DataFrame] = {}
+
+    def source(self, relation: str, version: Version) -> DataFrame:
+        if version == "aux":
+            raise KeyError(f"`{relation}`: auxiliary tables belong to an MRA engine")
+        table = self.delta if version == "delta" else self.full
+        frame = self.named.get(relation) if version == "full" else None
+        if frame is None:
+            frame = table.get(relation)
+        return frame if frame is not None else self.empty(relation)
+
+    def empty(self, relation: str) -> DataFrame:
+        if relation not in self._empty:
+            struct = relation_struct(self.catalog[relation].types)
+            self._empty[relation] = self.spark.createDataFrame([], struct)
+        return self._empty[relation]
+
+
+# ---------------------------------------------------------------- one stratum
+
+
+@dataclass
+class Bootstrapped:
+    """What bootstrapping a stratum did."""
+
+    rounds: int
+    capped: bool = False
+    states: dict[str, MraState] = field(default_factory=dict)
+    """The MRA engine's state of each MRA relation."""
+
+
+class StratumRun:
+    """One stratum being bootstrapped or updated, and the Spark plumbing for it."""
+
+    def __init__(
+        self,
+        report: Report,
+        stratum: Stratum,
+        frames: Frames,
+        materializer: Materializer,
+        *,
+        options: EvalOptions,
+        engine: MraEngine,
+        partitions: int,
+        on_round: Callable[[RoundInfo], None] | None = None,
+    ) -> None:
+        self.report = report
+        self.catalog = report.catalog
+        self.stratum = stratum
+        self.spark = frames.spark
+        self.frames = frames
+        self.materializer = materializer
+        self.options = options
+        self.engine = engine
+        self.partitions = partitions
+        self.strategy = strategy_of(stratum, options.strategy)
+        """The evaluation class this run follows (forced or the checker's)."""
+        self._on_round = on_round
+        self.backend = SparkBackend(self.spark, frames.source)
+
+    @property
+    def max_iterations(self) -> int:
+        return self.options.max_iterations
+
+    @property
+    def relations(self) -> tuple[str, ...]:
+        return self.stratum.relations
+
+    def entry(self, relation: str) -> RelationEntry:
+        return self.catalog[relation]
+
+    def entries(self) -> list[RelationEntry]:
+        return [self.catalog[r] for r in self.stratum.relations]
+
+    def mra_spec(self) -> MraSpec | None:
+        """The spec of the stratum's one MRA relation; None when the MRA engine cannot run
+        the stratum (several relations, or no spec)."""
+        if len(self.stratum.relations) != 1:
+            return None
+        return self.report.mra.get(self.stratum.relations[0])
+
+    def rules(self, relation: str) -> list[ast.Rule]:
+        return [r for r in self.stratum.rules if r.head.relation == relation]
+
+    def occurrences(self, body: ast.Body) -> list[int]:
+        """Literal indexes of the body's atoms over a relation of this stratum."""
+        return atoms_over(body, set(self.stratum.relations))
+
+    def rule_rows(
+        self,
+        rule: ast.Rule,
+        body: ast.Body,
+        *,
+        versions: Mapping[int, Version] | None = None,
+        relation_of: Mapping[int, str] | None = None,
+        start: tuple[Plan, Mapping[str, ast.TypeName]] | None = None,
+        iteration: int | None = None,
+    ) -> Plan:
+        return rule_rows(
+            self.catalog,
+            rule,
+            body,
+            recursive=self.stratum.recursive,
+            versions=versions,
+            relation_of=relation_of,
+            start=start,
+            iteration=iteration,
+        )
+
+    def combine(self, relation: str, rows: Sequence[Plan]) -> DataFrame:
+        """G over head rows (distinct union for a set relation), positional columns. An
+        aggregate without a group over no bindings is no row (Spark's global aggregate
+        would yield a null one)."""
+        entry = self.catalog[relation]
+        if not rows:
+            return self.frames.empty(relation)
+        frame = self.head_rows(relation, combine_plan(entry, rows))
+        if entry.value_pos is not None and not entry.key_positions:
+            frame = frame.where(F.col(positional(entry.value_pos)).isNotNull())
+        return frame
+
+    def head_rows(self, relation: str, plan: Plan) -> DataFrame:
+        """A plan of head rows ``h0..`` run, in the relation's positional columns."""
+        types = self.catalog[relation].types
+        heads = head_columns(len(types))
+        return self.backend.run(plan).select(
+            *(
+                F.col(column_name(h)).cast(spark_type(t)).alias(positional(i))
+                for i, (h, t) in enumerate(zip(heads, types, strict=True))
+            )
+        )
+
+    def derive(
+        self, relation: str, rules: Sequence[ast.Rule] | None = None, iteration: int | None = None
+    ) -> DataFrame:
+        """G over every body of ``rules`` (default: all the relation's rules), full inputs."""
+        chosen = self.rules(relation) if rules is None else rules
+        rows = [self.rule_rows(r, b, iteration=iteration) for r in chosen for b in r.bodies]
+        return self.combine(relation, rows)
+
+    def keep(self, frame: DataFrame) -> DataFrame:
+        return self.materializer.keep(frame)
+
+    def round(self, info: RoundInfo) -> None:
+        """After every round: progress (bootstrap) or the deadline (update)."""
+        if self._on_round is not None:
+            self._on_round(info)
+
+    def engine_env(self) -> EngineEnv:
+        return EngineEnv(
+            self.spark,
+            self.frames.source,
+            self.materializer,
+            self.partitions,
+            self.options.witness,
+            self.options.engine_options,
+        )
+
+
+def atoms_over(body: ast.Body, relations: Mapping[str, object] | set[str]) -> list[int]:
+    """Literal indexes of the body's positive atoms over one of ``relations``."""
+    return [
+        i
+        for i, lit in enumerate(body.literals)
+        if isinstance(lit, ast.Atom) and lit.relation in relations
+    ]

@@ -1,0 +1,209 @@
+"""One epoch's changes, and the context an incremental update runs in.
+
+An epoch takes a micro-batch's net changes of the EDB (``Delta``: added and removed rows)
+and brings every stratum up to date. An update method (one per evaluation class, in
+``fixflow.operators.strategies``) gets an ``UpdateContext``: a ``StratumRun`` whose frames
+are the current rows (the stratum's inputs already new, its own relations still old), plus
+the changes of the stratum's inputs, readable by rule bodies under derived names:
+
+- ``R`` the current (new) rows, ``R@old`` the rows before the epoch,
+  ``R@add`` / ``R@del`` the epoch's added / removed rows.
+
+It returns an ``Outcome`` (the stratum relations' new rows and their changes) or raises
+``Abandon``: between rounds once the elastic switch's deadline has passed, or when it finds
+its method does not apply after all; the Maintainer then bootstraps the stratum.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from fixflow.checker import ast
+from fixflow.operators.compiler import positional, spark_type
+from fixflow.operators.core import StratumRun, atoms_over
+from fixflow.operators.engines.base import MraState, RoundInfo
+from fixflow.operators.materialize import Materializer
+from fixflow.operators.plan import Plan
+
+
+class Abandon(Exception):
+    """The update gives up: the stratum is bootstrapped instead. ``switched``: because it
+    ran past the elastic switch's budget (not because its method did not apply)."""
+
+    def __init__(self, reason: str, switched: bool = False) -> None:
+        super().__init__(reason)
+        self.switched = switched
+
+
+@dataclass
+class Delta:
+    """One relation's change in this epoch (positional columns, materialized)."""
+
+    added: DataFrame
+    removed: DataFrame
+    n_added: int
+    n_removed: int
+
+    @property
+    def empty(self) -> bool:
+        return self.n_added == 0 and self.n_removed == 0
+
+    @property
+    def frames(self) -> tuple[DataFrame, DataFrame]:
+        return (self.added, self.removed)
+
+
+def stored_delta(materializer: Materializer, added: DataFrame, removed: DataFrame) -> Delta:
+    """A ``Delta`` of ``added`` and ``removed`` rows, each materialized and counted."""
+    added, n_added = materializer.keep_counted(added)
+    removed, n_removed = materializer.keep_counted(removed)
+    return Delta(added, removed, n_added, n_removed)
+
+
+def changes_between(materializer: Materializer, old: DataFrame, new: DataFrame) -> Delta:
+    """Rows only in ``new`` (added) and only in ``old`` (removed), materialized."""
+    return stored_delta(materializer, new.subtract(old), old.subtract(new))
+
+
+@dataclass
+class Outcome:
+    frames: dict[str, DataFrame]
+    """New rows of every stratum relation."""
+    deltas: dict[str, Delta]
+    rounds: int = 1
+    note: str = ""
+    carried: dict[str, MraState] = field(default_factory=dict)
+    """MRA states left with pending deltas because the round budget ran out."""
+
+
+class UpdateContext(StratumRun):
+    """A ``StratumRun`` for an incremental update of one stratum in one epoch."""
+
+    def __init__(
+        self,
+        run: StratumRun,
+        old: Mapping[str, DataFrame],
+        deltas: Mapping[str, Delta],
+        *,
+        deadline: float,
+        carried: Mapping[str, MraState] | None = None,
+        round_budget: int | None = None,
+    ) -> None:
+        super().__init__(
+            run.report,
+            run.stratum,
+            run.frames,
+            run.materializer,
+            options=run.options,
+            engine=run.engine,
+            partitions=run.partitions,
+        )
+        self.old = dict(old)
+        """Rows before the epoch of every changed input."""
+        self.deltas = dict(deltas)
+        """Changes of the stratum's inputs (only non-empty ones)."""
+        self.deadline = deadline
+        self.carried = dict(carried or {})
+        """MRA states an earlier round-bounded update left with pending deltas (async)."""
+        self.round_budget = round_budget
+        """Rounds an MRA resume may run in this epoch (async consistency); None: to the end."""
+        for rel, delta in self.deltas.items():
+            self.frames.named[f"{rel}@add"] = delta.added
+            self.frames.named[f"{rel}@del"] = delta.removed
+            self.frames.named[f"{rel}@old"] = self.old[rel]
+
+    # ------------------------------------------------------------ the epoch
+
+    @property
+    def insert_only(self) -> bool:
+        return all(d.n_removed == 0 for d in self.deltas.values())
+
+    def negates_changed(self) -> bool:
+        """A changed input occurs negated in one of the stratum's bodies."""
+        return any(
+            isinstance(lit, ast.Negation) and lit.atom.relation in self.deltas
+            for rule in self.stratum.rules
+            for body in rule.bodies
+            for lit in body.literals
+        )
+
+    def round(self, info: RoundInfo) -> None:
+        if time.monotonic() > self.deadline:
+            raise Abandon("ran past the elastic switch's budget", switched=True)
+
+    def changes(self, old: DataFrame, new: DataFrame) -> Delta:
+        return changes_between(self.materializer, old, new)
+
+    def delta(self, added: DataFrame, removed: DataFrame) -> Delta:
+        return stored_delta(self.materializer, added, removed)
+
+    def no_change(self, relation: str) -> Delta:
+        return self.delta(self.frames.empty(relation), self.frames.empty(relation))
+
+    # ------------------------------------------------------------ delta rules
+
+    def inserted_rows(self, relation: str) -> list[Plan]:
+        """Head rows the epoch's insertions derive: per body, one delta rule per atom over
+        a changed input, that atom reading the added rows (telescoping is not needed:
+        with insertions only, every other atom reads the new rows, a superset)."""
+        return [
+            self.rule_rows(rule, body, relation_of={i: self.projected_delta(body, i, "add")})
+            for rule in self.rules(relation)
+            for body in rule.bodies
+            for i in atoms_over(body, self.deltas)
+        ]
+
+    def telescoped(self, body: ast.Body, target: int, kind: str) -> dict[int, str]:
+        """Telescoping delta term: atom ``target`` reads ``R@kind``; changed atoms before it
+        read the new rows, after it the old rows (so the terms sum to new − old exactly)."""
+        mapping: dict[int, str] = {}
+        for i in atoms_over(body, self.deltas):
+            if i == target:
+                mapping[i] = self.projected_delta(body, i, kind)
+            elif i > target:
+                mapping[i] = f"{_atom(body, i).relation}@old"
+        return mapping
+
+    def before(self, body: ast.Body) -> dict[int, str]:
+        """Every changed atom of ``body`` reading its rows before the epoch."""
+        return {i: f"{_atom(body, i).relation}@old" for i in atoms_over(body, self.deltas)}
+
+    def projected_delta(self, body: ast.Body, index: int, kind: str) -> str:
+        """The name of an atom's added/removed rows. With ``_`` arguments a row change need
+        not change the atom's projection, so the delta is taken on the projection."""
+        atom = _atom(body, index)
+        rel = atom.relation
+        wild = [i for i, a in enumerate(atom.args) if isinstance(a, ast.Wildcard)]
+        if not wild:
+            return f"{rel}@{kind}"
+        name = f"{rel}@{kind}#{'.'.join(map(str, wild))}"
+        named = self.frames.named
+        if name not in named:
+            types = self.catalog[rel].types
+
+            def project(frame: DataFrame) -> DataFrame:
+                return frame.select(
+                    *(
+                        (
+                            F.lit(None).cast(spark_type(t)) if i in wild else F.col(positional(i))
+                        ).alias(positional(i))
+                        for i, t in enumerate(types)
+                    )
+                ).distinct()
+
+            other = named[f"{rel}@old"] if kind == "add" else self.frames.full[rel]
+            columns = [positional(i) for i in range(len(types)) if i not in wild]
+            delta = project(named[f"{rel}@{kind}"])
+            named[name] = delta.join(project(other), columns, "left_anti")
+        return name
+
+
+def _atom(body: ast.Body, index: int) -> ast.Atom:
+    atom = body.literals[index]
+    assert isinstance(atom, ast.Atom)
+    return atom

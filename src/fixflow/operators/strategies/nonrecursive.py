@@ -1,0 +1,138 @@
+"""Non-recursive strata: joins, filters, group-by aggregates and anti-joins, evaluated once.
+
+Bootstrap: G over every body, materialized. Updates (exact):
+
+- ``delta-rules`` (insertions only, no aggregate): one delta rule per body atom over a
+  changed input, reading its added rows; added = derived − current.
+- ``affected-groups`` (otherwise, when every head key is a distinct variable): the groups
+  (head keys) whose bindings gained or lost a row are re-derived from the new inputs,
+  joined onto the affected keys; old vs new rows of those groups give the change.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from fixflow.checker import ast
+from fixflow.checker.catalog import RelationEntry
+from fixflow.operators.compiler import positional
+from fixflow.operators.core import Bootstrapped, StratumRun, atoms_over
+from fixflow.operators.epoch import Delta, Outcome, UpdateContext
+from fixflow.operators.plan import Plan, Scan, Union
+
+# ---------------------------------------------------------------- bootstrap
+
+
+def bootstrap_applies(run: StratumRun) -> bool:
+    return run.strategy == "nonrecursive"
+
+
+def bootstrap(run: StratumRun) -> Bootstrapped:
+    for relation in run.relations:
+        run.frames.full[relation] = run.keep(run.derive(relation))
+    return Bootstrapped(rounds=1)
+
+
+# ---------------------------------------------------------------- update: delta rules
+
+
+def delta_rules_applies(ctx: UpdateContext) -> bool:
+    return (
+        not ctx.stratum.recursive
+        and ctx.insert_only
+        and all(e.aggregate is None for e in ctx.entries())
+    )
+
+
+def delta_rules(ctx: UpdateContext) -> Outcome:
+    """Insert-only, no aggregate: added = ∪ delta rules − current."""
+    frames, deltas = {}, {}
+    for relation in ctx.relations:
+        current = ctx.frames.full[relation]
+        derived = ctx.combine(relation, ctx.inserted_rows(relation))
+        added = derived.join(current, current.columns, "left_anti")
+        delta = ctx.delta(added, ctx.frames.empty(relation))
+        frames[relation] = ctx.keep(current.unionByName(delta.added)) if delta.n_added else current
+        deltas[relation] = delta
+    return Outcome(frames, deltas)
+
+
+# ---------------------------------------------------------------- update: affected groups
+
+
+def affected_groups_applies(ctx: UpdateContext) -> bool:
+    """Every head's key arguments are distinct variables (they seed the re-derivation)."""
+    if ctx.stratum.recursive:
+        return False
+    for rule in ctx.stratum.rules:
+        keys = [rule.head.args[i] for i in ctx.entry(rule.head.relation).key_positions]
+        names = [k.name for k in keys if isinstance(k, ast.Var)]
+        if len(names) != len(keys) or len(set(names)) != len(names):
+            return False
+    return True
+
+
+def affected_groups(ctx: UpdateContext) -> Outcome:
+    """Re-derive only the groups whose bindings changed, and diff them."""
+    frames, deltas = {}, {}
+    for relation in ctx.relations:
+        entry = ctx.entry(relation)
+        current = ctx.frames.full[relation]
+        touched = [
+            ctx.rule_rows(rule, body, relation_of=ctx.telescoped(body, i, kind))
+            for rule in ctx.rules(relation)
+            for body in rule.bodies
+            for i in atoms_over(body, ctx.deltas)
+            for kind in ("add", "del")
+        ]
+        if not touched:
+            frames[relation], deltas[relation] = current, ctx.no_change(relation)
+            continue
+        if entry.key_positions:
+            new_rows, old_rows = _affected_rows(ctx, entry, touched)
+        else:  # one group (e.g. ``n(count[X])``): re-derive it
+            new_rows, old_rows = ctx.derive(relation), current
+        delta = ctx.delta(new_rows.subtract(old_rows), old_rows.subtract(new_rows))
+        frames[relation] = _replaced(ctx, current, delta)
+        deltas[relation] = delta
+    return Outcome(frames, deltas)
+
+
+def _affected_rows(
+    ctx: UpdateContext, entry: RelationEntry, touched: list[Plan]
+) -> tuple[DataFrame, DataFrame]:
+    """(new, old) rows of the groups whose bindings changed; the new ones are derived by
+    joining every body onto the affected keys."""
+    keys = [positional(i) for i in entry.key_positions]
+    rows = ctx.head_rows(entry.name, Union(tuple(touched), distinct=False))
+    affected = ctx.keep(rows.select(*keys).distinct())
+    # The scan of the keys names its columns c0.. in key order.
+    ctx.frames.named["#keys"] = affected.toDF(
+        *(positional(j) for j in range(len(entry.key_positions)))
+    )
+    plans = [
+        ctx.rule_rows(rule, body, start=_keys_start(entry, rule))
+        for rule in ctx.rules(entry.name)
+        for body in rule.bodies
+    ]
+    new_rows = ctx.keep(ctx.combine(entry.name, plans))
+    return new_rows, ctx.frames.full[entry.name].join(affected, keys, "left_semi")
+
+
+def _keys_start(entry: RelationEntry, rule: ast.Rule) -> tuple[Plan, dict[str, ast.TypeName]]:
+    names = tuple(_var_name(rule.head.args[i]) for i in entry.key_positions)
+    types = tuple(entry.types[i] for i in entry.key_positions)
+    return Scan("#keys", "full", names, types), dict(zip(names, types, strict=True))
+
+
+def _var_name(arg: ast.HeadArg) -> str:
+    assert isinstance(arg, ast.Var), "affected-groups applies only when keys are variables"
+    return arg.name
+
+
+def _replaced(ctx: UpdateContext, current: DataFrame, delta: Delta) -> DataFrame:
+    """``current`` with the delta applied (rows removed, rows added), materialized."""
+    if delta.empty:
+        return current
+    kept = current.subtract(delta.removed)  # null-safe, unlike an equi-join
+    return ctx.keep(kept.unionByName(delta.added))
