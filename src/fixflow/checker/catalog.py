@@ -1,6 +1,6 @@
 """The relation catalog: what later stages need to know about every relation, computed once.
 
-``build_catalog(analysis, mra)`` runs inside ``check`` and the result is ``Report.catalog``.
+``build_catalog(...)`` runs inside ``check`` and the result is ``Report.catalog``.
 For every declared relation an entry says its attributes, its head aggregate and where the
 aggregated value sits, whether its first attribute is an iteration index (``rank(i+1, ...)``),
 its key positions (neither value nor index), and the schema of its results: the declared
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from fixflow.checker.ast import (
     Aggregate,
@@ -20,14 +19,12 @@ from fixflow.checker.ast import (
     Attribute,
     BinOp,
     NumberLit,
+    Program,
     Rule,
     TypeName,
     Var,
     body_atoms,
 )
-
-if TYPE_CHECKING:
-    from fixflow.checker.model import Analysis, MraSpec
 
 
 def index_var(rule: Rule) -> str | None:
@@ -125,14 +122,19 @@ class Catalog:
         return frozenset(n for n, e in self.relations.items() if e.index_pos is not None)
 
 
-def build_catalog(analysis: Analysis, mra: Mapping[str, MraSpec]) -> Catalog:
-    """The catalog of a checked program (``mra``: the specs of its MRA relations)."""
+def build_catalog(
+    program: Program,
+    schemas: Mapping[str, tuple[Attribute, ...]],
+    index_positions: Mapping[str, int | None],
+) -> Catalog:
+    """The catalog of a checked program: ``schemas`` are the declared relations'
+    attributes, ``index_positions`` the index positions the MRA specs chose."""
     rules: dict[str, list[Rule]] = {}
-    for rule in analysis.program.rules:
+    for rule in program.rules:
         rules.setdefault(rule.head.relation, []).append(rule)
-    inputs, outputs = set(analysis.program.inputs), set(analysis.program.outputs)
+    inputs, outputs = set(program.inputs), set(program.outputs)
     entries = {}
-    for relation, attributes in analysis.schemas.items():
+    for relation, attributes in schemas.items():
         own = rules.get(relation, [])
         aggregate: AggregateFunc | None = None
         value_pos = None
@@ -140,8 +142,7 @@ def build_catalog(analysis: Analysis, mra: Mapping[str, MraSpec]) -> Catalog:
             for pos, arg in enumerate(rule.head.args):
                 if isinstance(arg, Aggregate):
                     aggregate, value_pos = arg.func, pos
-        spec = mra.get(relation)
-        index_pos = spec.index_pos if spec is not None else None
+        index_pos = index_positions.get(relation)
         if index_pos is None and any(index_var(r) is not None for r in own):
             index_pos = 0
         entries[relation] = RelationEntry(

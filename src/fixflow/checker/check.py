@@ -551,7 +551,8 @@ def check(analysis: Analysis, budget: smt.Budget = smt.DEFAULT_BUDGET) -> Report
         verdicts += [_verdict(c, outcome) for c in outcome.checks]
         mra.update(outcome.mra)
     verdicts.sort(key=lambda v: (v.rule.span.line, v.rule.span.col))
-    catalog = build_catalog(analysis, mra)
+    indexes = {relation: spec.index_pos for relation, spec in mra.items()}
+    catalog = build_catalog(analysis.program, analysis.schemas, indexes)
     return Report(analysis, tuple(strata), tuple(verdicts), mra, analysis.diagnostics, catalog)
 
 

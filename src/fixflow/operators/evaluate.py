@@ -40,17 +40,15 @@ from fixflow.operators.core import (
     StratumRun,
     atoms_over,
     combine_plan,
-    partitions_for,
     result_rows,
-    round_conf,
     rule_rows,
-    session_conf,
     strategy_of,
 )
 from fixflow.operators.engines import UnknownEngine, engine_for
 from fixflow.operators.engines.base import MraEngine, MraState, RoundInfo
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.plan import Fixpoint, Plan
+from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.strategies import aggregate_seminaive, mra, naive, nonrecursive, seminaive
 
 log = logging.getLogger(__name__)
@@ -252,6 +250,7 @@ class Bootstrap:
                     info.round,
                     info.pending,
                     info.measure,
+                    info.detail,
                 )
             )
 

@@ -31,14 +31,7 @@ from pyspark.sql.types import StructField, StructType
 from fixflow.checker import ast
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.compiler import positional, spark_type
-from fixflow.operators.core import (
-    EvalOptions,
-    Frames,
-    StratumRun,
-    partitions_for,
-    round_conf,
-    session_conf,
-)
+from fixflow.operators.core import EvalOptions, Frames, StratumRun
 from fixflow.operators.engines import engine_for
 from fixflow.operators.engines.base import MraState
 from fixflow.operators.epoch import (
@@ -51,6 +44,7 @@ from fixflow.operators.epoch import (
 )
 from fixflow.operators.evaluate import Bootstrap, StratumStats
 from fixflow.operators.materialize import Materializer, live_rdds, release_frame
+from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.strategies import aggregate_seminaive, mra, nonrecursive, seminaive
 
 log = logging.getLogger(__name__)

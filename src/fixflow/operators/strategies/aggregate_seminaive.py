@@ -4,7 +4,7 @@ Min/max recursion that is monotone but not linear (APSP ``path ⋈ path``, max-p
 paths) and mutual recursion through a monotone count (Attend/Party). A round keeps, per
 relation:
 
-- min/max: only the groups whose value improves (``core.improves``); the delta rules read
+- min/max: only the groups whose value improves (``rounds.improves``); the delta rules read
   the improved groups;
 - count/sum/mean (not idempotent): the whole aggregate recomputed from the full relations;
   the groups whose value changed are the delta;
@@ -23,9 +23,10 @@ from pyspark.sql import functions as F
 
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import positional
-from fixflow.operators.core import Bootstrapped, StratumRun, improves
+from fixflow.operators.core import Bootstrapped, StratumRun
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
+from fixflow.operators.rounds import improves
 from fixflow.operators.strategies.seminaive import (
     SET,
     Growth,

@@ -5,7 +5,7 @@ current rows: round 1 derives the ``seeds`` (head-row plans per relation); every
 round derives each relation's ``Growth.step`` (one delta rule per occurrence of a stratum
 relation in a body, reading the previous round's new rows). Per round and relation one job
 materializes the new rows (and counts them); the full relation is merged lazily and
-materialized every ``core.COMPACT_EVERY`` rounds. ``aggregate_seminaive`` runs the same
+materialized every ``COMPACT_EVERY`` rounds. ``aggregate_seminaive`` runs the same
 loop with growths that keep only improved groups.
 
 - bootstrap = the continuation from empty relations, seeded by the exit rules (bodies
@@ -22,10 +22,14 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame
 
-from fixflow.operators.core import COMPACT_EVERY, Bootstrapped, StratumRun
+from fixflow.operators.core import Bootstrapped, StratumRun
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
+
+COMPACT_EVERY = 8
+"""Rounds between materializations of the (lazily merged) full relations, bootstrap and
+update alike."""
 
 
 class Growth(Protocol):
