@@ -73,6 +73,12 @@ class Cluster:
     def alive_workers(self) -> int:
         return sum(1 for w in self.state().get("workers", []) if w.get("state") == "ALIVE")
 
+    def executors(self) -> list[set[str]]:
+        """Per worker, the ids of the apps it has run an executor for (from its work dir)."""
+        return [
+            {p.name for p in (self.directory / f"work{i}").glob("app-*")} for i in range(WORKERS)
+        ]
+
     def tail_logs(self, lines: int = 15) -> str:
         out = []
         for log in self.logs:

@@ -89,8 +89,17 @@ LocalRuns = dict[tuple[str, str], "Future[list[dict[str, str]]]"]
 
 
 @pytest.fixture(scope="module")
-def local_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuns]:
-    """Every (name, engine) evaluated in local mode, in a background thread."""
+def local_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalRuns]:
+    """Every selected (name, engine) evaluated in local mode, in a background thread."""
+    selected = [
+        (str(item.callspec.params["name"]), str(item.callspec.params["engine"]))
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.module is request.module
+        and hasattr(item, "callspec")
+    ]
     env = {k: v for k, v in os.environ.items() if k != "SPARK_CONF_DIR"}
     directory = tmp_path_factory.mktemp("local")
     with ThreadPoolExecutor(max_workers=1) as pool:
@@ -98,8 +107,7 @@ def local_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRuns]:
             (name, engine): pool.submit(
                 fixflow_eval, name, engine, directory / f"{name}-{engine}", None, env
             )
-            for engine in ENGINES
-            for name in CASES
+            for name, engine in selected
         }
         yield runs
         for future in runs.values():
@@ -115,6 +123,9 @@ def test_cluster_equals_local(
     on_cluster = fixflow_eval(
         name, engine, tmp_path / "cluster", standalone_cluster.master, standalone_cluster.env
     )
+    apps = standalone_cluster.executors()
+    latest = max(set.union(*apps))
+    assert all(latest in worker for worker in apps), f"{latest} did not run on both workers"
     local = local_runs[name, engine].result(timeout=3 * TIMEOUT)
     assert local, f"{name}: local mode produced no rows"
     value = list(local[0])[-1]  # the value column is the last one of these relations
