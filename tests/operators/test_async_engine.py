@@ -65,6 +65,13 @@ def _keyed(rows: list[tuple], value_pos: int) -> dict[tuple, object]:
     return {tuple(v for i, v in enumerate(r) if i != value_pos): r[value_pos] for r in rows}
 
 
+def _declared_value_pos(program: MraProgram) -> int:
+    """The value's position in result rows, which drop an iteration index."""
+    index = program.spec.index_pos
+    value = program.spec.value_pos
+    return value - 1 if index is not None and index < value else value
+
+
 CONFIGS = [("async", 1), ("async", 3), ("hybrid", 2)]
 """(mode, shards): one shard (no messages), several (β/τ flushes across a cut), and
 flushing only at local quiescence."""
@@ -82,8 +89,7 @@ def test_async_equals_sync(spark: SparkSession, name: str, relation: str) -> Non
     sync = evaluate_with_stats(report, edb, spark, EvalOptions(max_iterations=1000))
     frames = {rel: _positional(df) for rel, df in sync.relations.items()}
     frames.update(edb)
-    value_pos = program.spec.value_pos
-    expected = _keyed([tuple(r) for r in frames[relation].collect()], value_pos)
+    expected = _keyed([tuple(r) for r in frames[relation].collect()], _declared_value_pos(program))
     for mode, shards in CONFIGS:
         actual = _run_async(spark, program, frames, mode, shards)
         assert set(actual) == set(expected), (mode, shards)
@@ -98,7 +104,11 @@ def _run_async(
     spark: SparkSession, program: MraProgram, frames: dict[str, DataFrame], mode: str, shards: int
 ) -> dict[tuple, object]:
     options = EngineOptions(
-        mode, shards, priority=True, schedule_portion=0.5, check_interval_ms=0,
+        mode,
+        shards,
+        priority=True,
+        schedule_portion=0.5,
+        check_interval_ms=0,
         buffer=BufferOptions(initial=8, interval_ms=50),
     )
     env = EngineEnv(spark, lambda rel, _v: frames[rel], Materializer(spark), 2, options=options)
@@ -106,6 +116,8 @@ def _run_async(
     outcome = AsyncEngine(hybrid=mode == "hybrid").bootstrap(program, env, 1000, rounds.append)
     assert not outcome.capped
     assert rounds and rounds[-1].round == outcome.rounds
-    rows = _keyed([tuple(r) for r in outcome.rows.collect()], program.spec.value_pos)
+    index = program.spec.index_pos
+    declared = [tuple(v for i, v in enumerate(r) if i != index) for r in outcome.rows.collect()]
+    rows = _keyed(declared, _declared_value_pos(program))
     outcome.state.release()
     return rows

@@ -10,6 +10,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker.model import Report
+from fixflow.operators.core import EvalOptions
 from fixflow.operators.evaluate import evaluate
 from fixflow.operators.maintain import Epoch, Maintainer
 from reference.evaluator import evaluate as oracle
@@ -118,11 +119,13 @@ def run_epochs(
     tol: float = 0.0,
     switch_fraction: float = 1e6,
     engine: bool = True,
+    options: EvalOptions | None = None,
 ) -> list[Epoch]:
     """Load ``facts``, apply each (inserts, deletes) step, check after every epoch against
-    the oracle and, with ``engine``, after the last one against a fresh Spark evaluation."""
+    the oracle and, with ``engine``, after the last one against a fresh Spark evaluation.
+    ``options`` configure the Maintainer (e.g. its MRA engine)."""
     report = report_of(text)
-    maintainer = Maintainer(report, spark, switch_fraction=switch_fraction)
+    maintainer = Maintainer(report, spark, options, switch_fraction=switch_fraction)
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
     epochs = []
     for inserts, deletes in steps:

@@ -82,6 +82,32 @@ def test_eval_writes_delta_tables_and_csv(project: Path) -> None:
     assert (out / "K.csv").read_text().splitlines()[0] == "node,k"
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("engine", ["async", "hybrid"])
+def test_eval_on_the_sharded_engines(project: Path, engine: str) -> None:
+    """`--engine async|hybrid --shards 2` gives sync's results (the indexed Katz within its
+    clause) and says how the engine ran: stages, local iterations, messages, beta, cut."""
+    out = project / engine
+    result = fixflow(
+        project / "prog.dl",
+        "-F",
+        project / "facts",
+        "-D",
+        out,
+        "--csv",
+        "--engine",
+        engine,
+        "--shards",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert (out / "sssp.csv").read_text().splitlines() == ["node,dist", "1,0.0", "2,1.5", "3,3.5"]
+    katz = {r["node"]: r["k"] for r in DeltaTable(str(out / "K")).to_pyarrow_table().to_pylist()}
+    assert katz[1] == pytest.approx(1.0) and katz[3] == pytest.approx(2.25, abs=0.02)
+    assert f"(sssp): {engine} engine" in result.stderr
+    assert "local iterations" in result.stderr and "cut " in result.stderr
+
+
 def test_missing_input_file_is_one_line_error(project: Path) -> None:
     (project / "facts" / "label.csv").unlink()
     result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", project / "out")

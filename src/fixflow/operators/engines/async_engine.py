@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType,
@@ -42,9 +42,17 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from fixflow.checker.ast import TypeName
 from fixflow.operators.compiler import SparkBackend, column_name, positional, spark_type
 from fixflow.operators.engines import kernels
-from fixflow.operators.engines.base import EngineEnv, MraOutcome, OnRound, RoundInfo
+from fixflow.operators.engines.base import (
+    EngineEnv,
+    MraEngine,
+    MraOutcome,
+    MraState,
+    OnRound,
+    RoundInfo,
+)
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
 from fixflow.operators.engines.shard_loop import (
     AUX,
@@ -54,10 +62,10 @@ from fixflow.operators.engines.shard_loop import (
     StageParams,
     run_stage,
 )
-from fixflow.operators.materialize import Stored
-from fixflow.operators.plan import Cast, Col, PExpr, Project, Scan
 from fixflow.operators.evaluate import session_conf
+from fixflow.operators.materialize import Stored
 from fixflow.operators.monotable import clause_holds, constant_value, measure_column
+from fixflow.operators.plan import Cast, Col, PExpr, Plan, Project, Scan, Version
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +94,14 @@ def _aux_scan(body: RecursiveBody) -> Scan | None:
     return None
 
 
+def _scan_of(body: RecursiveBody) -> Scan:
+    scan = _aux_scan(body)
+    assert scan is not None, "checked by unsupported()"
+    return scan
+
+
 def unsupported(program: MraProgram) -> str | None:
     """Why ``program`` cannot run on the async engine, or None."""
-    if program.indexed:
-        return "iteration-indexed relations run their first round against X⁰ (sync only)"
     for i, body in enumerate(program.bodies):
         reason = _body_unsupported(program, i, body)
         if reason is not None:
@@ -232,7 +244,7 @@ class Layout:
 
     program: MraProgram
     witness: bool
-    aux_types: tuple[tuple[str, ...], ...]
+    aux_types: tuple[tuple[TypeName, ...], ...]
 
     @property
     def schema(self) -> StructType:
@@ -241,9 +253,7 @@ class Layout:
         fields += [StructField(k, spark_type(t)) for k, t in zip(p.keys, p.key_types, strict=True)]
         fields += [StructField(n, spark_type(p.value_type)) for n in ("acc", "delta")]
         if self.witness:
-            fields += [
-                StructField(f"wit{j}", spark_type(t)) for j, t in enumerate(p.key_types)
-            ]
+            fields += [StructField(f"wit{j}", spark_type(t)) for j, t in enumerate(p.key_types)]
         fields.append(StructField("body", IntegerType()))
         for b, types in enumerate(self.aux_types):
             fields += [StructField(f"a{b}_{i}", spark_type(t)) for i, t in enumerate(types)]
@@ -365,6 +375,8 @@ class AsyncEngine:
         self.shard_maps.pop(program.relation, None)
         with _planning(env):
             run = self._prepare(program, env)
+            if program.indexed:
+                return self._stages(run, self._indexed_start(run), max_rounds, on_round)
             seeds = self._candidates(run, [*program.init_plans, *program.constant_plans])
             return self._stages(run, self._messages(run, seeds), max_rounds, on_round)
 
@@ -398,21 +410,27 @@ class AsyncEngine:
         if reason is not None:
             raise kernels.KernelUnsupported(reason)
         backend = SparkBackend(env.spark, env.source)
-        aux = self._aux_tables(program, backend)
+        count = [F.count(F.lit(1)).alias("n")]
+        tables = [
+            env.materializer.store(t.distinct(), count) for t in self._aux_tables(program, backend)
+        ]
+        aux = [t.frame for t in tables]
         shard_map = self.shard_maps.get(program.relation)
         if shard_map is None:
-            shard_map = self._shard_map(program, env, aux)
+            rows = sum(int(t.metrics.get("n") or 0) for t in tables)
+            shard_map = self._shard_map(program, env, aux, _shard_count(env, rows))
             self.shard_maps[program.relation] = shard_map
         layout = Layout(program, env.witness, tuple(self._aux_types(program)))
         # Materialized, then partitioned and materialized again: a checkpoint keeps the hash
         # partitioning by shard only when the plan it stores is a plain exchange.
         wide = env.materializer.store(self._wide_aux(program, layout, shard_map, aux))
         stored = env.materializer.store(wide.frame.repartition(shard_map.shards, "shard"))
-        env.materializer.release(wide)
+        for table in [wide, *tables]:
+            env.materializer.release(table)
         return _Run(program, env, layout, shard_map, stored)
 
     @staticmethod
-    def _aux_types(program: MraProgram) -> list[tuple[str, ...]]:
+    def _aux_types(program: MraProgram) -> list[tuple[TypeName, ...]]:
         out = []
         for body in program.bodies:
             assert body.aux_plan is not None
@@ -428,8 +446,9 @@ class AsyncEngine:
             tables.append(frame.toDF(*(positional(i) for i in range(len(frame.columns)))))
         return tables
 
-    def _shard_map(self, program: MraProgram, env: EngineEnv, aux: list[DataFrame]) -> ShardMap:
-        shards = env.options.shards or env.spark.sparkContext.defaultParallelism
+    def _shard_map(
+        self, program: MraProgram, env: EngineEnv, aux: list[DataFrame], shards: int
+    ) -> ShardMap:
         shard_map = ShardMap(shards, shard_labels(shards))
         if len(shard_keys(program)) != 1:
             return shard_map
@@ -455,7 +474,7 @@ class AsyncEngine:
             assert scan is not None
             src = [positional(p) for p in _join_key_columns(program, i, scan) or []]
             dst = [positional(p) for p in _head_key_columns(program, body, scan) or []]
-            labelled = shard_map.label(frame.distinct(), src, "shard")
+            labelled = shard_map.label(frame, src, "shard")
             labelled = shard_map.label(labelled, dst, "dshard")
             renamed = labelled.select(
                 "shard",
@@ -470,12 +489,14 @@ class AsyncEngine:
             union = union.union(other)
         return union
 
-    def _candidates(self, run: _Run, plans: Sequence[object]) -> DataFrame:
+    def _candidates(
+        self, run: _Run, plans: Sequence[Plan], backend: SparkBackend | None = None
+    ) -> DataFrame:
         program = run.program
-        backend = SparkBackend(run.env.spark, run.env.source)
+        backend = backend or SparkBackend(run.env.spark, run.env.source)
         frames = []
         for plan in plans:
-            frame = backend.run(plan)  # type: ignore[arg-type]
+            frame = backend.run(plan)
             frames.append(
                 frame.select(
                     *(F.col(column_name(k)).alias(k) for k in program.keys),
@@ -484,7 +505,10 @@ class AsyncEngine:
             )
         if not frames:
             schema = ", ".join(
-                [f"{k} {spark_type(t).simpleString()}" for k, t in zip(program.keys, program.key_types, strict=True)]
+                [
+                    f"{k} {spark_type(t).simpleString()}"
+                    for k, t in zip(program.keys, program.key_types, strict=True)
+                ]
                 + [f"v {spark_type(program.value_type).simpleString()}"]
             )
             return run.env.spark.createDataFrame([], schema)
@@ -492,6 +516,44 @@ class AsyncEngine:
         for other in frames[1:]:
             union = union.union(other)
         return union
+
+    def _indexed_start(self, run: _Run) -> DataFrame:
+        """An iteration-indexed relation (PowerLog Program 2 → 2.b): the table holds X⁰ and
+        the first delta is G(C ∪ F′(X⁰)) minus X⁰ (sum, G⁻ = subtraction) or the
+        candidates themselves (min/max), derived once on Spark; then stages as usual."""
+        program, env = run.program, run.env
+        x0 = _grouped(program, self._candidates(run, program.init_plans))
+        frontier = relation_rows(program, x0.withColumnRenamed("v", "acc"), F.col("acc"), 0)
+        tables = dict(
+            zip(
+                (b.aux_name for b in program.bodies),
+                self._aux_tables(program, SparkBackend(env.spark, env.source)),
+                strict=True,
+            )
+        )
+
+        def source(relation: str, version: Version) -> DataFrame:
+            if version == "aux":
+                return tables[relation]
+            if version == "delta" and relation == program.relation:
+                return frontier
+            return env.source(relation, version)
+
+        backend = SparkBackend(env.spark, source)
+        plans = [b.plan for b in program.bodies]
+        first = _grouped(
+            program,
+            self._candidates(run, plans, backend).union(
+                self._candidates(run, program.constant_plans)
+            ),
+        )
+        if program.g == "sum":
+            old = x0.withColumnRenamed("v", "old")
+            first = first.join(old, list(program.keys), "full_outer").select(
+                *program.keys,
+                (F.coalesce(F.col("v"), F.lit(0)) - F.coalesce(F.col("old"), F.lit(0))).alias("v"),
+            )
+        return self._state_rows(run, frontier).union(self._messages(run, first))
 
     def _messages(self, run: _Run, candidates: DataFrame) -> DataFrame:
         labelled = run.shard_map.label(candidates, list(shard_keys(run.program)), "shard")
@@ -532,7 +594,7 @@ class AsyncEngine:
             plans=tuple((body.plan, body.aux_name or "") for body in program.bodies),
             aux_widths=tuple(len(t) for t in run.layout.aux_types),
             dest_columns=tuple(
-                tuple(_head_key_columns(program, body, _aux_scan(body), program.keys) or ())  # type: ignore[arg-type]
+                tuple(_head_key_columns(program, body, _scan_of(body), program.keys) or ())
                 for body in program.bodies
             ),
             beta={} if self.hybrid else dict(run.beta),
@@ -607,20 +669,21 @@ class AsyncEngine:
         pending = int(metrics.get("pending") or 0) + int(metrics.get("messages") or 0)
         measure = metrics.get("m")
         stats = metrics.get("stats") or []
-        detail = self._adapt(run, stats)  # type: ignore[arg-type]
+        detail = self._adapt(run, stats)
         detail["messages"] = float(metrics.get("messages") or 0)
         detail["cut"] = float(run.shard_map.cut or 0)
-        return pending, None if measure is None else float(measure), detail  # type: ignore[arg-type]
+        return pending, None if measure is None else float(measure), detail
 
-    def _adapt(self, run: _Run, stats: list[object]) -> dict[str, float]:
+    def _adapt(self, run: _Run, stats: list[Row]) -> dict[str, float]:
         """PowerLog's rule per buffer: when its fill rate |B|/ΔT leaves the band
         [β/(r·τ), r·β/τ], β becomes α·τ·|B|/ΔT."""
         buffer = run.env.options.buffer
         tau = buffer.interval_ms / 1000.0
         iterations = 0.0
         for row in stats:
-            src, dst, count, seconds, iters = row  # type: ignore[misc]
-            iterations = max(iterations, float(iters))
+            src, dst = int(row["shard"]), int(row["s_dst"])
+            count, seconds = float(row["s_count"]), float(row["s_seconds"])
+            iterations = max(iterations, float(row["s_iters"]))
             if dst < 0 or self.hybrid:
                 continue
             beta = run.beta.get((src, dst), float(buffer.initial))
@@ -633,6 +696,26 @@ class AsyncEngine:
             "beta_min": min(betas),
             "beta_max": max(betas),
         }
+
+
+ROWS_PER_SHARD = 2_000_000
+"""With ``[engine] shards = 0``: auxiliary rows per shard before another core gets one.
+Every stage ships each shard's auxiliary rows to its task and every cut edge may cost a
+stage, so a shard must hold enough work to pay for that: on 2 cores a 1M-row grid ran
+SSSP in one shard in a fraction of the time two shards exchanging across a cut took."""
+
+
+def _shard_count(env: EngineEnv, aux_rows: int) -> int:
+    if env.options.shards > 0:
+        return env.options.shards
+    cores = env.spark.sparkContext.defaultParallelism
+    return max(1, min(cores, -(-aux_rows // ROWS_PER_SHARD)))
+
+
+def _grouped(program: MraProgram, candidates: DataFrame) -> DataFrame:
+    """G over candidates ``k0.., v`` per key."""
+    g = {"min": F.min, "max": F.max, "sum": F.sum}[program.g]
+    return candidates.groupBy(*program.keys).agg(g("v").alias("v"))
 
 
 def _planning(env: EngineEnv) -> AbstractContextManager[None]:
@@ -684,16 +767,53 @@ def _assign(shard_map: ShardMap, links: DataFrame | None) -> ShardMap:
     """The locality-aware assignment of ``engines.sharding`` (hash when there is no graph)."""
     if links is None or shard_map.shards == 1:
         return shard_map
-    import importlib.util
-
-    if importlib.util.find_spec("fixflow.operators.engines.sharding") is None:
-        return shard_map
     from fixflow.operators.engines import sharding
 
-    assignment = sharding.assign(links, shard_map.shards)  # type: ignore[attr-defined]
+    assignment = sharding.assign(links, shard_map.shards)
     shard_map.assignment = assignment.frame
     shard_map.method = assignment.method
     shard_map.cut = assignment.cut
     shard_map.links = assignment.links
     return shard_map
 
+
+class ShardedEngine:
+    """``[engine] mode = "async"`` or ``"hybrid"``: the async engine for every MRA relation
+    whose round plans compile to kernels, the sync engine for the others. The choice and
+    its reason are logged once per relation and kept in ``choices``."""
+
+    def __init__(self, hybrid: bool) -> None:
+        from fixflow.operators.engines.sync import SyncEngine
+
+        self.sharded = AsyncEngine(hybrid)
+        self.sync = SyncEngine()
+        self.name = self.sharded.name
+        self.choices: dict[str, tuple[str, str]] = {}
+        """Per relation: (engine that runs it, why)."""
+
+    def _engine(self, program: MraProgram) -> MraEngine:
+        reason = unsupported(program)
+        choice = (self.sync.name, reason) if reason else (self.name, "its plans compile to kernels")
+        if self.choices.get(program.relation) != choice:
+            self.choices[program.relation] = choice
+            level = logging.WARNING if reason and self.name == "async" else logging.INFO
+            log.log(level, "%s runs on the %s engine: %s", program.relation, *choice)
+        return self.sync if reason else self.sharded
+
+    def bootstrap(
+        self, program: MraProgram, env: EngineEnv, max_rounds: int, on_round: OnRound
+    ) -> MraOutcome:
+        return self._engine(program).bootstrap(program, env, max_rounds, on_round)
+
+    def resume(
+        self,
+        program: MraProgram,
+        env: EngineEnv,
+        rows: DataFrame,
+        seed: DataFrame,
+        max_rounds: int,
+        on_round: OnRound,
+        carried: MraState | None = None,
+    ) -> MraOutcome:
+        engine = self._engine(program)
+        return engine.resume(program, env, rows, seed, max_rounds, on_round, carried)

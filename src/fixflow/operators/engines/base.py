@@ -46,8 +46,8 @@ class EngineOptions:
     """``sync``, ``async`` or ``hybrid`` (async where the round plans compile to kernels)."""
     shards: int = 0
     """Shards of the MonoTable for ``async``; 0 = one per Spark core."""
-    priority: bool = False
-    schedule_portion: float = 0.2
+    priority: bool = True
+    schedule_portion: float = 0.5
     check_interval_ms: int = 1000
     buffer: BufferOptions = field(default_factory=BufferOptions)
 

@@ -233,6 +233,8 @@ class JoinIndex:
 
     def probe(self, left: Batch, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(left rows, right rows) of every matching pair."""
+        if len(self.combined) == 0:  # an empty right side matches nothing
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         codes = np.zeros(left.n, dtype=np.int64)
         found = np.ones(left.n, dtype=bool)
         for name, index, size in zip(on, self.uniques, self.radix, strict=True):

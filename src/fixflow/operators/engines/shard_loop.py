@@ -105,7 +105,7 @@ class LocalTable:
             pending, values = delta
             self.pending = pending[order]
             self.delta = values[order].astype(self.acc.dtype)
-        self.wits = [np.zeros(n, dtype=_numpy_type(t)) for t in self._wit_types()]
+        self.wits: list[np.ndarray] = [np.zeros(n, dtype=_numpy_type(t)) for t in self._wit_types()]
         self.has_wit = np.zeros(n, dtype=bool)
         if wits:
             for j, w in enumerate(wits[: len(self.wits)]):
@@ -168,8 +168,10 @@ class LocalTable:
             order = np.argsort(sort_key, kind="stable")
         else:
             ranked = values if g == "min" else -values
-            order = np.lexsort((ranked, sort_key)) if len(keys) == 1 else _object_order(
-                sort_key, ranked
+            order = (
+                np.lexsort((ranked, sort_key))
+                if len(keys) == 1
+                else _object_order(sort_key, ranked)
             )
         ordered = sort_key[order]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
@@ -245,9 +247,12 @@ class LocalTable:
         pending = np.abs(self.delta[self.pending]).astype(np.float64)
         if len(pending) == 0:
             return 0.0
-        return float({"max": pending.max, "min": pending.min, "avg": pending.mean}.get(
-            self.params.local_func, pending.sum
-        )())
+        func = self.params.local_func
+        if func == "max":
+            return float(pending.max())
+        if func == "min":
+            return float(pending.min())
+        return float(pending.mean() if func == "avg" else pending.sum())
 
 
 def _object_order(sort_key: np.ndarray, ranked: np.ndarray) -> np.ndarray:
@@ -360,7 +365,7 @@ class ShardLoop:
     def _merge_batch(self, batch: Batch) -> None:
         p = self.params
         keys = [batch.cols[f"k{j}"] for j in range(len(p.key_positions))]
-        values = batch.cols["v"].astype(_numpy_type(p.value_type))
+        values: np.ndarray = batch.cols["v"].astype(_numpy_type(p.value_type))
         self.table.merge(keys, values, _witness(batch, p))
 
     def _buffer(self, remote: Batch) -> None:
@@ -373,6 +378,10 @@ class ShardLoop:
             self.buffered[int(d)] = self.buffered.get(int(d), 0) + part.n
 
     def _flush_due(self, elapsed: float) -> bool:
+        """A buffer holds β updates, or τ is spent while something waits to be sent (with
+        nothing buffered the shard keeps going: a flush would exchange nothing)."""
+        if not self.buffered:
+            return False
         if elapsed >= self.params.tau:
             return True
         beta = self.params.beta
@@ -402,7 +411,7 @@ class ShardLoop:
         for dest, parts in self.buffers.items():
             batch = concat(parts)
             keys = [batch.cols[f"k{j}"] for j in range(len(p.key_positions))]
-            values = batch.cols["v"].astype(_numpy_type(p.value_type))
+            values: np.ndarray = batch.cols["v"].astype(_numpy_type(p.value_type))
             keys, values, wits = self.table.combined(keys, values, _witness(batch, p))
             cols: dict[str, object] = {f"k{j}": k for j, k in enumerate(keys)}
             cols["acc"] = values
@@ -463,7 +472,9 @@ def _rows(schema: pa.Schema, n: int, shard: int, kind: int, cols: dict[str, obje
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def run_stage(params: StageParams, schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def run_stage(
+    params: StageParams, schema: pa.Schema, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function of one stage: every shard in the partition, in turn."""
     collected = list(batches)
     if not collected:

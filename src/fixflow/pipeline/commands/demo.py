@@ -64,12 +64,10 @@ class Demo:
     def run(self) -> int:
         from fixflow.pipeline.broker import start_broker
         from fixflow.pipeline.metrics import Metrics, serve_configured
-        from fixflow.pipeline.session import refuse_unimplemented
         from fixflow.pipeline.spark import make_session
         from fixflow.pipeline.stream import ProgramStream
 
         config = self.config
-        refuse_unimplemented(config)
         files = self._materialize_bundle()
         say("Fixflow demo: SSSP, CC and PageRank kept up to date from one Kafka topic")
         if config.kafka.embedded:

@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,7 +52,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--csv", action="store_true", help="also write <relation>.csv files")
     parser.add_argument(
-        "--engine", choices=ENGINES, default="sync", help="MRA engine (default: sync)"
+        "--engine",
+        choices=ENGINES,
+        default="sync",
+        help="MRA engine: sync (one Spark job per round), async (sharded local loops, "
+        "buffers flushed by the adaptive beta rule) or hybrid (shards exchange only when "
+        "locally quiescent) (default: sync)",
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        metavar="N",
+        help="shards of an async/hybrid MonoTable (default 0: one per 2M auxiliary rows, "
+        "at most one per Spark core)",
     )
     parser.add_argument(
         "--max-iterations",
@@ -82,8 +96,11 @@ class _ProgressPrinter:
     def __init__(self) -> None:
         self.stratum_started: dict[int, float] = {}
         self.last_print = 0.0
+        self.last: dict[int, Progress] = {}
+        """The last round of every stratum (its engine figures go into the summary)."""
 
     def __call__(self, progress: Progress) -> None:
+        self.last[progress.stratum] = progress
         now = time.monotonic()
         started = self.stratum_started.setdefault(progress.stratum, now)
         if now - started < PROGRESS_AFTER_SECONDS or now - self.last_print < PROGRESS_EVERY_SECONDS:
@@ -93,10 +110,24 @@ class _ProgressPrinter:
         print(
             f"  stratum {progress.stratum} ({', '.join(progress.relations)}, "
             f"{progress.strategy}): round {progress.round}, "
-            f"{progress.pending} pending" + ("" if measure is None else f", measure {measure:.3g}"),
+            f"{progress.pending} pending"
+            + ("" if measure is None else f", measure {measure:.3g}")
+            + engine_figures(progress.detail),
             file=sys.stderr,
             flush=True,
         )
+
+
+def engine_figures(detail: Mapping[str, float]) -> str:
+    """The async engine's figures of a stage, for progress lines ("" for sync rounds)."""
+    if not detail:
+        return ""
+    return (
+        f", {int(detail.get('local_iterations', 0))} local iterations, "
+        f"{int(detail.get('messages', 0))} messages, "
+        f"beta {detail.get('beta_min', 0):.0f}-{detail.get('beta_max', 0):.0f}, "
+        f"cut {int(detail.get('cut', 0))}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
     from fixflow.checker.diagnostics import render_all
     from fixflow.pipeline.facts import FactsError, load_inputs
 
-    if args.engine != "sync":
-        return _error(f"--engine {args.engine} is not available in this build (use sync)")
+    if args.shards < 0:
+        return _error("--shards must be 0 (automatic) or more")
     if args.max_iterations < 1:
         return _error("--max-iterations must be at least 1")
     try:
@@ -155,7 +186,7 @@ def _evaluate_and_write(
     }
     options = EvalOptions(
         max_iterations=args.max_iterations,
-        engine_options=EngineOptions(mode=args.engine),
+        engine_options=EngineOptions(mode=args.engine, shards=args.shards),
         partitions=args.partitions,
         progress=_ProgressPrinter(),
     )
@@ -175,6 +206,15 @@ def _evaluate_and_write(
         if args.csv:
             write_csv(args.output / f"{relation}.csv", table, attributes)
         print(f"{relation}: {table.num_rows} rows -> {args.output / relation}")
+    printer = options.progress
+    for stats in evaluation.stats:
+        last = printer.last.get(stats.stratum) if isinstance(printer, _ProgressPrinter) else None
+        if last is not None and last.detail:
+            print(
+                f"stratum {stats.stratum} ({', '.join(stats.relations)}): {args.engine} engine, "
+                f"{stats.rounds} stages, {stats.jobs} Spark jobs{engine_figures(last.detail)}",
+                file=sys.stderr,
+            )
     for stats in evaluation.capped:
         print(
             f"warning: stratum {stats.stratum} ({', '.join(stats.relations)}) stopped at the "
