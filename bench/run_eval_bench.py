@@ -141,14 +141,20 @@ def fixflow_run(spark: SparkSession, text: str, edb: dict[str, DataFrame]) -> di
 # ---------------------------------------------------------------- plain Spark
 
 
-def plain_min_loop(spark: SparkSession, edges: DataFrame, seed: DataFrame) -> dict[str, object]:
-    """Semi-naive min propagation as a Spark user writes it: (node, v) rows."""
+def plain_min_loop(
+    spark: SparkSession, edges: DataFrame, seed: DataFrame, cap: int = 1_000_000
+) -> dict[str, object]:
+    """Semi-naive min propagation as a Spark user writes it: (node, v) rows; at most
+    ``cap`` rounds (``capped`` in the result when it stopped there)."""
     edges = edges.cache()
     edges.count()
     best = seed.localCheckpoint()
     frontier = best
-    rounds = 0
+    rounds, capped = 0, False
     while True:
+        if rounds >= cap:
+            capped = True
+            break
         rounds += 1
         candidates = (
             frontier.join(edges, frontier.node == edges.src)
@@ -168,7 +174,7 @@ def plain_min_loop(spark: SparkSession, edges: DataFrame, seed: DataFrame) -> di
         best = best.join(improved, "node", "left_anti").unionByName(improved).localCheckpoint()
         frontier = improved
     edges.unpersist()
-    return {"rounds": rounds}
+    return {"rounds": rounds, "capped": capped}
 
 
 def plain_sssp(spark: SparkSession, edges: DataFrame) -> dict[str, object]:
@@ -176,18 +182,18 @@ def plain_sssp(spark: SparkSession, edges: DataFrame) -> dict[str, object]:
     return plain_min_loop(spark, edges, seed)
 
 
-def plain_cc(spark: SparkSession, edges: DataFrame) -> dict[str, object]:
+def plain_cc(spark: SparkSession, edges: DataFrame, cap: int = 1_000_000) -> dict[str, object]:
     zero = edges.select("src", "dst", F.lit(0.0).alias("w"))
     seed = (
         edges.select(F.col("src").alias("node"))
         .distinct()
         .select("node", F.col("node").cast("double").alias("v"))
     )
-    return plain_min_loop(spark, zero, seed)
+    return plain_min_loop(spark, zero, seed, cap)
 
 
 def plain_pagerank(
-    spark: SparkSession, edges: DataFrame, nodes: DataFrame, epsilon: float
+    spark: SparkSession, edges: DataFrame, nodes: DataFrame, epsilon: float, cap: int = 1_000_000
 ) -> dict[str, object]:
     degree = edges.groupBy("src").agg(F.count("*").alias("d"))
     links = edges.join(degree, "src").select("src", "dst", "d").cache()
@@ -213,10 +219,10 @@ def plain_pagerank(
             .first()[0]
         )
         rank = new
-        if change < epsilon:
+        if change < epsilon or rounds >= cap:
             break
     links.unpersist()
-    return {"rounds": rounds}
+    return {"rounds": rounds, "capped": change >= epsilon}
 
 
 # ---------------------------------------------------------------- driver

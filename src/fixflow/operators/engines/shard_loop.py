@@ -175,10 +175,8 @@ class LocalTable:
             )
         ordered = sort_key[order]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-        if g == "sum":
-            combined = np.add.reduceat(values[order], starts)
-        else:
-            combined = values[order][starts]
+        ordered_values = values[order]
+        combined = np.add.reduceat(ordered_values, starts) if g == "sum" else ordered_values[starts]
         firsts = order[starts]
         return [k[firsts] for k in keys], combined, [w[firsts] for w in wits]
 

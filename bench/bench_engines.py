@@ -1,0 +1,265 @@
+"""MRA engines on hard and easy graphs: sync vs async vs hybrid vs scipy vs a plain PySpark loop.
+
+Graphs (``bench/graphs.py``, the peer benchmark's generator with node ids randomly
+permuted): R-MAT (scale-free, ~10 hops) and a road-like grid (hundreds of hops), 100k and
+1M directed edges. Programs: SSSP from the generator's source, CC over both directions of
+every edge, PageRank with ``sum[Δr] < 0.01·nodes``.
+
+Per cell the median of ``--runs`` timed runs after one untimed warm-up (the same
+SparkSession for everything), with the engine's Spark jobs, its rounds (sync) or stages
+(async/hybrid), local iterations, messages and β, and the shard cut. A Spark engine that
+would run for longer than ``--budget`` seconds is given a round cap that stops it there:
+the cell then says ``capped`` with the rounds it reached (the sync engine needs one round
+per hop: 1,085 on the 1M grid). Results go to ``bench/ENGINES.md``.
+
+Run: ``.venv/bin/python bench/bench_engines.py [--graphs grid_100k rmat_100k ...]
+[--programs sssp cc pagerank] [--engines sync async hybrid plain scipy] [--runs 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import graphs
+import run_eval_bench as classic
+
+from fixflow.checker import load
+from fixflow.operators.engines.base import EngineOptions, RoundInfo
+from fixflow.operators.evaluate import EvalOptions, Progress, evaluate_with_stats
+from fixflow.pipeline.spark import make_session
+
+log = logging.getLogger("bench")
+
+SSSP = classic.SSSP
+CC = classic.CC
+PAGERANK = classic.PAGERANK
+
+
+@dataclass
+class Cell:
+    graph: str
+    program: str
+    engine: str
+    seconds: float
+    runs: int
+    rounds: int = 0
+    jobs: int = 0
+    capped: bool = False
+    detail: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Loaded:
+    name: str
+    graph: classic.Graph
+    edges: DataFrame
+    nodes: DataFrame
+    source: int
+
+
+def load_graph(spark: SparkSession, name: str) -> Loaded:
+    nodes, src, dst, weights, source = graphs.edge_arrays(name)
+    graph = classic.Graph(nodes, src, dst, weights)
+    edges = spark.createDataFrame(pa.table({"src": src, "dst": dst, "w": weights}))
+    node_frame = spark.range(nodes).localCheckpoint()
+    return Loaded(name, graph, edges.localCheckpoint(), node_frame, source)
+
+
+def program_text(name: str, loaded: Loaded) -> str:
+    if name == "sssp":
+        return SSSP.replace("X = 0", f"X = {loaded.source}")
+    if name == "cc":
+        return CC
+    return PAGERANK.format(epsilon=0.01 * loaded.graph.nodes)
+
+
+def edb_for(name: str, loaded: Loaded, spark: SparkSession) -> dict[str, DataFrame]:
+    if name == "cc":  # connected components of the undirected graph
+        both = loaded.edges.unionByName(
+            loaded.edges.selectExpr("dst as src", "src as dst", "w")
+        ).distinct()
+        return {"edge": both}
+    if name == "pagerank":
+        return {"edge": loaded.edges, "node": loaded.nodes}
+    return {"edge": loaded.edges}
+
+
+def fixflow_runner(
+    spark: SparkSession, program: str, loaded: Loaded, engine: str, cap: int, shards: int
+) -> Callable[[], Cell]:
+    report = load(program_text(program, loaded), f"{program}.dl")
+    edb = edb_for(program, loaded, spark)
+    details: list[RoundInfo | Progress] = []
+    options = EvalOptions(
+        max_iterations=cap,
+        engine_options=EngineOptions(mode=engine, shards=shards, priority=True),
+        progress=details.append,
+    )
+
+    def run() -> Cell:
+        details.clear()
+        evaluation = evaluate_with_stats(report, edb, spark, options)
+        stats = evaluation.stats[-1]
+        for frame in evaluation.relations.values():
+            frame.count()
+        last = details[-1] if details else None
+        detail = dict(getattr(last, "detail", {}) or {})
+        return Cell(
+            loaded.name, program, engine, 0.0, 0, stats.rounds, stats.jobs, stats.capped, detail
+        )
+
+    return run
+
+
+def scipy_runner(program: str, loaded: Loaded) -> Callable[[], Cell]:
+    g = loaded.graph
+
+    def run() -> Cell:
+        if program == "sssp":
+            classic.dijkstra(g.matrix(), indices=loaded.source)
+        elif program == "cc":
+            classic.connected_components(g.matrix(), directed=False)
+        else:
+            classic.scipy_pagerank(g, 0.01 * g.nodes)
+        return Cell(loaded.name, program, "scipy", 0.0, 0)
+
+    return run
+
+
+def plain_runner(spark: SparkSession, program: str, loaded: Loaded, cap: int) -> Callable[[], Cell]:
+    def run() -> Cell:
+        if program == "sssp":
+            seed = spark.createDataFrame([(loaded.source, 0.0)], "node long, v double")
+            info = classic.plain_min_loop(spark, loaded.edges, seed, cap)
+        elif program == "cc":
+            info = classic.plain_cc(spark, edb_for("cc", loaded, spark)["edge"], cap)
+        else:
+            info = classic.plain_pagerank(
+                spark,
+                loaded.edges,
+                loaded.nodes.withColumnRenamed("id", "id"),
+                0.01 * loaded.graph.nodes,
+                cap,
+            )
+        return Cell(
+            loaded.name,
+            program,
+            "plain",
+            0.0,
+            0,
+            int(str(info["rounds"])),
+            capped=bool(info.get("capped")),
+        )
+
+    return run
+
+
+def timed(run: Callable[[], Cell], runs: int, warmup: int) -> Cell:
+    for _ in range(warmup):
+        run()
+    times, cell = [], None
+    for _ in range(runs):
+        started = time.perf_counter()
+        cell = run()
+        times.append(time.perf_counter() - started)
+    assert cell is not None
+    cell.seconds, cell.runs = statistics.median(times), runs
+    return cell
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--graphs", nargs="+", default=["grid_100k", "rmat_100k", "rmat_1m", "grid_1m"]
+    )
+    parser.add_argument("--programs", nargs="+", default=["sssp", "cc", "pagerank"])
+    parser.add_argument(
+        "--engines", nargs="+", default=["async", "hybrid", "sync", "plain", "scipy"]
+    )
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--shards", type=int, default=0, help="[engine] shards (0: automatic)")
+    parser.add_argument(
+        "--cap",
+        type=int,
+        default=120,
+        help="round cap of the sync engine and the plain loop (they need one round per hop)",
+    )
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("ENGINES.md"))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("fixflow").setLevel(logging.WARNING)
+    spark = make_session(app_name="fixflow-bench-engines")
+    cells: list[Cell] = []
+    for name in args.graphs:
+        loaded = load_graph(spark, name)
+        for program in args.programs:
+            for engine in args.engines:
+                cell = timed(
+                    _runner(spark, program, loaded, engine, args),
+                    args.runs,
+                    0 if engine == "scipy" else args.warmup,
+                )
+                log.info("%s", cell)
+                cells.append(cell)
+                write_results(args.out, cells, args)
+    return 0
+
+
+def _runner(
+    spark: SparkSession, program: str, loaded: Loaded, engine: str, args: argparse.Namespace
+) -> Callable[[], Cell]:
+    if engine == "scipy":
+        return scipy_runner(program, loaded)
+    if engine == "plain":
+        return plain_runner(spark, program, loaded, args.cap)
+    cap = args.cap if engine == "sync" else 100_000
+    return fixflow_runner(spark, program, loaded, engine, cap, args.shards)
+
+
+def write_results(path: Path, cells: list[Cell], args: argparse.Namespace) -> None:
+    load1, load5, _ = os.getloadavg()
+    lines = [
+        "# MRA engines: sync vs async vs hybrid",
+        "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{sys.version.split()[0]}; Spark local[2]. Median of {args.runs} runs after "
+        f"{args.warmup} warm-up, seconds; load average at the end {load1:.1f} (5 min "
+        f"{load5:.1f}). Sync and the plain loop are capped at {args.cap} rounds (one per hop):"
+        " a capped cell did not finish. Generated by `bench/bench_engines.py`.",
+        "",
+        "| graph | program | engine | seconds | rounds/stages | jobs | capped "
+        "| local iterations | messages | β min–max | cut |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---|---:|",
+    ]
+    for c in cells:
+        d = c.detail
+        beta = f"{d['beta_min']:.0f}–{d['beta_max']:.0f}" if "beta_min" in d else ""
+        lines.append(
+            f"| {c.graph} | {c.program} | {c.engine} | {c.seconds:.2f} | {c.rounds or ''} "
+            f"| {c.jobs or ''} | {'capped' if c.capped else ''} "
+            f"| {d.get('local_iterations', '') and int(d['local_iterations'])} "
+            f"| {d.get('messages', '') and int(d['messages'])} | {beta} "
+            f"| {d.get('cut', '') and int(d['cut'])} |"
+        )
+    path.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())
