@@ -399,7 +399,6 @@ def assign(
     Spark jobs: one to count the links (and the hash cut), one to collect them as Arrow,
     one to materialize the assignment. Beyond ``max_links`` links only the first runs and
     the result is hash sharding."""
-    global _guard_logged
     if shards < 1:
         raise ValueError(f"shards must be at least 1, not {shards}")
     if method not in METHODS:
@@ -416,32 +415,43 @@ def assign(
     ).first()
     assert counted is not None
     total, hash_cut = int(counted["links"]), int(counted["cut"])
-
-    def hashed(reason: str = "") -> Assignment:
-        return Assignment(
-            None,
-            shards,
-            "hash",
-            total,
-            hash_cut,
-            hash_cut=hash_cut,
-            seconds=time.monotonic() - started,
-            reason=reason,
-        )
-
     if method == "hash":
-        return hashed()
+        return _hashed(shards, total, hash_cut, started)
     if total > max_links:
-        reason = (
-            f"{total} links exceed the limit of {max_links} for collecting the graph to the driver"
-        )
-        if not _guard_logged:
-            log.warning("shard assignment: %s; using hash sharding", reason)
-            _guard_logged = True
-        else:
-            log.debug("shard assignment: %s; using hash sharding", reason)
-        return hashed(reason)
+        return _hashed(shards, total, hash_cut, started, _guard(total, max_links))
+    return _from_graph(links, pairs, shards, method, key_type, total, hash_cut, started)
 
+
+def _hashed(shards: int, total: int, hash_cut: int, started: float, reason: str = "") -> Assignment:
+    seconds = time.monotonic() - started
+    return Assignment(
+        None, shards, "hash", total, hash_cut, hash_cut=hash_cut, seconds=seconds, reason=reason
+    )
+
+
+def _guard(total: int, max_links: int) -> str:
+    """Why a graph is too large to collect; logged once per process as a warning."""
+    global _guard_logged
+    reason = f"{total} links exceed the limit of {max_links} for collecting the graph to the driver"
+    if not _guard_logged:
+        log.warning("shard assignment: %s; using hash sharding", reason)
+        _guard_logged = True
+    else:
+        log.debug("shard assignment: %s; using hash sharding", reason)
+    return reason
+
+
+def _from_graph(
+    links: DataFrame,
+    pairs: DataFrame,
+    shards: int,
+    method: str,
+    key_type: DataType,
+    total: int,
+    hash_cut: int,
+    started: float,
+) -> Assignment:
+    """The locality-aware assignment: the links collected, ordered and cut on the driver."""
     table = _collect(pairs)
     src, dst, keys = factorize(table.column("src"), table.column("dst"))
     nodes = len(keys)
