@@ -62,10 +62,9 @@ from fixflow.operators.engines.shard_loop import (
     StageParams,
     run_stage,
 )
-from fixflow.operators.evaluate import session_conf
 from fixflow.operators.materialize import Stored
-from fixflow.operators.monotable import clause_holds, constant_value, measure_column
 from fixflow.operators.plan import Cast, Col, PExpr, Plan, Project, Scan, Version
+from fixflow.operators.rounds import clause_holds, constant_value, measure_column, session_conf
 
 log = logging.getLogger(__name__)
 
