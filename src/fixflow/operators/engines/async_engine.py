@@ -262,6 +262,8 @@ class Layout:
             StructField("s_count", LongType()),
             StructField("s_seconds", DoubleType()),
             StructField("s_iters", LongType()),
+            StructField("s_gain", DoubleType()),
+            StructField("s_negative", LongType()),
         ]
         return StructType(fields)
 
@@ -355,6 +357,10 @@ class _Run:
     shard_map: ShardMap
     aux: Stored
     beta: dict[tuple[int, int], float] = field(default_factory=dict)
+    gain: float = 0.0
+    """Sum programs: the largest gain of F′ any shard observed (``_order_dependence``)."""
+    negative: int = 0
+    """Sum programs: negative deltas propagated so far."""
 
 
 class AsyncEngine:
@@ -634,6 +640,10 @@ class AsyncEngine:
                 stored = new
                 pending, measure, detail = self._observe(run, stored)
                 on_round(RoundInfo(stage, pending, measure, detail))
+                reason = _order_dependence(run)
+                if reason is not None:
+                    env.materializer.release(stored)
+                    raise OrderDependent(program.relation, reason)
                 if pending == 0:
                     break
                 if program.spec.termination is not None and self._due(env, last_check):
@@ -669,6 +679,7 @@ class AsyncEngine:
         measure = metrics.get("m")
         stats = metrics.get("stats") or []
         detail = self._adapt(run, stats)
+        _observe_signs(run, stats)
         detail["messages"] = float(metrics.get("messages") or 0)
         detail["cut"] = float(run.shard_map.cut or 0)
         return pending, None if measure is None else float(measure), detail
@@ -695,6 +706,46 @@ class AsyncEngine:
             "beta_min": min(betas),
             "beta_max": max(betas),
         }
+
+
+class OrderDependent(Exception):
+    """A sum whose value may depend on the order deltas are propagated in."""
+
+    def __init__(self, relation: str, reason: str) -> None:
+        super().__init__(f"{relation}: {reason}")
+        self.relation = relation
+        self.reason = reason
+
+
+GAIN_MARGIN = 1e-6
+"""Gains this close to 1 count as 1 (a stochastic F′ measures 1 up to rounding)."""
+
+
+def _observe_signs(run: _Run, stats: list[Row]) -> None:
+    per_shard: dict[int, tuple[float, int]] = {}
+    for row in stats:
+        per_shard[int(row["shard"])] = (float(row["s_gain"] or 0), int(row["s_negative"] or 0))
+    for gain, negative in per_shard.values():
+        run.gain = max(run.gain, gain)
+        run.negative += negative
+
+
+def _order_dependence(run: _Run) -> str | None:
+    """Why this sum's result could depend on the order of propagation, or None.
+
+    The accumulated deltas form a series; the async engine sums it in a different order
+    than rounds do. Terms of one sign (PageRank, Katz from nonnegative seeds) sum to the
+    same value in any order. Terms of both signs (an iteration-indexed start
+    ``F(X⁰) − X⁰``, corrections after deletions) do so when the series converges
+    absolutely, which holds when F′ shrinks every delta (gain < 1). A gain of 1 with mixed
+    signs is a conditionally convergent series: another order, another sum (belief
+    propagation with a stochastic F′ ends anywhere between 0 and the synchronous value)."""
+    if run.program.g != "sum" or run.negative == 0 or run.gain < 1.0 - GAIN_MARGIN:
+        return None
+    return (
+        f"deltas of both signs and an F′ that does not shrink them (gain {run.gain:.3f} ≥ 1): "
+        "the sum could depend on the order of propagation, so rounds decide it"
+    )
 
 
 ROWS_PER_SHARD = 2_000_000
@@ -744,7 +795,9 @@ def _stage_metrics(program: MraProgram) -> list[Column]:
         F.collect_list(
             F.when(
                 kind == STATS,
-                F.struct("shard", "s_dst", "s_count", "s_seconds", "s_iters"),
+                F.struct(
+                    "shard", "s_dst", "s_count", "s_seconds", "s_iters", "s_gain", "s_negative"
+                ),
             )
         ).alias("stats"),
     ]
@@ -789,9 +842,11 @@ class ShardedEngine:
         self.name = self.sharded.name
         self.choices: dict[str, tuple[str, str]] = {}
         """Per relation: (engine that runs it, why)."""
+        self.order_dependent: dict[str, str] = {}
+        """Relations the async engine gave back to rounds (``OrderDependent``), with why."""
 
     def _engine(self, program: MraProgram) -> MraEngine:
-        reason = unsupported(program)
+        reason = self.order_dependent.get(program.relation) or unsupported(program)
         choice = (self.sync.name, reason) if reason else (self.name, "its plans compile to kernels")
         if self.choices.get(program.relation) != choice:
             self.choices[program.relation] = choice
@@ -802,7 +857,11 @@ class ShardedEngine:
     def bootstrap(
         self, program: MraProgram, env: EngineEnv, max_rounds: int, on_round: OnRound
     ) -> MraOutcome:
-        return self._engine(program).bootstrap(program, env, max_rounds, on_round)
+        engine = self._engine(program)
+        try:
+            return engine.bootstrap(program, env, max_rounds, on_round)
+        except OrderDependent as error:
+            return self._on_sync(program, error).bootstrap(program, env, max_rounds, on_round)
 
     def resume(
         self,
@@ -815,4 +874,13 @@ class ShardedEngine:
         carried: MraState | None = None,
     ) -> MraOutcome:
         engine = self._engine(program)
-        return engine.resume(program, env, rows, seed, max_rounds, on_round, carried)
+        try:
+            return engine.resume(program, env, rows, seed, max_rounds, on_round, carried)
+        except OrderDependent as error:
+            # The carried async state is gone: rounds evaluate the current inputs afresh.
+            return self._on_sync(program, error).bootstrap(program, env, max_rounds, on_round)
+
+    def _on_sync(self, program: MraProgram, error: OrderDependent) -> MraEngine:
+        """Pin ``program`` to the sync engine from now on, saying why."""
+        self.order_dependent[program.relation] = error.reason
+        return self._engine(program)

@@ -273,6 +273,10 @@ class ShardLoop:
         self.buffers: dict[int, list[Batch]] = {}
         self.buffered: dict[int, int] = {}
         self.iterations = 0
+        self.gain = 0.0
+        """Sum programs: the largest Σ|candidates| / Σ|frontier deltas| of an iteration."""
+        self.negative = 0
+        """Sum programs: how many negative deltas this stage propagated."""
 
     def _state(self, rows: pa.Table) -> LocalTable:
         p = self.params
@@ -355,10 +359,20 @@ class ShardLoop:
         for kernel, sources in self.kernels:
             derived.append(kernel.run({**sources, (p.relation, "delta"): frontier}))
         candidates = _valid_rows(concat(derived), len(p.key_positions), p.witness)
+        if p.g == "sum":
+            self._observe_gain(deltas, candidates.cols["v"])
         here = candidates.cols[DESTINATION] == self.shard
         local = candidates.take(np.flatnonzero(here))
         self._merge_batch(local)
         self._buffer(candidates.take(np.flatnonzero(~here)))
+
+    def _observe_gain(self, deltas: np.ndarray, values: np.ndarray) -> None:
+        """Track what decides whether the order of propagation may change a sum: deltas of
+        both signs, and an F′ that does not shrink them (see ``AsyncEngine._order_check``)."""
+        mass = float(np.abs(deltas).sum())
+        if mass > 0:
+            self.gain = max(self.gain, float(np.abs(values).sum()) / mass)
+        self.negative += int(np.count_nonzero(deltas < 0))
 
     def _merge_batch(self, batch: Batch) -> None:
         p = self.params
@@ -425,6 +439,8 @@ class ShardLoop:
             "s_count": np.array([self.buffered.get(d, 0) for d in dests], dtype=np.int64),
             "s_seconds": np.full(n, seconds),
             "s_iters": np.full(n, iterations, dtype=np.int64),
+            "s_gain": np.full(n, self.gain),
+            "s_negative": np.full(n, self.negative, dtype=np.int64),
         }
         return _rows(schema, n, self.shard, STATS, cols)
 
