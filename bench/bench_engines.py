@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,7 @@ import run_eval_bench as classic
 from fixflow.checker import load
 from fixflow.operators.engines.base import EngineOptions, RoundInfo
 from fixflow.operators.evaluate import EvalOptions, Progress, evaluate_with_stats
+from fixflow.operators.maintain import Maintainer
 from fixflow.pipeline.spark import make_session
 
 log = logging.getLogger("bench")
@@ -61,6 +63,10 @@ class Cell:
     jobs: int = 0
     capped: bool = False
     detail: dict[str, float] = field(default_factory=dict)
+    check: str = ""
+    """Against scipy on the last run: "ok", or what differs (empty: not checked)."""
+    verify: Callable[[], str] | None = None
+    """Computes ``check`` after the clock stopped."""
 
 
 @dataclass
@@ -119,11 +125,37 @@ def fixflow_runner(
             frame.count()
         last = details[-1] if details else None
         detail = dict(getattr(last, "detail", {}) or {})
-        return Cell(
+        cell = Cell(
             loaded.name, program, engine, 0.0, 0, stats.rounds, stats.jobs, stats.capped, detail
         )
+        if not stats.capped:
+            cell.verify = partial(check_result, program, loaded, evaluation.relations)
+        return cell
 
     return run
+
+
+def check_result(program: str, loaded: Loaded, relations: dict[str, DataFrame]) -> str:
+    """The evaluation's answer against scipy's (every timed run, after its clock stops)."""
+    g = loaded.graph
+    name = {"sssp": "sssp", "cc": "cc", "pagerank": "rank"}[program]
+    rows = np.array(relations[name].collect(), dtype=np.float64).reshape(-1, 2)
+    keys, values = rows[:, 0].astype(np.int64), rows[:, 1]
+    if program == "sssp":
+        expected = classic.dijkstra(g.matrix(), indices=loaded.source)
+        reached = np.flatnonzero(np.isfinite(expected))
+        if set(keys.tolist()) != set(reached.tolist()):
+            return f"reached {len(keys)} nodes, scipy {len(reached)}"
+        worst = float(np.abs(values - expected[keys]).max(initial=0.0))
+        return "ok" if worst <= 1e-6 else f"off by {worst:.3g}"
+    if program == "cc":
+        _, component = classic.connected_components(g.matrix(), directed=False)
+        pairs = set(zip(component[keys].tolist(), values.astype(np.int64).tolist(), strict=True))
+        components = len(set(component[keys].tolist()))
+        return "ok" if len(pairs) == components == len(set(values.tolist())) else "differs"
+    expected = np.asarray(classic.scipy_pagerank(g, 0.01 * g.nodes))
+    worst = float(np.abs(values - expected[keys]).max(initial=0.0))
+    return f"max |Δ| {worst:.3g} to scipy"
 
 
 def scipy_runner(program: str, loaded: Loaded) -> Callable[[], Cell]:
@@ -169,6 +201,41 @@ def plain_runner(spark: SparkSession, program: str, loaded: Loaded, cap: int) ->
     return run
 
 
+INSERTED_EDGES = 100
+"""Edges per incremental epoch (``--incremental``)."""
+
+
+def incremental_runner(
+    spark: SparkSession, program: str, loaded: Loaded, engine: str, shards: int
+) -> Callable[[], Cell]:
+    """An epoch inserting 100 random edges (random endpoints, the graph's weights) into the
+    maintained relation; the cell's time is the recursive stratum's update time, the
+    bootstrap (a ``Maintainer.load``) happens once, untimed. Every call inserts new edges."""
+    report = load(program_text(program, loaded), f"{program}.dl")
+    options = EvalOptions(
+        max_iterations=100_000, engine_options=EngineOptions(mode=engine, shards=shards)
+    )
+    maintainer = Maintainer(report, spark, options, switch_fraction=1e6)
+    maintainer.load(edb_for(program, loaded, spark))
+    rng = np.random.default_rng(7)
+
+    def run() -> Cell:
+        n = loaded.graph.nodes
+        src, dst = rng.integers(0, n, INSERTED_EDGES), rng.integers(0, n, INSERTED_EDGES)
+        w = rng.choice(loaded.graph.w, INSERTED_EDGES)
+        if program == "cc":  # both directions, as ``edb_for`` gives them
+            src, dst, w = np.r_[src, dst], np.r_[dst, src], np.r_[w, w]
+        rows = pa.table({"src": src, "dst": dst, "w": w})
+        inserts = spark.createDataFrame(rows).subtract(maintainer.relation("edge"))
+        epoch = maintainer.apply({"edge": inserts.toDF("src", "dst", "w")}, {})
+        stratum = max(epoch.strata, key=lambda s: s.seconds)
+        cell = Cell(loaded.name, f"{program}+{INSERTED_EDGES}", engine, 0.0, 0, stratum.rounds)
+        cell.detail = {"stratum_seconds": stratum.seconds}
+        return cell
+
+    return run
+
+
 def timed(run: Callable[[], Cell], runs: int, warmup: int) -> Cell:
     for _ in range(warmup):
         run()
@@ -176,7 +243,12 @@ def timed(run: Callable[[], Cell], runs: int, warmup: int) -> Cell:
     for _ in range(runs):
         started = time.perf_counter()
         cell = run()
-        times.append(time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        times.append(cell.detail.pop("stratum_seconds", seconds))
+        if cell.verify is not None:
+            cell.check = cell.verify()
+            if cell.check != "ok" and not cell.check.startswith("max"):
+                log.warning("%s %s %s: %s", cell.graph, cell.program, cell.engine, cell.check)
     assert cell is not None
     cell.seconds, cell.runs = statistics.median(times), runs
     return cell
@@ -200,6 +272,12 @@ def main() -> int:
         default=120,
         help="round cap of the sync engine and the plain loop (they need one round per hop)",
     )
+    parser.add_argument(
+        "--incremental",
+        nargs="*",
+        default=["grid_100k"],
+        help=f"graphs on which an epoch inserting {INSERTED_EDGES} edges is timed (SSSP, CC)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("ENGINES.md"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -218,7 +296,21 @@ def main() -> int:
                 log.info("%s", cell)
                 cells.append(cell)
                 write_results(args.out, cells, args)
+        if name in args.incremental:
+            cells += incremental_cells(spark, loaded, args)
+            write_results(args.out, cells, args)
     return 0
+
+
+def incremental_cells(spark: SparkSession, loaded: Loaded, args: argparse.Namespace) -> list[Cell]:
+    cells = []
+    for program in [p for p in args.programs if p in ("sssp", "cc")]:
+        for engine in [e for e in args.engines if e in ("async", "hybrid", "sync")]:
+            run = incremental_runner(spark, program, loaded, engine, args.shards)
+            cell = timed(run, args.runs, args.warmup)
+            log.info("%s", cell)
+            cells.append(cell)
+    return cells
 
 
 def _runner(
@@ -244,8 +336,8 @@ def write_results(path: Path, cells: list[Cell], args: argparse.Namespace) -> No
         " a capped cell did not finish. Generated by `bench/bench_engines.py`.",
         "",
         "| graph | program | engine | seconds | rounds/stages | jobs | capped "
-        "| local iterations | messages | β min–max | cut |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|---|---:|",
+        "| local iterations | messages | β min–max | cut | result |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---|---:|---|",
     ]
     for c in cells:
         d = c.detail
@@ -255,7 +347,7 @@ def write_results(path: Path, cells: list[Cell], args: argparse.Namespace) -> No
             f"| {c.jobs or ''} | {'capped' if c.capped else ''} "
             f"| {d.get('local_iterations', '') and int(d['local_iterations'])} "
             f"| {d.get('messages', '') and int(d['messages'])} | {beta} "
-            f"| {d.get('cut', '') and int(d['cut'])} |"
+            f"| {d.get('cut', '') and int(d['cut'])} | {c.check} |"
         )
     path.write_text("\n".join(lines) + "\n")
 
