@@ -23,7 +23,7 @@ typecheck: install
 	$(BIN)/mypy src
 
 test: install lint typecheck
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 # The inner loop: no SparkSession, no broker, none of the slowest tests (markers applied
 # in tests/conftest.py). `make test` still runs everything.
