@@ -426,13 +426,24 @@ class AsyncEngine:
             shard_map = self._shard_map(program, env, aux, _shard_count(env, rows))
             self.shard_maps[program.relation] = shard_map
         layout = Layout(program, env.witness, tuple(self._aux_types(program)))
-        # Materialized, then partitioned and materialized again: a checkpoint keeps the hash
-        # partitioning by shard only when the plan it stores is a plain exchange.
-        wide = env.materializer.store(self._wide_aux(program, layout, shard_map, aux))
-        stored = env.materializer.store(wide.frame.repartition(shard_map.shards, "shard"))
-        for table in [wide, *tables]:
+        stored = self._partitioned(env, self._wide_aux(program, layout, shard_map, aux), shard_map)
+        for table in tables:
             env.materializer.release(table)
         return _Run(program, env, layout, shard_map, stored)
+
+    @staticmethod
+    def _partitioned(env: EngineEnv, wide: DataFrame, shard_map: ShardMap) -> Stored:
+        """The auxiliary rows checkpointed hash-partitioned by shard. With several shards
+        they are materialized, then partitioned and materialized again: a checkpoint keeps
+        the partitioning by shard only when the plan it stores is a plain exchange (one job
+        more; a single partition needs no such care)."""
+        if shard_map.shards == 1:
+            return env.materializer.store(wide.repartition(1, "shard"))
+        stored = env.materializer.store(wide)
+        try:
+            return env.materializer.store(stored.frame.repartition(shard_map.shards, "shard"))
+        finally:
+            env.materializer.release(stored)
 
     @staticmethod
     def _aux_types(program: MraProgram) -> list[tuple[TypeName, ...]]:
