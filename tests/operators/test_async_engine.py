@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from fixflow.checker import load
 from fixflow.checker.model import Report
 from fixflow.operators.compiler import positional
+from fixflow.operators.engines import async_engine
 from fixflow.operators.engines.async_engine import (
     AsyncEngine,
     OrderDependent,
@@ -177,3 +178,34 @@ def _run(
     rows = _keyed(declared, _declared_value_pos(program))
     outcome.state.release()
     return rows
+
+
+@pytest.mark.parametrize(
+    ("name", "relation", "rows_per_shard"),
+    [("a3_sssp", "sssp", 2_000_000), ("a3_sssp", "sssp", 8), ("a3_pagerank", "rank", 8)],
+)
+def test_automatic_shard_count_is_one_shard_until_the_auxiliary_rows_outgrow_it(
+    spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    relation: str,
+    rows_per_shard: int,
+) -> None:
+    """``shards = 0``: the auxiliary rows are counted while they are packed for one shard;
+    more rows than one shard takes send the run down the sharded path, same result."""
+    monkeypatch.setattr(async_engine, "ROWS_PER_SHARD", rows_per_shard)
+    case = load_golden(PROGRAMS / name)
+    report = _report(name)
+    program = _program(report, relation)
+    edb = edb_frames(spark, report, case.facts)
+    sync = evaluate_with_stats(report, edb, spark, EvalOptions(max_iterations=1000))
+    frames = {rel: _positional(df) for rel, df in sync.relations.items()}
+    frames.update(edb)
+    expected = _keyed([tuple(r) for r in frames[relation].collect()], _declared_value_pos(program))
+    engine = AsyncEngine()
+    actual = _run(engine, spark, program, frames, "async", 0)
+    shards = engine.shard_maps[relation].shards
+    assert shards == 1 if rows_per_shard > 1000 else shards > 1
+    assert set(actual) == set(expected)
+    for key, value in expected.items():
+        assert actual[key] == pytest.approx(value, abs=max(case.tolerance, 1e-9))

@@ -6,6 +6,7 @@ tests/streams/_tools/make_streams.py) and with the reference oracle on the curre
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,26 @@ def step_problems(
 
 @pytest.mark.parametrize("name", case_names())
 def test_stream_golden(name: str, spark: Any, broker: Config, tmp_path: Path) -> None:
-    case = load_case(name)
+    stream_case(name, spark, isolated_config(broker, tmp_path / "lake"))
+
+
+@pytest.mark.parametrize(("name", "mode"), [("sssp", "async"), ("cc", "hybrid")])
+def test_stream_golden_on_the_sharded_engines(
+    name: str, mode: str, spark: Any, broker: Config, tmp_path: Path
+) -> None:
+    """``[engine] mode = "async"``/``"hybrid"``: every epoch (inserts and deletes) resumes
+    the relation on the sharded engine, with the same results step by step."""
     config = isolated_config(broker, tmp_path / "lake")
+    config = replace(config, engine=replace(config.engine, mode=mode, shards=2))
+    stream = stream_case(name, spark, config)
+    engine = stream.maintainer.engine
+    assert engine.choices[name][0] == mode, engine.choices  # type: ignore[attr-defined]
+
+
+def stream_case(name: str, spark: Any, config: Config) -> ProgramStream:
+    """Publishes a case's steps one by one, each processed by one ``available_now`` run,
+    and asserts the results after every step."""
+    case = load_case(name)
     stream = ProgramStream(spark, config, case.program_file)
     facts: dict[str, set[Any]] = {rel: set() for rel in case.program.inputs}
     failures = []
@@ -78,3 +97,4 @@ def test_stream_golden(name: str, spark: Any, broker: Config, tmp_path: Path) ->
         if problems:
             failures.append(f"step {step.number:02d} ({step.why}): {problems}")
     assert not failures, f"{name}:\n" + "\n".join(failures)
+    return stream

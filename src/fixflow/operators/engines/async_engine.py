@@ -29,22 +29,16 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ByteType,
-    DoubleType,
-    IntegerType,
-    LongType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import BinaryType, ByteType, IntegerType, StructField, StructType
 
 from fixflow.checker.ast import TypeName
 from fixflow.operators.compiler import SparkBackend, column_name, positional, spark_type
-from fixflow.operators.engines import kernels
+from fixflow.operators.engines import blocks, kernels
 from fixflow.operators.engines.base import (
     EngineEnv,
     MraEngine,
@@ -53,6 +47,7 @@ from fixflow.operators.engines.base import (
     OnRound,
     RoundInfo,
 )
+from fixflow.operators.engines.blocks import BLOB
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
 from fixflow.operators.engines.shard_loop import (
     AUX,
@@ -239,7 +234,8 @@ class ShardMap:
 
 @dataclass(frozen=True)
 class Layout:
-    """The columns of a stage frame: state, message, auxiliary and statistics rows."""
+    """The columns of a stage frame: state and message rows use the key, value and witness
+    columns; auxiliary and statistics rows carry an Arrow block (``engines.blocks``)."""
 
     program: MraProgram
     witness: bool
@@ -253,18 +249,7 @@ class Layout:
         fields += [StructField(n, spark_type(p.value_type)) for n in ("acc", "delta")]
         if self.witness:
             fields += [StructField(f"wit{j}", spark_type(t)) for j, t in enumerate(p.key_types)]
-        fields.append(StructField("body", IntegerType()))
-        for b, types in enumerate(self.aux_types):
-            fields += [StructField(f"a{b}_{i}", spark_type(t)) for i, t in enumerate(types)]
-        fields.append(StructField("dshard", IntegerType()))
-        fields += [
-            StructField("s_dst", IntegerType()),
-            StructField("s_count", LongType()),
-            StructField("s_seconds", DoubleType()),
-            StructField("s_iters", LongType()),
-            StructField("s_gain", DoubleType()),
-            StructField("s_negative", LongType()),
-        ]
+        fields.append(StructField(BLOB, BinaryType()))
         return StructType(fields)
 
     def conform(self, frame: DataFrame) -> DataFrame:
@@ -415,31 +400,72 @@ class AsyncEngine:
         if reason is not None:
             raise kernels.KernelUnsupported(reason)
         backend = SparkBackend(env.spark, env.source)
-        count = [F.count(F.lit(1)).alias("n")]
-        tables = [
-            env.materializer.store(t.distinct(), count) for t in self._aux_tables(program, backend)
+        aux = self._aux_tables(program, backend)
+        if program.g == "sum":
+            # A duplicate auxiliary row would count a contribution twice; min and max are
+            # idempotent, so they skip the shuffle that removing duplicates costs.
+            aux = [t.distinct() for t in aux]
+        layout = Layout(program, env.witness, tuple(self._aux_types(program)))
+        known = self.shard_maps.get(program.relation)
+        if (known.shards if known is not None else env.options.shards) <= 1:
+            run = self._single_shard(program, env, layout, aux, counted=known is None)
+            if run is not None:
+                return run
+        return self._sharded(program, env, layout, aux)
+
+    def _single_shard(
+        self,
+        program: MraProgram,
+        env: EngineEnv,
+        layout: Layout,
+        aux: list[DataFrame],
+        counted: bool,
+    ) -> _Run | None:
+        """One shard needs neither an assignment nor a partitioning: the auxiliary rows
+        are packed and stored in one job, counted on the way when the shard count is
+        still to be chosen (None: they are too many for one shard)."""
+        single = ShardMap(1, shard_labels(1))
+        observations = [Observation() for _ in aux]
+        frames = self._labelled_aux(program, layout, single, aux)
+        labelled = [
+            frame.observe(o, F.count(F.lit(1)).alias("n"))
+            for frame, o in zip(frames, observations, strict=True)
         ]
-        aux = [t.frame for t in tables]
+        stored = env.materializer.store(self._packed(layout, labelled))
+        rows = sum(int(o.get.get("n") or 0) for o in observations)
+        if counted and _shard_count(env, rows) > 1:
+            env.materializer.release(stored)
+            return None
+        self.shard_maps[program.relation] = single
+        return _Run(program, env, layout, single, stored)
+
+    def _sharded(
+        self, program: MraProgram, env: EngineEnv, layout: Layout, aux: list[DataFrame]
+    ) -> _Run:
+        """Several shards: the auxiliary rows are stored, assigned to shards by the graph
+        they form (at the bootstrap; kept for updates), then packed and stored
+        partitioned by shard."""
+        count = [F.count(F.lit(1)).alias("n")]
+        tables = [env.materializer.store(t, count) for t in aux]
+        frames = [t.frame for t in tables]
         shard_map = self.shard_maps.get(program.relation)
         if shard_map is None:
-            rows = sum(int(t.metrics.get("n") or 0) for t in tables)
-            shard_map = self._shard_map(program, env, aux, _shard_count(env, rows))
+            rows = sum(int(t.metric("n")) for t in tables)
+            shard_map = self._shard_map(program, env, frames, _shard_count(env, rows))
             self.shard_maps[program.relation] = shard_map
-        layout = Layout(program, env.witness, tuple(self._aux_types(program)))
-        stored = self._partitioned(env, self._wide_aux(program, layout, shard_map, aux), shard_map)
+        labelled = self._labelled_aux(program, layout, shard_map, frames)
+        stored = self._partitioned(env, self._packed(layout, labelled), shard_map)
         for table in tables:
             env.materializer.release(table)
         return _Run(program, env, layout, shard_map, stored)
 
     @staticmethod
-    def _partitioned(env: EngineEnv, wide: DataFrame, shard_map: ShardMap) -> Stored:
-        """The auxiliary rows checkpointed hash-partitioned by shard. With several shards
-        they are materialized, then partitioned and materialized again: a checkpoint keeps
-        the partitioning by shard only when the plan it stores is a plain exchange (one job
-        more; a single partition needs no such care)."""
-        if shard_map.shards == 1:
-            return env.materializer.store(wide.repartition(1, "shard"))
-        stored = env.materializer.store(wide)
+    def _partitioned(env: EngineEnv, packed: DataFrame, shard_map: ShardMap) -> Stored:
+        """The packed auxiliary rows checkpointed hash-partitioned by shard: materialized,
+        then partitioned and materialized again (a checkpoint keeps the partitioning by
+        shard only when the plan it stores is a plain exchange; the second job moves a
+        few blocks)."""
+        stored = env.materializer.store(packed)
         try:
             return env.materializer.store(stored.frame.repartition(shard_map.shards, "shard"))
         finally:
@@ -481,10 +507,12 @@ class AsyncEngine:
             links = pairs if links is None else links.union(pairs)
         return _assign(shard_map, links)
 
-    def _wide_aux(
+    def _labelled_aux(
         self, program: MraProgram, layout: Layout, shard_map: ShardMap, aux: list[DataFrame]
-    ) -> DataFrame:
-        parts = []
+    ) -> list[DataFrame]:
+        """Each body's auxiliary rows ``shard, dshard, c0..``: labelled with their shard
+        and the shard of the key they lead to."""
+        out = []
         for i, (body, frame) in enumerate(zip(program.bodies, aux, strict=True)):
             scan = _aux_scan(body)
             assert scan is not None
@@ -492,14 +520,27 @@ class AsyncEngine:
             dst = [positional(p) for p in _head_key_columns(program, body, scan) or []]
             labelled = shard_map.label(frame, src, "shard")
             labelled = shard_map.label(labelled, dst, "dshard")
-            renamed = labelled.select(
-                "shard",
-                "dshard",
-                F.lit(AUX).alias("kind"),
-                F.lit(i).alias("body"),
-                *(F.col(c).alias(f"a{i}_{c[1:]}") for c in frame.columns),
+            types = zip(frame.columns, layout.aux_types[i], strict=True)
+            out.append(
+                labelled.select(
+                    "shard",
+                    F.col("dshard").cast("int"),
+                    *(F.col(c).cast(spark_type(t)) for c, t in types),
+                )
             )
-            parts.append(layout.conform(renamed))
+        return out
+
+    @staticmethod
+    def _packed(layout: Layout, labelled: list[DataFrame]) -> DataFrame:
+        """The labelled auxiliary rows as layout rows, one block per shard and
+        ``BLOCK_ROWS`` rows (the body's index in the block's metadata)."""
+        arrow_schema = _arrow_schema(layout.schema)
+        parts = [
+            frame.mapInArrow(
+                partial(blocks.pack, arrow_schema, AUX, {"body": str(i)}), layout.schema
+            )
+            for i, frame in enumerate(labelled)
+        ]
         union = parts[0]
         for other in parts[1:]:
             union = union.union(other)
@@ -608,7 +649,7 @@ class AsyncEngine:
             g=program.g,
             witness=run.layout.witness,
             plans=tuple((body.plan, body.aux_name or "") for body in program.bodies),
-            aux_widths=tuple(len(t) for t in run.layout.aux_types),
+            aux_types=run.layout.aux_types,
             dest_columns=tuple(
                 tuple(_head_key_columns(program, body, _scan_of(body), program.keys) or ())
                 for body in program.bodies
@@ -627,6 +668,10 @@ class AsyncEngine:
         arrow_schema = _arrow_schema(layout.schema)
         kernel = partial(run_stage, self._params(run), arrow_schema)
         union = frame.union(run.aux.frame)
+        if run.shard_map.shards == 1:
+            # One task reads everything: no exchange, before the stage or after it.
+            out = union.coalesce(1).mapInArrow(kernel, layout.schema)
+            return run.env.materializer.store(out, _stage_metrics(run.program))
         if union.rdd.getNumPartitions() != run.shard_map.shards:
             raise RuntimeError("stage frame and auxiliary rows are not partitioned alike")
         out = union.mapInArrow(kernel, layout.schema)
@@ -639,10 +684,12 @@ class AsyncEngine:
         program, env = run.program, run.env
         started, last_check = time.monotonic(), -UNBOUNDED
         stage, capped = 0, False
-        # Materialized first: a shard column the optimizer could fold to a constant would
-        # not partition like the auxiliary rows.
-        stored = env.materializer.store(frame)
-        frame = stored.frame.repartition(run.shard_map.shards, "shard")
+        stored = Stored(frame)
+        if run.shard_map.shards > 1:
+            # Materialized first: a shard column the optimizer could fold to a constant
+            # would not partition like the auxiliary rows.
+            stored = env.materializer.store(frame)
+            frame = stored.frame.repartition(run.shard_map.shards, "shard")
         try:
             while True:
                 stage += 1
@@ -688,14 +735,16 @@ class AsyncEngine:
         metrics = stored.metrics
         pending = int(metrics.get("pending") or 0) + int(metrics.get("messages") or 0)
         measure = metrics.get("m")
-        stats = metrics.get("stats") or []
+        stats = [
+            row for blob in metrics.get("stats") or [] for row in blocks.decode(blob).to_pylist()
+        ]
         detail = self._adapt(run, stats)
         _observe_signs(run, stats)
         detail["messages"] = float(metrics.get("messages") or 0)
         detail["cut"] = float(run.shard_map.cut or 0)
         return pending, None if measure is None else float(measure), detail
 
-    def _adapt(self, run: _Run, stats: list[Row]) -> dict[str, float]:
+    def _adapt(self, run: _Run, stats: list[dict[str, Any]]) -> dict[str, float]:
         """PowerLog's rule per buffer: when its fill rate |B|/ΔT leaves the band
         [β/(r·τ), r·β/τ], β becomes α·τ·|B|/ΔT."""
         buffer = run.env.options.buffer
@@ -732,7 +781,7 @@ GAIN_MARGIN = 1e-6
 """Gains this close to 1 count as 1 (a stochastic F′ measures 1 up to rounding)."""
 
 
-def _observe_signs(run: _Run, stats: list[Row]) -> None:
+def _observe_signs(run: _Run, stats: list[dict[str, Any]]) -> None:
     per_shard: dict[int, tuple[float, int]] = {}
     for row in stats:
         per_shard[int(row["shard"])] = (float(row["s_gain"] or 0), int(row["s_negative"] or 0))
@@ -803,14 +852,7 @@ def _stage_metrics(program: MraProgram) -> list[Column]:
     metrics = [
         F.count(F.when(pending, 1)).alias("pending"),
         F.count(F.when(kind == MESSAGE, 1)).alias("messages"),
-        F.collect_list(
-            F.when(
-                kind == STATS,
-                F.struct(
-                    "shard", "s_dst", "s_count", "s_seconds", "s_iters", "s_gain", "s_negative"
-                ),
-            )
-        ).alias("stats"),
+        F.collect_list(F.when(kind == STATS, F.col(BLOB))).alias("stats"),
     ]
     if program.spec.termination is not None:
         change = F.when(pending, F.col("delta")).when(kind == MESSAGE, F.col("acc"))

@@ -3,7 +3,8 @@
 A Spark stage of the async engine hands every task the rows of its shard: the shard's
 MonoTable rows (key, ``acc``, pending ``delta``, witness), the messages other shards sent
 it (candidate values for its keys) and its auxiliary rows (the pre-joined rest of each
-recursive body, annotated with the shard of the key each row leads to). The task then
+recursive body, annotated with the shard of the key each row leads to; packed in Arrow
+blocks, ``engines.blocks``). The task then
 
 1. merges the messages into its keys with G (min/max keep improvements, sum adds);
 2. iterates locally: the pending keys (with priority scheduling, the best
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from fixflow.operators.engines.blocks import BLOB, decode, encode, layout_rows
 from fixflow.operators.engines.kernels import Batch, Kernel, concat
 from fixflow.operators.plan import Plan
 
@@ -55,7 +57,8 @@ class StageParams:
     witness: bool
     plans: tuple[tuple[Plan, str], ...]
     """Per recursive body: its round plan and the name of its auxiliary table."""
-    aux_widths: tuple[int, ...]
+    aux_types: tuple[tuple[str, ...], ...]
+    """Per body, the types of its auxiliary columns ``c0..``."""
     dest_columns: tuple[tuple[int, ...], ...]
     """Per body, the auxiliary columns its head key copies: the keys a shard can reach."""
     beta: dict[tuple[int, int], float]
@@ -164,21 +167,24 @@ class LocalTable:
         """G over candidates with the same key (the best one keeps its witness)."""
         sort_key = self._sort_key(keys)
         g = self.params.g
-        if g == "sum":
-            order = np.argsort(sort_key, kind="stable")
-        else:
+        if g != "sum" and len(keys) > 1:
             ranked = values if g == "min" else -values
-            order = (
-                np.lexsort((ranked, sort_key))
-                if len(keys) == 1
-                else _object_order(sort_key, ranked)
-            )
+            order = _object_order(sort_key, ranked)
+        else:
+            order = np.argsort(sort_key)
         ordered = sort_key[order]
         starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
         ordered_values = values[order]
-        combined = np.add.reduceat(ordered_values, starts) if g == "sum" else ordered_values[starts]
-        firsts = order[starts]
-        return [k[firsts] for k in keys], combined, [w[firsts] for w in wits]
+        if g == "sum":
+            return _firsts(keys, wits, order[starts], np.add.reduceat(ordered_values, starts))
+        if len(keys) > 1:  # ordered by (key, rank): each group's first is its best
+            return _firsts(keys, wits, order[starts], ordered_values[starts])
+        reduce = np.minimum if g == "min" else np.maximum
+        best = reduce.reduceat(ordered_values, starts)
+        group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(ordered)]))
+        hits = np.flatnonzero(ordered_values == best[group])
+        first_hits = hits[np.r_[True, group[hits[1:]] != group[hits[:-1]]]]
+        return _firsts(keys, wits, order[first_hits], best)
 
     def _update_existing(self, pos: np.ndarray, values: np.ndarray, wits: list[np.ndarray]) -> int:
         if self.params.g == "sum":
@@ -253,6 +259,13 @@ class LocalTable:
         return float(pending.mean() if func == "avg" else pending.sum())
 
 
+def _firsts(
+    keys: list[np.ndarray], wits: list[np.ndarray], rows: np.ndarray, values: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray]]:
+    """One candidate per key: the keys and witnesses of ``rows``, with G's ``values``."""
+    return [k[rows] for k in keys], values, [w[rows] for w in wits]
+
+
 def _object_order(sort_key: np.ndarray, ranked: np.ndarray) -> np.ndarray:
     """Order by (key, rank) for keys that are Python objects (tuples, strings)."""
     return np.array(sorted(range(len(sort_key)), key=lambda i: (sort_key[i], ranked[i])))
@@ -294,17 +307,13 @@ class ShardLoop:
         return LocalTable(p, keys, _numpy(rows, "acc", p.value_type), pending, wits)
 
     def _kernels(self, rows: pa.Table, kind: np.ndarray) -> list[tuple[Kernel, dict]]:
-        aux_rows = rows.filter(pa.array(kind == AUX))
-        body = aux_rows.column("body").to_numpy() if len(aux_rows) else np.zeros(0, np.int64)
+        blocks: dict[int, list[pa.Table]] = {}
+        for blob in rows.filter(pa.array(kind == AUX)).column(BLOB).to_pylist():
+            table = decode(blob)
+            blocks.setdefault(int((table.schema.metadata or {})[b"body"]), []).append(table)
         kernels = []
         for b, (plan, aux_name) in enumerate(self.params.plans):
-            mine = aux_rows.filter(pa.array(body == b))
-            cols = {
-                f"c{i}": mine.column(f"a{b}_{i}").to_numpy(zero_copy_only=False)
-                for i in range(self.params.aux_widths[b])
-            }
-            cols[DESTINATION] = mine.column("dshard").to_numpy(zero_copy_only=False)
-            sources = {(aux_name, "aux"): Batch(len(mine), cols)}
+            sources = {(aux_name, "aux"): _aux_batch(blocks.get(b, []), self.params.aux_types[b])}
             kernel = Kernel(plan)
             kernel.prepare(sources)
             kernels.append((kernel, sources))
@@ -416,7 +425,7 @@ class ShardLoop:
         cols["delta"] = pa.array(t.delta[keep], mask=~t.pending[keep])
         for j, w in enumerate(t.wits):
             cols[f"wit{j}"] = pa.array(w[keep], mask=~t.has_wit[keep])
-        return _rows(schema, len(keep), self.shard, STATE, cols)
+        return layout_rows(schema, len(keep), self.shard, STATE, cols)
 
     def _message_rows(self, schema: pa.Schema) -> Iterator[pa.Table]:
         p = self.params
@@ -429,20 +438,38 @@ class ShardLoop:
             cols["acc"] = values
             for j, w in enumerate(wits):
                 cols[f"wit{j}"] = w
-            yield _rows(schema, len(values), dest, MESSAGE, cols)
+            yield layout_rows(schema, len(values), dest, MESSAGE, cols)
 
     def _stats_rows(self, schema: pa.Schema, seconds: float, iterations: int) -> pa.Table:
+        """One row whose block holds a statistics row per destination buffer."""
         dests = sorted(self.buffers) or [-1]
         n = len(dests)
-        cols: dict[str, object] = {
-            "s_dst": np.array(dests, dtype=np.int32),
-            "s_count": np.array([self.buffered.get(d, 0) for d in dests], dtype=np.int64),
-            "s_seconds": np.full(n, seconds),
-            "s_iters": np.full(n, iterations, dtype=np.int64),
-            "s_gain": np.full(n, self.gain),
-            "s_negative": np.full(n, self.negative, dtype=np.int64),
+        stats = pa.table(
+            {
+                "shard": np.full(n, self.shard, dtype=np.int32),
+                "s_dst": np.array(dests, dtype=np.int32),
+                "s_count": np.array([self.buffered.get(d, 0) for d in dests], dtype=np.int64),
+                "s_seconds": np.full(n, seconds),
+                "s_iters": np.full(n, iterations, dtype=np.int64),
+                "s_gain": np.full(n, self.gain),
+                "s_negative": np.full(n, self.negative, dtype=np.int64),
+            }
+        )
+        return layout_rows(schema, 1, self.shard, STATS, {BLOB: [encode(stats)]})
+
+
+def _aux_batch(tables: list[pa.Table], types: tuple[str, ...]) -> Batch:
+    """A body's auxiliary rows from its blocks: columns ``c0..`` and the destination."""
+    if not tables:
+        cols: dict[str, np.ndarray] = {
+            f"c{i}": np.zeros(0, dtype=_numpy_type(t)) for i, t in enumerate(types)
         }
-        return _rows(schema, n, self.shard, STATS, cols)
+        cols[DESTINATION] = np.zeros(0, dtype=np.int32)
+        return Batch(0, cols)
+    rows = pa.concat_tables(tables)
+    cols = {f"c{i}": rows.column(f"c{i}").to_numpy(zero_copy_only=False) for i in range(len(types))}
+    cols[DESTINATION] = rows.column("dshard").to_numpy(zero_copy_only=False)
+    return Batch(len(rows), cols)
 
 
 def _witness(batch: Batch, p: StageParams) -> list[np.ndarray]:
@@ -472,20 +499,6 @@ def _numpy(rows: pa.Table, name: str, type_name: str) -> np.ndarray:
     return column.to_numpy(zero_copy_only=False).astype(_numpy_type(type_name))
 
 
-def _rows(schema: pa.Schema, n: int, shard: int, kind: int, cols: dict[str, object]) -> pa.Table:
-    arrays = []
-    for field in schema:
-        if field.name == "shard":
-            arrays.append(pa.array(np.full(n, shard, dtype=np.int32)))
-        elif field.name == "kind":
-            arrays.append(pa.array(np.full(n, kind, dtype=np.int8)))
-        elif field.name in cols:
-            arrays.append(pa.array(cols[field.name], type=field.type))
-        else:
-            arrays.append(pa.nulls(n, type=field.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
 def run_stage(
     params: StageParams, schema: pa.Schema, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
@@ -495,7 +508,9 @@ def run_stage(
         return
     rows = pa.Table.from_batches(collected)
     shard = rows.column("shard").to_numpy()
-    for label in np.unique(shard):
-        loop = ShardLoop(params, int(label), rows.filter(pa.array(shard == label)))
+    labels = np.unique(shard)
+    for label in labels:
+        mine = rows if len(labels) == 1 else rows.filter(pa.array(shard == label))
+        loop = ShardLoop(params, int(label), mine)
         seconds, iterations = loop.run()
         yield from loop.emit(seconds, iterations, schema).to_batches()
