@@ -65,7 +65,7 @@ def test_stream_golden(name: str, spark: Any, broker: Config, tmp_path: Path) ->
     stream_case(name, spark, isolated_config(broker, tmp_path / "lake"))
 
 
-@pytest.mark.parametrize(("name", "mode"), [("sssp", "async"), ("cc", "hybrid")])
+@pytest.mark.parametrize(("name", "mode"), [("cc", "async")])
 def test_stream_golden_on_the_sharded_engines(
     name: str, mode: str, spark: Any, broker: Config, tmp_path: Path
 ) -> None:

@@ -698,7 +698,7 @@ class AsyncEngine:
                 stored = new
                 pending, measure, detail = self._observe(run, stored)
                 on_round(RoundInfo(stage, pending, measure, detail))
-                reason = _order_dependence(run)
+                reason = None if _in_round_order(run) else _order_dependence(run)
                 if reason is not None:
                     env.materializer.release(stored)
                     raise OrderDependent(program.relation, reason)
@@ -804,8 +804,15 @@ def _order_dependence(run: _Run) -> str | None:
         return None
     return (
         f"deltas of both signs and an F′ that does not shrink them (gain {run.gain:.3f} ≥ 1): "
-        "the sum could depend on the order of propagation, so rounds decide it"
+        "the sum could depend on the order of propagation"
     )
+
+
+def _in_round_order(run: _Run) -> bool:
+    """One shard without priority scheduling: every local iteration propagates every
+    pending delta and merges what it derived afterwards, which is a synchronous round, so
+    the series is summed in the order rounds sum it."""
+    return run.shard_map.shards == 1 and not run.env.options.priority
 
 
 ROWS_PER_SHARD = 2_000_000
@@ -884,8 +891,10 @@ def _assign(shard_map: ShardMap, links: DataFrame | None) -> ShardMap:
 
 class ShardedEngine:
     """``[engine] mode = "async"`` or ``"hybrid"``: the async engine for every MRA relation
-    whose round plans compile to kernels, the sync engine for the others. The choice and
-    its reason are logged once per relation and kept in ``choices``."""
+    whose round plans compile to kernels, the sync engine for the others. A sum whose value
+    could depend on the order of propagation (``OrderDependent``) is run again in round
+    order: one shard, no priority. The choice and its reason are logged once per relation
+    and kept in ``choices``."""
 
     def __init__(self, hybrid: bool) -> None:
         from fixflow.operators.engines.sync import SyncEngine
@@ -896,25 +905,37 @@ class ShardedEngine:
         self.choices: dict[str, tuple[str, str]] = {}
         """Per relation: (engine that runs it, why)."""
         self.order_dependent: dict[str, str] = {}
-        """Relations the async engine gave back to rounds (``OrderDependent``), with why."""
+        """Relations the async engine runs in round order (``OrderDependent``), with why."""
 
     def _engine(self, program: MraProgram) -> MraEngine:
-        reason = self.order_dependent.get(program.relation) or unsupported(program)
-        choice = (self.sync.name, reason) if reason else (self.name, "its plans compile to kernels")
+        reason = unsupported(program)
+        ordered = self.order_dependent.get(program.relation)
+        if reason:
+            choice = (self.sync.name, reason)
+        elif ordered:
+            choice = (self.name, f"in round order, one shard without priority: {ordered}")
+        else:
+            choice = (self.name, "its plans compile to kernels")
         if self.choices.get(program.relation) != choice:
             self.choices[program.relation] = choice
             level = logging.WARNING if reason and self.name == "async" else logging.INFO
             log.log(level, "%s runs on the %s engine: %s", program.relation, *choice)
         return self.sync if reason else self.sharded
 
+    def _env(self, program: MraProgram, env: EngineEnv) -> EngineEnv:
+        if program.relation not in self.order_dependent:
+            return env
+        return replace(env, options=replace(env.options, shards=1, priority=False))
+
     def bootstrap(
         self, program: MraProgram, env: EngineEnv, max_rounds: int, on_round: OnRound
     ) -> MraOutcome:
         engine = self._engine(program)
         try:
-            return engine.bootstrap(program, env, max_rounds, on_round)
+            return engine.bootstrap(program, self._env(program, env), max_rounds, on_round)
         except OrderDependent as error:
-            return self._on_sync(program, error).bootstrap(program, env, max_rounds, on_round)
+            self.order_dependent[program.relation] = error.reason
+            return self.bootstrap(program, env, max_rounds, on_round)
 
     def resume(
         self,
@@ -928,12 +949,10 @@ class ShardedEngine:
     ) -> MraOutcome:
         engine = self._engine(program)
         try:
-            return engine.resume(program, env, rows, seed, max_rounds, on_round, carried)
+            return engine.resume(
+                program, self._env(program, env), rows, seed, max_rounds, on_round, carried
+            )
         except OrderDependent as error:
-            # The carried async state is gone: rounds evaluate the current inputs afresh.
-            return self._on_sync(program, error).bootstrap(program, env, max_rounds, on_round)
-
-    def _on_sync(self, program: MraProgram, error: OrderDependent) -> MraEngine:
-        """Pin ``program`` to the sync engine from now on, saying why."""
-        self.order_dependent[program.relation] = error.reason
-        return self._engine(program)
+            # The carried state summed in another order: evaluate the current inputs afresh.
+            self.order_dependent[program.relation] = error.reason
+            return self.bootstrap(program, env, max_rounds, on_round)
