@@ -216,6 +216,8 @@ class ShardMap:
 
     def label(self, frame: DataFrame, keys: Sequence[str], out: str) -> DataFrame:
         """``frame`` with column ``out`` = the shard label of the key columns ``keys``."""
+        if self.shards == 1:  # nothing to hash or look up
+            return frame.withColumn(out, F.lit(self.labels[0]))
         fallback = F.pmod(F.xxhash64(*(F.col(k) for k in keys)), F.lit(self.shards))
         index: Column = fallback
         if self.assignment is not None and len(keys) == 1:

@@ -66,15 +66,19 @@ def pack(
     collected = list(batches)
     if not collected:
         return
-    rows = pa.Table.from_batches(collected)
-    shard = rows.column("shard").to_numpy()
-    rest = rows.drop(["shard"])
-    labels = np.unique(shard)
-    for label in labels:
-        mine = rest if len(labels) == 1 else rest.filter(pa.array(shard == label))
+    for label, mine in by_shard(pa.Table.from_batches(collected)):
+        mine = mine.drop(["shard"])
         blobs = [
             encode(mine.slice(start, BLOCK_ROWS), metadata)
             for start in range(0, len(mine), BLOCK_ROWS)
         ]
-        table = layout_rows(schema, len(blobs), int(label), kind, {BLOB: blobs})
+        table = layout_rows(schema, len(blobs), label, kind, {BLOB: blobs})
         yield from table.to_batches()
+
+
+def by_shard(rows: pa.Table) -> Iterator[tuple[int, pa.Table]]:
+    """``rows`` split by their ``shard`` label (not copied when there is one label)."""
+    shard = rows.column("shard").to_numpy()
+    labels = np.unique(shard)
+    for label in labels:
+        yield int(label), rows if len(labels) == 1 else rows.filter(pa.array(shard == label))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from fixflow.operators.engines.blocks import BLOB, decode, encode, layout_rows
+from fixflow.operators.engines.blocks import BLOB, by_shard, decode, encode, layout_rows
 from fixflow.operators.engines.kernels import Batch, Kernel, concat
 from fixflow.operators.plan import Plan
 
@@ -506,11 +506,7 @@ def run_stage(
     collected = list(batches)
     if not collected:
         return
-    rows = pa.Table.from_batches(collected)
-    shard = rows.column("shard").to_numpy()
-    labels = np.unique(shard)
-    for label in labels:
-        mine = rows if len(labels) == 1 else rows.filter(pa.array(shard == label))
-        loop = ShardLoop(params, int(label), mine)
+    for label, mine in by_shard(pa.Table.from_batches(collected)):
+        loop = ShardLoop(params, label, mine)
         seconds, iterations = loop.run()
         yield from loop.emit(seconds, iterations, schema).to_batches()
