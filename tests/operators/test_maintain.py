@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker.model import Report
@@ -184,15 +185,21 @@ def test_delta_rules_and_unchanged_strata(spark: SparkSession) -> None:
     assert strategies(epochs[2])["lone"] == "bootstrap"  # a negated relation changed
 
 
-def test_mra_min_sssp(spark: SparkSession) -> None:
+@pytest.mark.parametrize("witness", [False, True], ids=["no-witness", "witness"])
+def test_mra_min_sssp(spark: SparkSession, witness: bool) -> None:
+    """With witnesses (as streams keep them) deletions retract; without, they re-evaluate."""
     epochs = run_epochs(
         spark,
         SSSP,
         {"warc": [(1, 2, 1.0), (2, 3, 1.0), (3, 4, 5.0)]},
         [({"warc": [(1, 4, 2.0), (4, 5, 1.0)]}, {}), ({}, {"warc": [(1, 4, 2.0)]})],
+        options=EvalOptions(witness=witness),
     )
-    assert strategies(epochs[0]) == {"sp": "update:mra-improve"}
-    assert strategies(epochs[1]) == {"sp": "bootstrap"}
+    if witness:
+        assert [strategies(e) for e in epochs] == [{"sp": "update:mra-retract"}] * 2
+    else:
+        assert strategies(epochs[0]) == {"sp": "update:mra-improve"}
+        assert strategies(epochs[1]) == {"sp": "bootstrap"}
 
 
 def test_mra_min_cc_with_count_of_labels(spark: SparkSession) -> None:
@@ -201,9 +208,10 @@ def test_mra_min_cc_with_count_of_labels(spark: SparkSession) -> None:
         program("nexus_cc"),
         {"arc": [(2, 3), (3, 2), (5, 6)]},
         [({"arc": [(6, 2), (1, 5)]}, {}), ({}, {"arc": [(1, 5)]})],
+        options=EvalOptions(witness=True),
     )
-    assert strategies(epochs[0]) == {"hcc": "update:mra-improve", "cc": "update:affected-groups"}
-    assert strategies(epochs[1])["hcc"] == "bootstrap"
+    assert strategies(epochs[0]) == {"hcc": "update:mra-retract", "cc": "update:affected-groups"}
+    assert strategies(epochs[1])["hcc"] == "update:mra-retract"
 
 
 def test_mra_sum_pagerank_degree_change(spark: SparkSession) -> None:
@@ -224,7 +232,7 @@ def test_mra_sum_pagerank_degree_change(spark: SparkSession) -> None:
         "rank": "update:mra-correction",
     }
     assert strategies(epochs[1])["rank"] == "update:mra-correction"
-    assert strategies(epochs[2])["rank"] == "bootstrap"  # degree(2) key kept, but an edge gone
+    assert strategies(epochs[2])["rank"] == "update:mra-correction"  # an edge gone
 
 
 def test_mra_sum_constant_change(spark: SparkSession) -> None:

@@ -82,8 +82,9 @@ class EvalOptions:
     """Force a strategy for the stratum holding a relation (tests compare MRA and naive)."""
     witness: bool = False
     """Keep, for min/max MRA relations, the key of the predecessor that gave each value:
-    what deleting by retraction needs. Off by default because it costs a second aggregate
-    per round and nothing reads it yet (deletions re-evaluate)."""
+    what the ``mra-retract`` update needs to handle deletions without re-evaluating. The
+    stream pipeline turns it on; off for batch evaluation, where nothing reads it and the
+    sync engine pays a second aggregate per round for it."""
 
     @property
     def engine(self) -> str:

@@ -79,6 +79,8 @@ class Outcome:
     note: str = ""
     carried: dict[str, MraState] = field(default_factory=dict)
     """MRA states left with pending deltas because the round budget ran out."""
+    witnessed: dict[str, DataFrame] = field(default_factory=dict)
+    """min/max MRA relations kept with their witnesses: rows plus ``w0..``."""
 
 
 class UpdateContext(StratumRun):
@@ -93,6 +95,7 @@ class UpdateContext(StratumRun):
         deadline: float,
         carried: Mapping[str, MraState] | None = None,
         round_budget: int | None = None,
+        witnessed: Mapping[str, DataFrame] | None = None,
     ) -> None:
         super().__init__(
             run.report,
@@ -112,6 +115,9 @@ class UpdateContext(StratumRun):
         """MRA states an earlier round-bounded update left with pending deltas (async)."""
         self.round_budget = round_budget
         """Rounds an MRA resume may run in this epoch (async consistency); None: to the end."""
+        self.witnessed = dict(witnessed or {})
+        """min/max MRA relations' current rows with their witnesses ``w0..`` (the
+        ``mra-retract`` update trims the witness forest on deletions)."""
         for rel, delta in self.deltas.items():
             self.frames.named[f"{rel}@add"] = delta.added
             self.frames.named[f"{rel}@del"] = delta.removed

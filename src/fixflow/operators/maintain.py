@@ -69,6 +69,7 @@ UPDATES: tuple[UpdateMethod, ...] = (
     ),
     UpdateMethod("seminaive", seminaive.update_applies, seminaive.update),
     UpdateMethod("continuation", aggregate_seminaive.update_applies, aggregate_seminaive.update),
+    UpdateMethod("mra-retract", mra.retract_applies, mra.retract, resumes=True),
     UpdateMethod("mra-improve", mra.improve_applies, mra.improve, resumes=True),
     UpdateMethod("mra-correction", mra.correction_applies, mra.correction, resumes=True),
 )
@@ -144,6 +145,9 @@ class Maintainer:
         the next epoch. None: converge every epoch."""
         self.carried: dict[str, MraState] = {}
         """MRA relations with pending deltas: their engine states (async consistency)."""
+        self.witnessed: dict[str, DataFrame] = {}
+        """min/max MRA relations with ``EvalOptions.witness``: their rows with witnesses
+        ``w0..`` (``frames`` holds a projection of them)."""
         self.outputs = tuple(report.analysis.program.outputs)
         self.frames: dict[str, DataFrame] = {}
         """Every relation's current rows, positional columns (IDB: result rows)."""
@@ -298,6 +302,7 @@ class Maintainer:
             deadline=started + budget,
             carried=carried,
             round_budget=self.round_budget,
+            witnessed={r: self.witnessed[r] for r in stratum.relations if r in self.witnessed},
         )
 
     def _choose(self, ctx: UpdateContext) -> UpdateMethod | None:
@@ -328,7 +333,27 @@ class Maintainer:
         result = self._adopt(ctx.stratum, outcome.frames, outcome.deltas, old, deltas)
         result.strategy, result.rounds = f"update:{method.name}", outcome.rounds
         self._carry(ctx.stratum, outcome.carried)
+        self._witness(ctx.stratum, outcome.witnessed)
         return result
+
+    def _witness(self, stratum: Stratum, witnessed: Mapping[str, DataFrame]) -> None:
+        """Record the stratum's relations kept with witnesses (the others lose theirs)."""
+        for relation in stratum.relations:
+            previous = self.witnessed.pop(relation, None)
+            if previous is not None and previous is not witnessed.get(relation):
+                self._garbage.append(previous)
+        self.witnessed.update(witnessed)
+
+    def _bootstrapped(self, driver: Bootstrap, relation: str) -> DataFrame:
+        """A bootstrapped relation's rows, stored; with its witnesses when they are kept
+        (the rows are then a projection of them)."""
+        result = driver.result(relation)
+        state = driver.states.get(relation)
+        if not self.options.witness or state is None or not _witnessed(self.report, relation):
+            return self.materializer.keep(result)
+        witnessed = self.materializer.keep(state.witnessed_rows())
+        self.witnessed[relation] = witnessed
+        return witnessed.select(*result.columns)
 
     def _carry(self, stratum: Stratum, left: dict[str, MraState]) -> None:
         """Record which of the stratum's MRA relations still have pending deltas."""
@@ -374,7 +399,8 @@ class Maintainer:
         driver.frames.full.update({rel: self.frames[rel] for rel in _inputs_of(stratum)})
         stats = driver.stratum(stratum)
         self.bootstrap_seconds[stratum.index] = stats.seconds
-        new = {rel: self.materializer.keep(driver.result(rel)) for rel in stratum.relations}
+        self._witness(stratum, {})
+        new = {rel: self._bootstrapped(driver, rel) for rel in stratum.relations}
         for state in driver.states.values():
             state.release()  # the results are stored on their own
         changes = {
@@ -400,12 +426,14 @@ class Maintainer:
         started = time.monotonic()
         self._garbage += [state.rows() for state in self.carried.values()]
         self.carried = {}
+        self._garbage += self.witnessed.values()
+        self.witnessed = {}
         driver = self._driver()
         evaluation = driver.run({rel: self.frames[rel] for rel in self._inputs()})
         for rel in evaluation.relations:
             if rel in self.frames:
                 self._garbage.append(self.frames[rel])
-            self.frames[rel] = self.materializer.keep(driver.result(rel))
+            self.frames[rel] = self._bootstrapped(driver, rel)
         for state in evaluation.states.values():
             state.release()  # the results are stored on their own
         epoch = Epoch(strata=[self._epoch_of(s) for s in evaluation.stats])
@@ -493,10 +521,17 @@ class Maintainer:
     def _collect_garbage(self) -> None:
         """Free the blocks of the previous epoch's replaced rows and deltas. Deferred to the
         next epoch: the consumer evaluates the reported changes, which read them."""
-        live = live_rdds([*self.frames.values(), *(s.rows() for s in self.carried.values())])
+        carried = (s.rows() for s in self.carried.values())
+        live = live_rdds([*self.frames.values(), *self.witnessed.values(), *carried])
         for frame in self._garbage:
             release_frame(frame, live)
         self._garbage = []
+
+
+def _witnessed(report: Report, relation: str) -> bool:
+    """A min/max MRA relation without an iteration index: the one kind with witnesses."""
+    spec = report.mra.get(relation)
+    return spec is not None and spec.aggregate in ("min", "max") and spec.index_pos is None
 
 
 def _inputs_of(stratum: Stratum) -> list[str]:

@@ -125,6 +125,8 @@ class ProgramStream:
             max_iterations=config.engine.max_iterations,
             engine_options=engine_options(config),
             progress=self._on_round,
+            # Deletions retract min/max values along their witness chains (mra-retract).
+            witness=True,
         )
         self.async_mode = config.stream.consistency == "async"
         self.maintainer = Maintainer(

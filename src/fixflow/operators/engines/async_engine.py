@@ -48,7 +48,7 @@ from fixflow.operators.engines.base import (
     RoundInfo,
 )
 from fixflow.operators.engines.blocks import BLOB
-from fixflow.operators.engines.program import MraProgram, RecursiveBody
+from fixflow.operators.engines.program import MraProgram, RecursiveBody, plain_column
 from fixflow.operators.engines.shard_loop import (
     AUX,
     MESSAGE,
@@ -58,7 +58,7 @@ from fixflow.operators.engines.shard_loop import (
     run_stage,
 )
 from fixflow.operators.materialize import Stored
-from fixflow.operators.plan import Cast, Col, PExpr, Plan, Project, Scan, Version
+from fixflow.operators.plan import Plan, Project, Scan, Version
 from fixflow.operators.rounds import clause_holds, constant_value, measure_column, session_conf
 
 log = logging.getLogger(__name__)
@@ -67,13 +67,6 @@ UNBOUNDED = float("inf")
 
 
 # ---------------------------------------------------------------- what compiles
-
-
-def _plain_column(expr: PExpr) -> str | None:
-    """The column an output copies (``Y`` or a cast of it), or None for a computation."""
-    if isinstance(expr, Cast):
-        expr = expr.operand
-    return expr.name if isinstance(expr, Col) else None
 
 
 def _aux_scan(body: RecursiveBody) -> Scan | None:
@@ -162,7 +155,7 @@ def _head_key_columns(
     outputs = dict(body.plan.outputs)
     positions = []
     for key in shard_keys(program) if keys is None else keys:
-        name = _plain_column(outputs[key])
+        name = plain_column(outputs[key])
         if name is None or name not in scan.columns:
             return None
         positions.append(scan.columns.index(name))
@@ -304,6 +297,12 @@ class AsyncState:
         value = F.col("acc") - F.coalesce(F.col("delta"), F.lit(0))
         return relation_rows(self.program, self._state(), value, None)
 
+    def witnessed_rows(self) -> DataFrame:
+        wits = [F.col(f"wit{j}") for j in range(len(self.program.keys))]
+        if not self.layout.witness:
+            wits = [F.lit(None).cast(spark_type(t)) for t in self.program.key_types]
+        return relation_rows(self.program, self._state(), F.col("acc"), self.stages, wits=wits)
+
     def release(self) -> None:
         self.env.materializer.release(self.stored)
 
@@ -317,8 +316,10 @@ def relation_rows(
     value: Column,
     index: int | None,
     extra: Sequence[Column] = (),
+    wits: Sequence[Column] = (),
 ) -> DataFrame:
-    """Stage-frame rows as positional relation rows (``pending`` from ``extra``)."""
+    """Stage-frame rows as positional relation rows (``pending`` from ``extra``, the
+    witness ``w0..`` from ``wits``)."""
     spec = program.spec
     cols: dict[int, Column] = {
         pos: F.col(k) for k, pos in zip(program.keys, spec.key_positions, strict=True)
@@ -328,6 +329,7 @@ def relation_rows(
         cols[spec.index_pos] = F.lit(index or 0).cast("long")
     out = [cols[i].alias(positional(i)) for i in range(len(program.types))]
     out += [c.cast(spark_type(program.value_type)).alias("pending") for c in extra]
+    out += [c.alias(f"w{j}") for j, c in enumerate(wits)]
     return frame.select(*out)
 
 
@@ -384,7 +386,7 @@ class AsyncEngine:
     ) -> MraOutcome:
         with _planning(env):
             run = self._prepare(program, env)
-            messages = self._messages(run, seed.select(*program.keys, "v"))
+            messages = self._messages(run, seed)
             if isinstance(carried, AsyncState):
                 base = carried.frame.where(F.col("kind") < AUX)
             else:
@@ -407,7 +409,8 @@ class AsyncEngine:
             # A duplicate auxiliary row would count a contribution twice; min and max are
             # idempotent, so they skip the shuffle that removing duplicates costs.
             aux = [t.distinct() for t in aux]
-        layout = Layout(program, env.witness, tuple(self._aux_types(program)))
+        witness = env.witness and program.g != "sum"
+        layout = Layout(program, witness, tuple(self._aux_types(program)))
         known = self.shard_maps.get(program.relation)
         if (known.shards if known is not None else env.options.shards) <= 1:
             run = self._single_shard(program, env, layout, aux, counted=known is None)
@@ -615,13 +618,19 @@ class AsyncEngine:
         return self._state_rows(run, frontier).union(self._messages(run, first))
 
     def _messages(self, run: _Run, candidates: DataFrame) -> DataFrame:
+        """Candidates ``k0.., v`` (and witnesses ``w0..`` when given) as message rows."""
         labelled = run.shard_map.label(candidates, list(shard_keys(run.program)), "shard")
         rows = labelled.select(
-            "shard", F.lit(MESSAGE).alias("kind"), *run.program.keys, F.col("v").alias("acc")
+            "shard",
+            F.lit(MESSAGE).alias("kind"),
+            *run.program.keys,
+            F.col("v").alias("acc"),
+            *_witness_columns(run, candidates),
         )
         return run.layout.conform(rows)
 
     def _state_rows(self, run: _Run, rows: DataFrame) -> DataFrame:
+        """Relation rows (with their witnesses ``w0..`` when given) as state rows."""
         spec = run.program.spec
         named = rows.select(
             *(
@@ -629,6 +638,7 @@ class AsyncEngine:
                 for k, p in zip(run.program.keys, spec.key_positions, strict=True)
             ),
             F.col(positional(spec.value_pos)).alias("acc"),
+            *_witness_columns(run, rows),
         )
         labelled = run.shard_map.label(named, list(shard_keys(run.program)), "shard")
         return run.layout.conform(labelled.withColumn("kind", F.lit(STATE)))
@@ -822,6 +832,15 @@ ROWS_PER_SHARD = 2_000_000
 Every stage ships each shard's auxiliary rows to its task and every cut edge may cost a
 stage, so a shard must hold enough work to pay for that: on 2 cores a 1M-row grid ran
 SSSP in one shard in a fraction of the time two shards exchanging across a cut took."""
+
+
+def _witness_columns(run: _Run, frame: DataFrame) -> list[Column]:
+    """``frame``'s witness columns ``w0..`` as the layout's ``wit0..`` (none when the
+    layout keeps no witness or ``frame`` has none)."""
+    names = [f"w{j}" for j in range(len(run.program.keys))]
+    if not run.layout.witness or not all(n in frame.columns for n in names):
+        return []
+    return [F.col(n).alias(f"wit{j}") for j, n in enumerate(names)]
 
 
 def _shard_count(env: EngineEnv, aux_rows: int) -> int:

@@ -101,6 +101,11 @@ class MraState(Protocol):
         """For sum: acc − pending as positional rows (what has been propagated so far)."""
         ...
 
+    def witnessed_rows(self) -> DataFrame:
+        """``rows()`` plus the min/max witness ``w0..``: the key of the recursive atom whose
+        value gave the key its value (null when X⁰ or C gave it, or no witness is kept)."""
+        ...
+
     def release(self) -> None:
         """Free the Spark blocks holding this state."""
         ...
@@ -146,8 +151,9 @@ class MraEngine(Protocol):
         on_round: OnRound,
         carried: MraState | None = None,
     ) -> MraOutcome:
-        """Continue from ``rows`` (positional relation rows, no index) after the inputs
-        changed. ``seed``: candidates ``k0.., v`` (min/max: new candidate values; sum:
-        signed corrections). ``carried`` replaces ``rows`` when an earlier bounded resume
+        """Continue from ``rows`` (positional relation rows, no index; with the witness
+        ``w0..`` when the caller keeps it) after the inputs changed. ``seed``: candidates
+        ``k0.., v`` (min/max: new candidate values, with ``w0..`` when known; sum: signed
+        corrections). ``carried`` replaces ``rows`` when an earlier bounded resume
         left deltas pending: they stay pending. ``max_rounds`` counts the seed's merge."""
         ...

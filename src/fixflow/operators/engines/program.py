@@ -17,6 +17,7 @@ share with the frontier and cached, so a round moves only the frontier.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame
@@ -31,7 +32,18 @@ from fixflow.operators.compiler import (
     column_name,
     positional,
 )
-from fixflow.operators.plan import Col, Join, PExpr, Plan, Project, Scan, Unit, children, explain
+from fixflow.operators.plan import (
+    Cast,
+    Col,
+    Join,
+    PExpr,
+    Plan,
+    Project,
+    Scan,
+    Unit,
+    children,
+    explain,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +93,20 @@ class MraProgram:
         )
         return [*outputs, ("v", value)]
 
-    def _recursive(self, i: int) -> RecursiveBody:
+    def recursive_body(self, i: int, relation_of: Mapping[int, str]) -> RecursiveBody:
+        """Recursive body ``i`` compiled with some atoms reading other stored names (an
+        update's ``R@add`` / ``R@del``): what the epoch's changes derive, with witnesses."""
+        return self._recursive(i, relation_of)
+
+    def _recursive(self, i: int, relation_of: Mapping[int, str] | None = None) -> RecursiveBody:
         body = self.spec.recursive_bodies[i]
         atom_index = self.spec.recursive_atom_index[i]
         atom = body.literals[atom_index]
         assert isinstance(atom, ast.Atom)
         atom_vars = frozenset(a.name for a in atom.args if isinstance(a, ast.Var))
-        aux = self.compiler.body(body, skip=frozenset({atom_index}), external=atom_vars)
+        aux = self.compiler.body(
+            body, skip=frozenset({atom_index}), external=atom_vars, relation_of=relation_of
+        )
         frontier, frontier_types, tests = self.compiler.atom(atom, "delta")
         plan: Plan = frontier
         types = dict(frontier_types)
@@ -139,13 +158,39 @@ class MraProgram:
                 continue
             # Deduplicate after partitioning by the join key: hash partitioning by a subset
             # of the columns already clusters duplicates, so the whole build is ONE shuffle.
-            frame = backend.run(replace(body.aux_plan, distinct=False))
+            frame = aux_frame(body, backend)
             names = [n for n, _ in body.aux_plan.schema]
-            frame = frame.toDF(*(positional(i) for i in range(len(names))))
             shared = [positional(i) for i, n in enumerate(names) if n in body.shared]
             frame = frame.repartition(partitions, *shared) if shared else frame
             frames[body.aux_name] = frame.distinct().cache()
         return frames
+
+
+def aux_frame(body: RecursiveBody, backend: SparkBackend) -> DataFrame:
+    """A body's auxiliary side in positional columns ``c0..`` (not deduplicated)."""
+    assert body.aux_plan is not None
+    frame = backend.run(replace(body.aux_plan, distinct=False))
+    return frame.toDF(*(positional(i) for i in range(len(body.aux_plan.schema))))
+
+
+def plain_column(expr: PExpr) -> str | None:
+    """The column an output copies (``Y`` or a cast of it), or None for a computation."""
+    if isinstance(expr, Cast):
+        expr = expr.operand
+    return expr.name if isinstance(expr, Col) else None
+
+
+def head_aux_columns(body: RecursiveBody, keys: tuple[str, ...]) -> list[str] | None:
+    """The auxiliary frame's positional columns the head copies into ``keys``; None when
+    one is computed or comes from the frontier."""
+    if body.aux_plan is None or not isinstance(body.plan, Project):
+        return None
+    names = [n for n, _ in body.aux_plan.schema]
+    outputs = dict(body.plan.outputs)
+    found = [plain_column(outputs[k]) for k in keys]
+    if any(n is None or n not in names for n in found):
+        return None
+    return [positional(names.index(n)) for n in found if n is not None]
 
 
 def output_column(name: str) -> str:

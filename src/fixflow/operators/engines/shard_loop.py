@@ -90,10 +90,10 @@ class LocalTable:
         keys: list[np.ndarray],
         acc: np.ndarray,
         delta: tuple[np.ndarray, np.ndarray] | None = None,
-        wits: list[np.ndarray | None] | None = None,
+        wits: list[np.ndarray] | None = None,
     ) -> None:
-        """``delta``: (pending flags, pending deltas); ``wits``: witness columns (None
-        entries: unknown)."""
+        """``delta``: (pending flags, pending deltas); ``wits``: the witness columns and,
+        last, whether each row has a witness (a key seeded by X⁰ or C has none)."""
         self.params = params
         order = np.argsort(self._sort_key(keys), kind="stable")
         self.columns = [c[order] for c in keys]
@@ -110,11 +110,10 @@ class LocalTable:
             self.delta = values[order].astype(self.acc.dtype)
         self.wits: list[np.ndarray] = [np.zeros(n, dtype=_numpy_type(t)) for t in self._wit_types()]
         self.has_wit = np.zeros(n, dtype=bool)
-        if wits:
-            for j, w in enumerate(wits[: len(self.wits)]):
-                if w is not None:
-                    self.wits[j] = w[order].astype(self.wits[j].dtype)
-                    self.has_wit = np.ones(n, dtype=bool)
+        if wits and len(wits) == len(self.wits) + 1:
+            for j, w in enumerate(wits[:-1]):
+                self.wits[j] = w[order].astype(self.wits[j].dtype)
+            self.has_wit = wits[-1][order]
 
     def _wit_types(self) -> tuple[str, ...]:
         return self.params.key_types if self.params.witness else ()
@@ -200,10 +199,10 @@ class LocalTable:
         self.present[pos] = True
         self.delta[pos] = values
         self.pending[pos] = True
-        if self.wits and len(wits) == len(self.wits):
-            for column, w in zip(self.wits, wits, strict=True):
+        if self.wits and len(wits) == len(self.wits) + 1:
+            for column, w in zip(self.wits, wits, strict=False):
                 column[pos] = w[better]
-            self.has_wit[pos] = True
+            self.has_wit[pos] = wits[-1][better]
         return len(pos)
 
     def _insert(
@@ -223,11 +222,11 @@ class LocalTable:
         self.delta = np.insert(self.delta, pos, values.astype(self.delta.dtype))
         fresh = (values != 0 if self.params.g == "sum" else True) if present else False
         self.pending = np.insert(self.pending, pos, fresh)
-        known = len(wits) == len(self.wits)
+        known = len(wits) == len(self.wits) + 1
         for j, column in enumerate(self.wits):
             filler = wits[j] if known else np.zeros(len(pos), dtype=column.dtype)
             self.wits[j] = np.insert(column, pos, filler)
-        self.has_wit = np.insert(self.has_wit, pos, known and bool(self.wits))
+        self.has_wit = np.insert(self.has_wit, pos, wits[-1] if known else False)
 
     # ------------------------------------------------------------ the frontier
 
@@ -300,11 +299,9 @@ class ShardLoop:
             delta.is_valid().to_numpy(zero_copy_only=False),
             delta.fill_null(0).to_numpy(zero_copy_only=False),
         )
-        wits: list[np.ndarray | None] = []
-        for j, t in enumerate(p.key_types if p.witness else ()):
-            column = rows.column(f"wit{j}")
-            wits.append(_numpy(rows, f"wit{j}", t) if column.null_count == 0 else None)
-        return LocalTable(p, keys, _numpy(rows, "acc", p.value_type), pending, wits)
+        return LocalTable(
+            p, keys, _numpy(rows, "acc", p.value_type), pending, _row_witness(rows, p)
+        )
 
     def _kernels(self, rows: pa.Table, kind: np.ndarray) -> list[tuple[Kernel, dict]]:
         blocks: dict[int, list[pa.Table]] = {}
@@ -351,8 +348,7 @@ class ShardLoop:
         if not len(rows):
             return
         keys = [_numpy(rows, f"k{j}", t) for j, t in enumerate(p.key_types)]
-        wits = [_numpy(rows, f"wit{j}", t) for j, t in enumerate(p.key_types)] if p.witness else []
-        self.table.merge(keys, _numpy(rows, "acc", p.value_type), wits)
+        self.table.merge(keys, _numpy(rows, "acc", p.value_type), _row_witness(rows, p))
 
     def _iterate(self) -> None:
         p = self.params
@@ -436,8 +432,9 @@ class ShardLoop:
             keys, values, wits = self.table.combined(keys, values, _witness(batch, p))
             cols: dict[str, object] = {f"k{j}": k for j, k in enumerate(keys)}
             cols["acc"] = values
-            for j, w in enumerate(wits):
-                cols[f"wit{j}"] = w
+            if wits:
+                for j, w in enumerate(wits[:-1]):
+                    cols[f"wit{j}"] = pa.array(w, mask=~wits[-1])
             yield layout_rows(schema, len(values), dest, MESSAGE, cols)
 
     def _stats_rows(self, schema: pa.Schema, seconds: float, iterations: int) -> pa.Table:
@@ -473,11 +470,21 @@ def _aux_batch(tables: list[pa.Table], types: tuple[str, ...]) -> Batch:
 
 
 def _witness(batch: Batch, p: StageParams) -> list[np.ndarray]:
-    """The candidates' witness columns, or none when the rule gives no witness."""
+    """The candidates' witness columns and their validity (last), or none when the rule
+    gives no witness."""
     names = [f"w{j}" for j in range(len(p.key_positions))]
     if not p.witness or not all(n in batch.cols for n in names):
         return []
-    return [batch.cols[n] for n in names]
+    return [*(batch.cols[n] for n in names), batch.mask(names[0])]
+
+
+def _row_witness(rows: pa.Table, p: StageParams) -> list[np.ndarray]:
+    """Witness columns of state or message rows and their validity (last): a null witness
+    (a key seeded by X⁰ or C) stays null."""
+    if not p.witness:
+        return []
+    wits = [_numpy(rows, f"wit{j}", t) for j, t in enumerate(p.key_types)]
+    return [*wits, rows.column("wit0").is_valid().to_numpy(zero_copy_only=False)]
 
 
 def _valid_rows(batch: Batch, keys: int, witness: bool) -> Batch:

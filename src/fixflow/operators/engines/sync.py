@@ -75,6 +75,9 @@ class SyncState:
         value = F.col("acc") - F.coalesce(F.col("delta"), F.lit(0))
         return self._run.relation_rows(self.frame, value, None)
 
+    def witnessed_rows(self) -> DataFrame:
+        return self._run.relation_rows(self.frame, F.col("acc"), self.rounds, witness=True)
+
     def release(self) -> None:
         self._run.env.materializer.release(self.stored)
 
@@ -116,7 +119,7 @@ class SyncEngine:
         run = _Run(program, env)
         try:
             state = carried.frame if carried is not None else run.state_of(rows)
-            candidates = seed.select(*program.keys, "v", *run.witness_columns([]))
+            candidates = seed.select(*program.keys, "v", *run.given_witness(seed))
             frame = run.merge(state, candidates, carry=carried is not None)
             return run.rounds(run.store(frame), max_rounds, on_round)
         finally:
@@ -186,13 +189,28 @@ class _Run:
             result = result.unionByName(other, allowMissingColumns=True)
         return result
 
-    def witness_columns(self, sources: Sequence[str]) -> list[Column]:
+    def witness_columns(self, sources: Sequence[str], named: str = "wit") -> list[Column]:
+        """The tracked witness columns (``wit0..``, or ``<named>0..``) from ``sources``
+        (null where missing)."""
         columns = []
-        for j, wit in enumerate(self.wits):
+        for j in range(len(self.wits)):
             type_ = spark_type(self.program.key_types[j])
             value = F.col(sources[j]) if j < len(sources) else F.lit(None)
-            columns.append(value.cast(type_).alias(wit))
+            columns.append(value.cast(type_).alias(f"{named}{j}"))
         return columns
+
+    def null_witness(self) -> list[Column]:
+        """Witness columns ``w0..`` of a table that keeps none."""
+        return [
+            F.lit(None).cast(spark_type(t)).alias(f"w{j}")
+            for j, t in enumerate(self.program.key_types)
+        ]
+
+    def given_witness(self, frame: DataFrame) -> list[Column]:
+        """The tracked witness columns from ``frame``'s ``w0..`` when it has them."""
+        names = [f"w{j}" for j in range(len(self.keys))]
+        found = all(n in frame.columns for n in names)
+        return self.witness_columns(names if found else [])
 
     # ------------------------------------------------------------ tables
 
@@ -222,15 +240,20 @@ class _Run:
             F.col(positional(spec.value_pos)).alias("acc"),
             F.lit(None).cast(spark_type(self.program.value_type)).alias("delta"),
             F.lit(None).cast("double").alias("chg"),
-            *self.witness_columns([]),
+            *self.given_witness(rows),
         )
 
     def relation_rows(
-        self, state: DataFrame, value: Column, index: int | None, pending: Column | None = None
+        self,
+        state: DataFrame,
+        value: Column,
+        index: int | None,
+        pending: Column | None = None,
+        witness: bool = False,
     ) -> DataFrame:
         """MonoTable rows as positional relation rows (``value`` in the value column, the
-        index column set to ``index``), plus ``pending`` when given; keys without acc left
-        out."""
+        index column set to ``index``), plus ``pending`` when given and the witness
+        ``w0..`` (null where none is kept) with ``witness``; keys without acc left out."""
         spec, value_type = self.program.spec, spark_type(self.program.value_type)
         cols: dict[int, Column] = {
             pos: F.col(k) for k, pos in zip(self.keys, spec.key_positions, strict=True)
@@ -241,6 +264,8 @@ class _Run:
         out = [cols[i].alias(positional(i)) for i in sorted(cols)]
         if pending is not None:
             out.append(pending.cast(value_type).alias("pending"))
+        if witness:
+            out += self.witness_columns(self.wits, named="w") if self.wits else self.null_witness()
         return state.where(F.col("acc").isNotNull()).select(*out)
 
     def indexed_start(self) -> DataFrame:

@@ -1,0 +1,93 @@
+"""Deletions without re-evaluation for MRA relations: min/max retraction along witness
+chains (``mra-retract``) and a sum's negative corrections with unsupported keys dropped
+(``mra-correction``). Every epoch is checked against the oracle's fresh evaluation of the
+current facts (``run_epochs``); here we also check which update ran."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import SparkSession
+
+from fixflow.operators.core import EvalOptions
+from fixflow.operators.engines.base import EngineOptions
+from fixflow.operators.witness import descendants
+
+from .test_maintain import SSSP, Facts, Step, program, run_epochs, strategies
+
+ENGINES = ["sync", "async"]
+
+
+def _options(mode: str) -> EvalOptions:
+    return EvalOptions(witness=True, engine_options=EngineOptions(mode=mode))
+
+
+def _walk(parent: dict, roots: set) -> set:
+    """The oracle: keys whose chain of parents reaches a root."""
+
+    def reaches(key: object) -> bool:
+        seen = set()
+        while key is not None and key not in seen:
+            if key in roots:
+                return True
+            seen.add(key)
+            key = parent.get(key)
+        return False
+
+    return {k for k in parent if reaches(k)}
+
+
+def test_descendants_follow_witness_chains(spark: SparkSession) -> None:
+    parent = {1: None, 2: 1, 3: 2, 4: 3, 5: 2, 6: None, 7: 6, 8: 7, 9: 1}
+    roots = {2, 7, 42}  # 42 is no key: it invalidates nothing
+    witnessed = spark.createDataFrame(list(parent.items()), "k0 long, w0 long")
+    found = descendants(witnessed, spark.createDataFrame([(r,) for r in roots], "k0 long"), ["k0"])
+    assert {r.k0 for r in found.collect()} == _walk(parent, roots) == {2, 3, 4, 5, 7, 8}
+
+
+def test_descendants_with_composite_string_keys(spark: SparkSession) -> None:
+    parent = {("a", 1): None, ("b", 1): ("a", 1), ("c", 2): ("b", 1), ("d", 1): None}
+    rows = [(*k, *(w if w else (None, None))) for k, w in parent.items()]
+    witnessed = spark.createDataFrame(rows, "k0 string, k1 long, w0 string, w1 long")
+    roots = spark.createDataFrame([("b", 1)], "k0 string, k1 long")
+    found = descendants(witnessed, roots, ["k0", "k1"])
+    assert {(r.k0, r.k1) for r in found.collect()} == _walk(parent, {("b", 1)})
+
+
+@pytest.mark.parametrize("mode", ENGINES)
+def test_sssp_deleting_the_witness_of_a_long_chain(spark: SparkSession, mode: str) -> None:
+    chain = [(i, i + 1, 1.0) for i in range(1, 12)]
+    facts: Facts = {"warc": [*chain, (1, 20, 5.0), (20, 6, 5.0)]}
+    steps: list[Step] = [
+        ({}, {"warc": [(2, 3, 1.0)]}),  # every distance past 3 gets worse: via the detour
+        ({"warc": [(2, 3, 1.0), (1, 4, 1.5)]}, {"warc": [(20, 6, 5.0)]}),  # one pass
+        ({}, {"warc": [(1, 2, 1.0), (1, 4, 1.5)]}),  # 2.. unreachable: rows disappear
+    ]
+    epochs = run_epochs(spark, SSSP, facts, steps, engine=False, options=_options(mode))
+    assert [strategies(e)["sp"] for e in epochs] == ["update:mra-retract"] * 3
+
+
+def test_cc_split_and_join_in_one_pass(spark: SparkSession) -> None:
+    edges = [(1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (7, 8)]
+    facts: Facts = {"edge": [*edges, *((b, a) for a, b in edges)]}
+    steps: list[Step] = [
+        ({}, {"edge": [(3, 4), (4, 3)]}),  # a bridge: {4, 5, 6} gets label 4
+        ({"edge": [(6, 7), (7, 6)]}, {"edge": [(1, 2), (2, 1)]}),
+    ]
+    cc = program("powerlog_p3_cc")
+    epochs = run_epochs(spark, cc, facts, steps, engine=False, options=_options("async"))
+    assert [strategies(e)["cc"] for e in epochs] == ["update:mra-retract"] * 2
+
+
+def test_pagerank_node_removal_drops_its_key(spark: SparkSession) -> None:
+    edges = [(1, 2), (2, 3), (3, 1), (1, 4), (4, 5), (5, 1), (2, 5), (3, 4), (6, 4)]
+    facts: Facts = {"edge": edges, "node": [(n,) for n in range(1, 7)]}
+    steps: list[Step] = [
+        ({}, {"edge": [(1, 4), (2, 5)]}),
+        # node 4 and every edge at it: its key goes, its in-neighbours' degrees change
+        ({}, {"node": [(4,)], "edge": [(4, 5), (3, 4), (6, 4)]}),
+    ]
+    pagerank = program("a3_pagerank")
+    epochs = run_epochs(
+        spark, pagerank, facts, steps, tol=1e-4, engine=False, options=_options("async")
+    )
+    assert [strategies(e)["rank"] for e in epochs] == ["update:mra-correction"] * 2
