@@ -2,7 +2,10 @@
 the real broker, processed by the real pipeline (ProgramStream on the shared SparkSession,
 one ``available_now`` run per step on one checkpoint), and the Delta result tables compared
 after each step with the expected files (computed independently, see
-tests/streams/_tools/make_streams.py) and with the reference oracle on the current facts."""
+tests/streams/_tools/make_streams.py) and with the reference oracle on the current facts.
+A step with ``expect_strategy`` in its step.toml also asserts which strategy the recursive
+strata ran in its epochs; such a case runs with the elastic switch off, as the Maintainer's
+tests do, so that a slow update is not abandoned for a bootstrap."""
 
 from __future__ import annotations
 
@@ -27,7 +30,11 @@ from streams.harness import (
     publish,
     run_available_now,
     step_messages,
+    strategy_mismatches,
 )
+
+NO_SWITCH = 1e6
+"""``[elastic] switch_fraction`` of the cases that expect strategies: never abandon."""
 
 
 def test_every_case_has_the_acceptance_programs() -> None:
@@ -37,6 +44,12 @@ def test_every_case_has_the_acceptance_programs() -> None:
         case = load_case(name)
         assert case.steps and all(s.expected for s in case.steps), name
         assert any(s.deletes for s in case.steps), f"{name}: no step deletes anything"
+        for step in case.steps:
+            assert step.expect_strategy in (None, "update", "bootstrap"), (name, step.number)
+    for name in ("sssp_chain_deletion", "cc_bridge_deletion", "tc_cycle_deletion"):
+        assert any(s.deletes and s.expect_strategy == "update" for s in load_case(name).steps)
+    pagerank = load_case("pagerank_hub_deletion")
+    assert any("node" in s.deletes and s.expect_strategy == "update" for s in pagerank.steps)
 
 
 def step_problems(
@@ -82,6 +95,8 @@ def stream_case(name: str, spark: Any, config: Config) -> ProgramStream:
     """Publishes a case's steps one by one, each processed by one ``available_now`` run,
     and asserts the results after every step."""
     case = load_case(name)
+    if any(step.expect_strategy for step in case.steps):
+        config = replace(config, elastic=replace(config.elastic, switch_fraction=NO_SWITCH))
     stream = ProgramStream(spark, config, case.program_file)
     facts: dict[str, set[Any]] = {rel: set() for rel in case.program.inputs}
     failures = []
@@ -94,6 +109,10 @@ def stream_case(name: str, spark: Any, config: Config) -> ProgramStream:
         problems = step_problems(stream, case, facts, step.expected)
         if processed != sent:
             problems["records"] = f"published {sent}, the batches read {processed}"
+        if step.expect_strategy is not None:
+            epochs = [r.epoch for r in stream.reports[before:]]
+            if bad := strategy_mismatches(stream.report, epochs, step.expect_strategy):
+                problems[f"strategy (expected {step.expect_strategy})"] = bad
         if problems:
             failures.append(f"step {step.number:02d} ({step.why}): {problems}")
     assert not failures, f"{name}:\n" + "\n".join(failures)

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from fixflow.checker.ast import Program
+from fixflow.checker.model import Report
 from fixflow.checker.parser import parse
+from fixflow.operators.maintain import Epoch
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.lakehouse import ProgramLake, read_table
 from fixflow.pipeline.messages import encode_fact, fact_key
@@ -38,6 +40,9 @@ class StreamStep:
     deletes: dict[str, list[Row]]
     expected: dict[str, list[Row]]
     why: str
+    expect_strategy: str | None = None
+    """From the optional step.toml: the strategy every epoch of the step ran for the
+    recursive strata (``update`` stands for any ``update:<method>``)."""
 
 
 @dataclass(frozen=True)
@@ -69,12 +74,15 @@ def _load_step(program: Program, directory: Path) -> StreamStep:
     expected = {
         p.stem: read_expected(p, program) for p in sorted((directory / "expected").glob("*.csv"))
     }
+    options = directory / "step.toml"
+    meta = tomllib.loads(options.read_text()) if options.is_file() else {}
     return StreamStep(
         int(directory.name),
         present(read_facts(directory / "insert", program)),
         present(read_facts(directory / "delete", program)),
         expected,
         (directory / "WHY").read_text().strip(),
+        meta.get("expect_strategy"),
     )
 
 
@@ -203,6 +211,26 @@ def mismatches_with_expected(
         if found:
             problems[relation] = found[:8]
     return problems
+
+
+def strategy_mismatches(report: Report, epochs: Iterable[Epoch | None], expected: str) -> list[str]:
+    """The recursive strata of ``epochs`` that did not run ``expected`` (``update`` matches
+    any ``update:<method>``), or why nothing could be checked."""
+    recursive = {s.index for s in report.strata if s.recursive}
+    ran = [epoch for epoch in epochs if epoch is not None]
+    if not ran:
+        return ["no epoch ran"]
+    found = []
+    for number, epoch in enumerate(ran):
+        for stratum in epoch.strata:
+            strategy = stratum.strategy
+            if stratum.stratum in recursive and not (
+                strategy == expected or strategy.startswith(f"{expected}:")
+            ):
+                note = f" ({stratum.note})" if stratum.note else ""
+                relations = ",".join(stratum.relations)
+                found.append(f"epoch {number} of the step, {relations}: {strategy}{note}")
+    return found
 
 
 def edb_mismatches(program: Program, lake: ProgramLake, facts: Facts) -> dict[str, str]:

@@ -41,6 +41,22 @@ def shortest_nonempty(edges: list[WEdge]) -> dict[tuple[int, int], float]:
     return best
 
 
+def widest_from(edges: list[WEdge], sources: Iterable[int]) -> dict[int, float]:
+    """Widest paths of at least one edge from any source: the width of a path is its
+    narrowest edge, so y's width is the largest w such that y is reachable from a source
+    in one step or more over edges of width >= w (networkx reachability per threshold)."""
+    best: dict[int, float] = {}
+    for w in sorted({e[2] for e in edges}):
+        g = digraph([e for e in edges if e[2] >= w])
+        for s in sources:
+            if s in g:
+                # one step or more: the successors of s and everything they reach
+                for first in g.successors(s):
+                    for y in nx.descendants(g, first) | {first}:
+                        best[y] = w
+    return best
+
+
 def same_generation(arcs: list[Edge]) -> set[Edge]:
     """Pairs reachable in the pair graph (A, B) -> (X, Y) for arcs A->X, B->Y from the
     siblings (X, Y), X != Y, of a common parent."""

@@ -32,6 +32,7 @@ from graphs import (
     shortest_nonempty,
     stationary,
     tolerance_for,
+    widest_from,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -175,6 +176,18 @@ def _max_prob() -> Golden:
         1e-9,
         "max product path = exp(-d) for networkx shortest paths under weights -log p,"
         " over paths with at least one edge.",
+    )
+
+
+@golden("widest_path")
+def _widest() -> Golden:
+    rows = sorted(widest_from(W_EDGES, [1]).items())
+    return Golden(
+        {"source": [(1,)], "edge": W_EDGES},
+        {"wp": (("node", "width"), rows)},
+        0.0,
+        "networkx reachability over the edges at least as wide as each width (paths of at"
+        " least one edge from vertex 1; 1 itself through the cycle 1->2->4->1, 7 unreachable).",
     )
 
 

@@ -2,8 +2,11 @@
 
 Each case holds program.dl (a copy of examples/<example>.dl), meta.toml (tolerance, how the
 expected values were computed) and steps/<NN>/ with insert/<rel>.facts and delete/<rel>.facts
-(tab-separated, only the non-empty ones) and expected/<rel>.csv for every .output relation
-(header = declared attribute names without an iteration index; rows sorted).
+(tab-separated, only the non-empty ones), expected/<rel>.csv for every .output relation
+(header = declared attribute names without an iteration index; rows sorted), WHY (what the
+step changes) and, optionally, step.toml: ``expect_strategy = "update"`` asserts that every
+epoch of the step maintained the recursive strata by an incremental update
+(``update:...``), not a bootstrap.
 
 The steps below are written by hand as changes; the facts after each step are their running
 sum. Expected values come from networkx (Dijkstra, components, transitive closure), numpy
@@ -42,6 +45,8 @@ class Step:
     insert: dict[str, list[Row]]
     delete: dict[str, list[Row]]
     why: str
+    expect_strategy: str | None = None
+    """``update``: the recursive strata are updated, not bootstrapped (step.toml)."""
 
 
 @dataclass
@@ -315,7 +320,156 @@ PAGERANK = Case(
     pagerank_tolerance,
 )
 
-CASES: dict[str, Case] = {"sssp": SSSP, "cc": CC, "tc": TC, "attend": ATTEND, "pagerank": PAGERANK}
+
+# ---------------------------------------------------------------- deletions as updates
+# Cases whose deletion steps must be maintained incrementally (expect_strategy = "update").
+
+CHAIN = [(i, i + 1, 1.0) for i in range(1, 20)]
+
+SSSP_CHAIN = Case(
+    "powerlog_p1_sssp",
+    ("edge",),
+    [
+        Step(
+            ins(edge=[*CHAIN, (1, 21, 2.0), (21, 3, 2.5)]),
+            {},
+            "a chain 1->2->...->20 of weight 1 and a detour 1->21->3 (4.5 to 3, the chain 2)",
+        ),
+        Step(
+            {},
+            ins(edge=[(2, 3, 1.0)]),
+            "deleting the chain edge 2->3, the witness of 3..20: each gets 2.5 worse (detour)",
+            expect_strategy="update",
+        ),
+        Step(
+            {},
+            ins(edge=[(21, 3, 2.5)]),
+            "deleting the detour's last edge: 3..20 become unreachable",
+            expect_strategy="update",
+        ),
+        Step(
+            ins(edge=[(2, 3, 1.0)]),
+            ins(edge=[(10, 11, 1.0)]),
+            "2->3 back, 10->11 deleted: 3..10 as at first, 11..20 unreachable",
+            expect_strategy="update",
+        ),
+    ],
+    sssp_expected,
+    SSSP.how,
+)
+
+TWO_CYCLES = [(1, 2), (2, 3), (3, 4), (4, 5), (5, 1), (6, 7), (7, 8), (8, 9), (9, 10), (10, 6)]
+
+CC_BRIDGE = Case(
+    "powerlog_p3_cc",
+    ("edge",),
+    [
+        Step(
+            ins(edge=both(*TWO_CYCLES, (5, 6))),
+            {},
+            "two cycles 1..5 and 6..10 joined by the bridge 5-6: every label 1",
+        ),
+        Step(
+            {},
+            ins(edge=both((5, 6))),
+            "deleting the bridge splits off 6..10, labelled 6 again",
+            expect_strategy="update",
+        ),
+        Step(
+            ins(edge=both((3, 8))),
+            ins(edge=both((1, 2), (5, 1))),
+            "a bridge 3-8 joins 2..10; 1 loses its edges and disappears: every label 2",
+            expect_strategy="update",
+        ),
+        Step(
+            {},
+            ins(edge=both((7, 8), (9, 10))),
+            "deleting 7-8 and 9-10 splits off {6,7,10} (label 6); 8, 9 stay with 2 via 3-8",
+            expect_strategy="update",
+        ),
+    ],
+    cc_expected,
+    CC.how,
+)
+
+TC_CYCLE = Case(
+    "dcd_tc",
+    ("arc",),
+    [
+        Step(
+            ins(arc=[(1, 2), (2, 3), (3, 4), (4, 5), (5, 1), (5, 6), (6, 7), (8, 1)]),
+            {},
+            "a cycle 1->2->3->4->5->1 with a tail 5->6->7 and an entry 8->1",
+        ),
+        Step(
+            {},
+            ins(arc=[(3, 4)]),
+            "deleting 3->4 breaks the cycle: 1, 2, 3 no longer reach 4..7; no (x, x) pairs",
+            expect_strategy="update",
+        ),
+        Step(
+            ins(arc=[(3, 4)]),
+            ins(arc=[(5, 1)]),
+            "3->4 back and 5->1 deleted: a chain 8->1->...->7, the cycle broken elsewhere",
+            expect_strategy="update",
+        ),
+        Step(
+            {},
+            ins(arc=[(8, 1), (6, 7)]),
+            "deleting the entry and the tail's end: 8 and 7 drop out of every pair",
+            expect_strategy="update",
+        ),
+    ],
+    tc_expected,
+    TC.how,
+)
+
+HUB_EDGES = [(1, v) for v in range(2, 9)] + [(v, v + 1) for v in range(2, 8)] + [(8, 2)]
+
+PAGERANK_HUB = Case(
+    "powerlog_p2b_pagerank",
+    ("edge", "node"),
+    [
+        Step(
+            ins(node=[(v,) for v in range(1, 9)], edge=[*HUB_EDGES, (4, 1), (7, 1)]),
+            {},
+            "a hub 1 with out-edges to 2..8, a cycle 2->3->...->8->2, and 4->1, 7->1",
+        ),
+        Step(
+            {},
+            ins(node=[(1,)], edge=[e for e in [*HUB_EDGES, (4, 1), (7, 1)] if 1 in e]),
+            "the hub removed: node 1 and its 9 edges deleted; the cycle alone, 4 and 7 back "
+            "to one out-edge",
+            expect_strategy="update",
+        ),
+        Step(
+            ins(node=[(1,)], edge=[(1, 2), (3, 1)]),
+            {},
+            "1 back with 1->2 and 3->1",
+        ),
+        Step(
+            {},
+            ins(node=[(5,)], edge=[(4, 5), (5, 6)]),
+            "vertex 5 removed with its edges: the cycle broken, 4 dangling",
+            expect_strategy="update",
+        ),
+    ],
+    pagerank_expected,
+    PAGERANK.how,
+    pagerank_tolerance,
+)
+
+CASES: dict[str, Case] = {
+    "sssp": SSSP,
+    "cc": CC,
+    "tc": TC,
+    "attend": ATTEND,
+    "pagerank": PAGERANK,
+    "sssp_chain_deletion": SSSP_CHAIN,
+    "cc_bridge_deletion": CC_BRIDGE,
+    "tc_cycle_deletion": TC_CYCLE,
+    "pagerank_hub_deletion": PAGERANK_HUB,
+}
 
 
 # ---------------------------------------------------------------- writing
@@ -381,6 +535,8 @@ def write(name: str, case: Case) -> None:
             columns = types[rel][len(types[rel]) - len(header) :]
             write_rows(step_dir / "expected" / f"{rel}.csv", sorted(rows), columns, ",", header)
         (step_dir / "WHY").write_text(step.why + "\n")
+        if step.expect_strategy is not None:
+            (step_dir / "step.toml").write_text(f'expect_strategy = "{step.expect_strategy}"\n')
     how = case.how.replace("\\", "\\\\").replace('"', '\\"')
     (target / "meta.toml").write_text(
         f'example = "{case.example}"\ntolerance = {case.tolerance(states)!r}\n'
