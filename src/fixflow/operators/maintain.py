@@ -210,9 +210,7 @@ class Maintainer:
                 continue
             old[rel], deltas[rel] = self.frames[rel], delta
             self.edb_rows[rel] += delta.n_added - delta.n_removed
-            # Insert-only (the common case) needs no shuffle of the whole relation.
-            kept = self.frames[rel].subtract(delta.removed) if delta.n_removed else old[rel]
-            self.frames[rel] = self.materializer.keep(kept.unionByName(delta.added))
+            self.frames[rel] = self.materializer.keep(_changed(old[rel], delta))
         if not deltas and not self.carried:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
         if self.whole_program_only:
@@ -486,11 +484,14 @@ class Maintainer:
         current = self.frames[relation]
         columns = current.columns
         added = self._positional_input(relation, inserts)
+        # A batch is small beside the relation: it is broadcast, so finding which of its
+        # facts are present streams the relation once and shuffles nothing.
         if inserts is not None:  # no join with the whole relation for an absent side
-            added = added.distinct().join(current, columns, "left_anti")
+            present = current.join(F.broadcast(added.distinct()), columns, "left_semi")
+            added = added.distinct().join(present, columns, "left_anti")
         removed = self._positional_input(relation, deletes)
         if deletes is not None:
-            removed = removed.distinct().join(current, columns, "left_semi")
+            removed = current.join(F.broadcast(removed.distinct()), columns, "left_semi")
         return stored_delta(self.materializer, added, removed)
 
     def _positional_input(self, relation: str, frame: DataFrame | None) -> DataFrame:
@@ -526,6 +527,15 @@ class Maintainer:
         for frame in self._garbage:
             release_frame(frame, live)
         self._garbage = []
+
+
+def _changed(rows: DataFrame, delta: Delta) -> DataFrame:
+    """An input relation's rows after ``delta``: removed rows left out by a broadcast
+    anti join (no shuffle of the relation), added rows appended."""
+    if not delta.n_removed:
+        return rows.unionByName(delta.added)
+    kept = rows.join(F.broadcast(delta.removed), rows.columns, "left_anti")
+    return kept.select(*rows.columns).unionByName(delta.added)
 
 
 def _witnessed(report: Report, relation: str) -> bool:
