@@ -101,7 +101,7 @@ def _value_pos(entry: RelationEntry) -> int:
     return entry.value_pos
 
 
-def _improving_only(run: StratumRun) -> bool:
+def improving_only(run: StratumRun) -> bool:
     return all(e.aggregate in (None, "min", "max") for e in run.entries())
 
 
@@ -112,7 +112,7 @@ def bootstrap_applies(run: StratumRun) -> bool:
     if run.strategy == "set":
         return True
     if run.strategy == "mra":  # the MRA engine does not apply: min/max improve monotonically
-        return _improving_only(run)
+        return improving_only(run)
     return run.strategy == "aggregate-seminaive" and not any(
         e.index_pos is not None for e in run.entries()
     )
@@ -128,7 +128,7 @@ def update_applies(ctx: UpdateContext) -> bool:
     return (
         (ctx.strategy == "aggregate-seminaive" or fallback)
         and ctx.insert_only
-        and _improving_only(ctx)
+        and improving_only(ctx)
     )
 
 
