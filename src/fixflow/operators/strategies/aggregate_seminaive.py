@@ -13,7 +13,7 @@ relation:
 Also the fallback of an ``mra`` stratum the MRA engine cannot run (several relations).
 Bootstrap = the continuation from empty, seeded by the exit rules; the ``continuation``
 update (min/max, insertions only) = the continuation from the current fixpoint, seeded by
-the delta rules of the inserted rows.
+the delta rules of the inserted rows. Deletions (and count insertions): ``dred``.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class ImprovingGrowth(SetGrowth):
 
 class RecomputingGrowth(ImprovingGrowth):
     """count/sum/mean: every round recomputes the aggregate from the full relations; the
-    groups whose row changed are the delta (bootstrap only: no update uses it)."""
+    groups whose row changed are the delta (the bootstrap's; ``dred.Regrouping``
+    recomputes only the groups a delta reaches)."""
 
     def step(self, run: StratumRun, relation: str) -> list[Plan]:
         return [run.rule_rows(r, b) for r in run.rules(relation) for b in r.bodies]
