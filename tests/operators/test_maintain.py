@@ -157,7 +157,7 @@ def test_set_and_count_strata(spark: SparkSession) -> None:
         [({"arc": [(3, 4), (1, 3)]}, {}), ({}, {"arc": [(2, 3)]})],
     )
     assert strategies(epochs[0]) == {"tc": "update:seminaive", "deg": "update:affected-groups"}
-    assert strategies(epochs[1]) == {"tc": "bootstrap", "deg": "update:affected-groups"}
+    assert strategies(epochs[1]) == {"tc": "update:dred", "deg": "update:affected-groups"}
     assert epochs[0].strata[0].rounds >= 2  # (1,4) needs a round beyond the seed
 
 
@@ -258,7 +258,7 @@ def test_aggregate_seminaive_apsp(spark: SparkSession) -> None:
         "path": "update:continuation",
         "apsp": "update:affected-groups",
     }
-    assert strategies(epochs[1])["path"] == "bootstrap"
+    assert strategies(epochs[1])["path"] == "update:dred-groups"
 
 
 def test_naive_gcn_is_reevaluated(spark: SparkSession) -> None:

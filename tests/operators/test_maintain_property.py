@@ -81,3 +81,15 @@ def test_pagerank_invariant(spark: SparkSession, initial, changes) -> None:
     }
     steps = steps_of(initial, changes, "edge", tuple)
     run_epochs(spark, program("a3_pagerank"), facts, steps, tol=1e-4, engine=False)
+
+
+@SETTINGS
+@given(initial=edges, changes=epochs)
+def test_attend_invariant(spark: SparkSession, initial, changes) -> None:
+    """Mutual recursion through a count (``update:dred-groups``): organizers 1 and 2, random
+    friendships; attendance can collapse and return transitively."""
+    facts: Facts = {"organizer": [(1,), (2,)], "friend": sorted(initial)}
+    steps = steps_of(initial, changes, "friend", tuple)
+    epochs_run = run_epochs(spark, program("dcd_attend"), facts, steps, engine=False)
+    for epoch in epochs_run:
+        assert {s.strategy for s in epoch.strata} <= {"update:dred-groups", "unchanged"}

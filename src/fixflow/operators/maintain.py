@@ -45,7 +45,7 @@ from fixflow.operators.epoch import (
 from fixflow.operators.evaluate import Bootstrap, StratumStats
 from fixflow.operators.materialize import Materializer, live_rdds, release_frame
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
-from fixflow.operators.strategies import aggregate_seminaive, mra, nonrecursive, seminaive
+from fixflow.operators.strategies import aggregate_seminaive, dred, mra, nonrecursive, seminaive
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ UPDATES: tuple[UpdateMethod, ...] = (
     ),
     UpdateMethod("seminaive", seminaive.update_applies, seminaive.update),
     UpdateMethod("continuation", aggregate_seminaive.update_applies, aggregate_seminaive.update),
+    UpdateMethod("dred", dred.set_applies, dred.update),
+    UpdateMethod("dred-groups", dred.groups_applies, dred.update),
     UpdateMethod("mra-retract", mra.retract_applies, mra.retract, resumes=True),
     UpdateMethod("mra-improve", mra.improve_applies, mra.improve, resumes=True),
     UpdateMethod("mra-correction", mra.correction_applies, mra.correction, resumes=True),

@@ -6,6 +6,8 @@ side, all built on ``fixflow.operators.core`` (and ``fixflow.operators.epoch`` f
   rules, update = the loop seeded by the delta rules of the inserted input rows;
 - ``aggregate_seminaive``: the same loop keeping only improved groups (min/max) or
   recomputing changed ones (count/sum/mean);
+- ``dred``: deletions in ``set`` and ``aggregate-seminaive`` strata on the same loop:
+  over-delete, re-derive, continue;
 - ``mra``: the MRA engine (``fixflow.operators.engines``): bootstrap, and resumes seeded by
   improving candidates (min/max) or exact signed corrections (sum);
 - ``naive``: X ← G∘F(X) to a fixpoint, the termination clause or the cap; no update.

@@ -13,7 +13,7 @@ relation:
 Also the fallback of an ``mra`` stratum the MRA engine cannot run (several relations).
 Bootstrap = the continuation from empty, seeded by the exit rules; the ``continuation``
 update (min/max, insertions only) = the continuation from the current fixpoint, seeded by
-the delta rules of the inserted rows.
+the delta rules of the inserted rows. Deletions (and count insertions): ``dred``.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class ImprovingGrowth(SetGrowth):
 
 class RecomputingGrowth(ImprovingGrowth):
     """count/sum/mean: every round recomputes the aggregate from the full relations; the
-    groups whose row changed are the delta (bootstrap only: no update uses it)."""
+    groups whose row changed are the delta (the bootstrap's; ``dred.Regrouping``
+    recomputes only the groups a delta reaches)."""
 
     def step(self, run: StratumRun, relation: str) -> list[Plan]:
         return [run.rule_rows(r, b) for r in run.rules(relation) for b in r.bodies]
@@ -101,7 +102,7 @@ def _value_pos(entry: RelationEntry) -> int:
     return entry.value_pos
 
 
-def _improving_only(run: StratumRun) -> bool:
+def improving_only(run: StratumRun) -> bool:
     return all(e.aggregate in (None, "min", "max") for e in run.entries())
 
 
@@ -112,7 +113,7 @@ def bootstrap_applies(run: StratumRun) -> bool:
     if run.strategy == "set":
         return True
     if run.strategy == "mra":  # the MRA engine does not apply: min/max improve monotonically
-        return _improving_only(run)
+        return improving_only(run)
     return run.strategy == "aggregate-seminaive" and not any(
         e.index_pos is not None for e in run.entries()
     )
@@ -128,7 +129,7 @@ def update_applies(ctx: UpdateContext) -> bool:
     return (
         (ctx.strategy == "aggregate-seminaive" or fallback)
         and ctx.insert_only
-        and _improving_only(ctx)
+        and improving_only(ctx)
     )
 
 

@@ -11,7 +11,8 @@ loop with growths that keep only improved groups.
 - bootstrap = the continuation from empty relations, seeded by the exit rules (bodies
   without an atom of the stratum): what semi-naive evaluation is;
 - ``seminaive`` update (insertions only) = the continuation from the current fixpoint,
-  seeded by the delta rules of the inserted input rows.
+  seeded by the delta rules of the inserted input rows; with deletions, ``dred`` runs the
+  loop three times (over-delete, re-derive, continue).
 """
 
 from __future__ import annotations
