@@ -58,11 +58,31 @@ class Delta:
         return (self.added, self.removed)
 
 
+SIDE = "#side"
+
+
 def stored_delta(materializer: Materializer, added: DataFrame, removed: DataFrame) -> Delta:
-    """A ``Delta`` of ``added`` and ``removed`` rows, each materialized and counted."""
-    added, n_added = materializer.keep_counted(added)
-    removed, n_removed = materializer.keep_counted(removed)
-    return Delta(added, removed, n_added, n_removed)
+    """A ``Delta`` of ``added`` and ``removed`` rows, materialized and counted in ONE job
+    (an epoch has several deltas; a job costs more than these rows): both sides are tagged
+    and stored together, each is a projection of that store."""
+    tagged = added.withColumn(SIDE, F.lit(True)).unionByName(
+        removed.select(*added.columns).withColumn(SIDE, F.lit(False))
+    )
+    side = F.col(SIDE)
+    stored = materializer.store(
+        tagged,
+        [
+            F.count(F.when(side, 1)).alias("added"),
+            F.count(F.when(~side, 1)).alias("removed"),
+        ],
+    )
+    frame = stored.frame
+    return Delta(
+        frame.where(side).drop(SIDE),
+        frame.where(~side).drop(SIDE),
+        int(stored.metric("added")),
+        int(stored.metric("removed")),
+    )
 
 
 def changes_between(materializer: Materializer, old: DataFrame, new: DataFrame) -> Delta:
