@@ -4,7 +4,7 @@ and the stratum ran the update strategy we expect (not a bootstrap) where one ap
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -121,10 +121,12 @@ def run_epochs(
     switch_fraction: float = 1e6,
     engine: bool = True,
     options: EvalOptions | None = None,
+    check: Callable[[int, Epoch], None] | None = None,
 ) -> list[Epoch]:
     """Load ``facts``, apply each (inserts, deletes) step, check after every epoch against
     the oracle and, with ``engine``, after the last one against a fresh Spark evaluation.
-    ``options`` configure the Maintainer (e.g. its MRA engine)."""
+    ``options`` configure the Maintainer (e.g. its MRA engine); ``check``, if given, is
+    called after those checks with each epoch's number (from 0) and its ``Epoch``."""
     report = report_of(text)
     maintainer = Maintainer(report, spark, options, switch_fraction=switch_fraction)
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
@@ -142,6 +144,8 @@ def run_epochs(
         )
         last = len(epochs) == len(steps)
         check_current(spark, report, maintainer, facts, tol, engine=engine and last)
+        if check is not None:
+            check(len(epochs) - 1, epochs[-1])
     return epochs
 
 
