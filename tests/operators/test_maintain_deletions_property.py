@@ -35,9 +35,9 @@ from fixflow.operators.maintain import Epoch
 from .helpers import Row, report_of
 from .test_maintain import Facts, Step, run_epochs
 
-OPTIONS: tuple[EvalOptions, ...] = (EvalOptions(),)
-"""The Maintainer's options: the test runs once with each (e.g. add
-``EvalOptions(witness=True)``, the min/max predecessor a retraction needs)."""
+OPTIONS: tuple[EvalOptions, ...] = (EvalOptions(witness=True),)
+"""The Maintainer's options, as the stream pipeline sets them: with the min/max witness
+(the predecessor key that gave each value), which retraction needs."""
 
 EXAMPLES = int(os.environ.get("FIXFLOW_DELETION_EXAMPLES", "20"))
 """Random sequences per program."""

@@ -341,6 +341,14 @@ class StratumRun:
         )
 
 
+def union_by_name(frames: Sequence[DataFrame]) -> DataFrame:
+    """The union (by column name, duplicates kept) of one or more frames."""
+    union = frames[0]
+    for other in frames[1:]:
+        union = union.unionByName(other)
+    return union
+
+
 def atoms_over(body: ast.Body, relations: Mapping[str, object] | set[str]) -> list[int]:
     """Literal indexes of the body's positive atoms over one of ``relations``."""
     return [

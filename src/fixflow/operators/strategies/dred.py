@@ -55,7 +55,7 @@ from pyspark.sql import DataFrame
 from fixflow.checker import ast
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import positional
-from fixflow.operators.core import StratumRun, atoms_over
+from fixflow.operators.core import StratumRun, atoms_over, union_by_name
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Col, Plan, Project, Scan, Union
 from fixflow.operators.strategies.aggregate_seminaive import (
@@ -260,7 +260,7 @@ def rederive_seeds(ctx: UpdateContext, relation: str, deleted: DataFrame | None)
         groups.append(reached.select(*keys))
     if not groups:
         return []
-    return regroup(ctx, relation, ctx.keep(_union(groups).distinct()))
+    return regroup(ctx, relation, ctx.keep(union_by_name(groups).distinct()))
 
 
 def update(ctx: UpdateContext) -> Outcome:
@@ -290,7 +290,7 @@ def changes(ctx: UpdateContext, relation: str, old: DataFrame, touched: list[Dat
     if not touched:
         return ctx.no_change(relation)
     keys = key_columns(ctx.entry(relation))
-    groups = _union([frame.select(*keys) for frame in touched]).distinct()
+    groups = union_by_name([frame.select(*keys) for frame in touched]).distinct()
     now = ctx.frames.full[relation].join(groups, keys, "left_semi")
     before = old.join(groups, keys, "left_semi")
     return ctx.delta(now.subtract(before), before.subtract(now))
@@ -298,13 +298,6 @@ def changes(ctx: UpdateContext, relation: str, old: DataFrame, touched: list[Dat
 
 def _present(frame: DataFrame | None) -> list[DataFrame]:
     return [] if frame is None else [frame]
-
-
-def _union(frames: list[DataFrame]) -> DataFrame:
-    union = frames[0]
-    for other in frames[1:]:
-        union = union.unionByName(other)
-    return union
 
 
 # ---------------------------------------------------------------- the methods

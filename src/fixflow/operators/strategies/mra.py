@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from fixflow.checker import ast
 from fixflow.checker.model import MraSpec
 from fixflow.operators.compiler import SparkBackend, positional
-from fixflow.operators.core import Bootstrapped, StratumRun, atoms_over
+from fixflow.operators.core import Bootstrapped, StratumRun, atoms_over, union_by_name
 from fixflow.operators.engines.program import (
     MraProgram,
     aux_frame,
@@ -131,7 +131,7 @@ def retract(ctx: UpdateContext) -> Outcome:
             surviving = witnessed.join(F.broadcast(renamed), positions, "left_anti")
             seeds += _reseeded(ctx, program, surviving, gone)
     seeds += _inserted(ctx, program, surviving)
-    return _resume(ctx, _union(ctx, seeds, program), rows=surviving)
+    return _resume(ctx, _candidate_union(ctx, seeds, program), rows=surviving)
 
 
 def _key_columns(spec: MraSpec) -> list[str]:
@@ -164,7 +164,7 @@ def _roots(ctx: UpdateContext, program: MraProgram, witnessed: DataFrame) -> Dat
             plan = ctx.rule_rows(rule, body, relation_of=ctx.telescoped(body, j, "del"))
             rows = _keyed(program, ctx.head_rows(spec.relation, plan))
             frames.append(seeded.join(F.broadcast(rows), list(program.keys), "left_semi"))
-    return _concat(frames) if frames else None
+    return union_by_name(frames) if frames else None
 
 
 def _reseeded(
@@ -258,7 +258,7 @@ def _plan_candidates(ctx: UpdateContext, plan: Plan) -> DataFrame:
     return frame.select(*(F.col(output_column(n)).alias(n) for n, _ in plan.schema))
 
 
-def _union(ctx: UpdateContext, frames: list[DataFrame], program: MraProgram) -> DataFrame:
+def _candidate_union(ctx: UpdateContext, frames: list[DataFrame], program: MraProgram) -> DataFrame:
     """Candidates ``k0.., v, w0..`` (a missing witness is null)."""
     names = [*program.keys, "v", *(f"w{j}" for j in range(len(program.keys)))]
     union = program.candidates(ctx.frames.empty(program.relation))
@@ -266,13 +266,6 @@ def _union(ctx: UpdateContext, frames: list[DataFrame], program: MraProgram) -> 
         union = union.unionByName(other, allowMissingColumns=True)
     missing = [n for n in names if n not in union.columns]
     return union.select(*union.columns, *(F.lit(None).alias(n) for n in missing))
-
-
-def _concat(frames: list[DataFrame]) -> DataFrame:
-    union = frames[0]
-    for other in frames[1:]:
-        union = union.unionByName(other)
-    return union
 
 
 # ---------------------------------------------------------------- update: correction
@@ -311,7 +304,7 @@ def correction(ctx: UpdateContext) -> Outcome:
                 seeds.append(rows.select(*keys, (F.col(value) * F.lit(sign)).alias("d")))
                 if kind == "del":
                     suspects.append(rows.select(*keys))
-    seed = _concat(seeds).groupBy(*keys).agg(F.sum("d").alias(value))
+    seed = union_by_name(seeds).groupBy(*keys).agg(F.sum("d").alias(value))
     ctx.frames.full[relation] = current
     outcome = _resume(ctx, seed)
     if ctx.insert_only:  # no key can lose a derivation
@@ -362,7 +355,7 @@ def _without_unsupported(
     present = _keyed(program, rows)
     seeded = ctx.combine(relation, [ctx.rule_rows(r, b) for r, b in _seed_bodies(spec)])
     constant = _keyed(program, seeded).select(*keys)
-    named = _concat(suspects).select(
+    named = union_by_name(suspects).select(
         *(F.col(p).alias(k) for p, k in zip(positions, keys, strict=True))
     )
     over, n = ctx.materializer.keep_counted(
@@ -421,7 +414,7 @@ def _derived_keys(ctx: UpdateContext, program: MraProgram, frontier: DataFrame) 
     derived = [
         _derive(ctx, program, i, {}, frontier).select(*keys) for i in range(len(program.bodies))
     ]
-    return _concat(derived).distinct()
+    return union_by_name(derived).distinct()
 
 
 def _positional_keys(program: MraProgram, keyed: DataFrame) -> DataFrame:

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame
 
-from fixflow.operators.core import Bootstrapped, StratumRun
+from fixflow.operators.core import Bootstrapped, StratumRun, union_by_name
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
@@ -73,7 +73,7 @@ class SetGrowth:
     ) -> Delta:
         if not touched:
             return ctx.no_change(relation)
-        return ctx.delta(_union(touched).distinct(), ctx.frames.empty(relation))
+        return ctx.delta(union_by_name(touched).distinct(), ctx.frames.empty(relation))
 
 
 def delta_rules(run: StratumRun, relation: str) -> list[Plan]:
@@ -172,13 +172,6 @@ def update_with(ctx: UpdateContext, growth: Mapping[str, Growth]) -> Outcome:
         r: growth[r].changes(ctx, r, grown.original[r], grown.touched[r]) for r in ctx.relations
     }
     return Outcome({r: ctx.frames.full[r] for r in ctx.relations}, deltas, grown.rounds)
-
-
-def _union(frames: list[DataFrame]) -> DataFrame:
-    union = frames[0]
-    for other in frames[1:]:
-        union = union.unionByName(other)
-    return union
 
 
 # ---------------------------------------------------------------- the class
