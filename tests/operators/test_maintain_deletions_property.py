@@ -39,10 +39,10 @@ OPTIONS: tuple[EvalOptions, ...] = (EvalOptions(witness=True),)
 """The Maintainer's options, as the stream pipeline sets them: with the min/max witness
 (the predecessor key that gave each value), which retraction needs."""
 
-EXAMPLES = int(os.environ.get("FIXFLOW_DELETION_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("FIXFLOW_DELETION_EXAMPLES", "18"))
 """Random sequences per program."""
 EPOCHS = 8
-"""Epochs per sequence: 7 programs x 20 x 8 = 1,120 epochs per option."""
+"""Epochs per sequence: 7 programs x 18 x 8 = 1,008 epochs per option."""
 MAX_CHANGES = 2
 """Units deleted, and units inserted, per epoch at most."""
 INITIAL = 10

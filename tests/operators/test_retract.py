@@ -5,6 +5,8 @@ current facts (``run_epochs``); here we also check which update ran."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pyspark.sql import SparkSession
 
@@ -91,3 +93,19 @@ def test_pagerank_node_removal_drops_its_key(spark: SparkSession) -> None:
         spark, pagerank, facts, steps, tol=1e-4, engine=False, options=_options("async")
     )
     assert [strategies(e)["rank"] for e in epochs] == ["update:mra-correction"] * 2
+
+
+def test_descendants_of_an_empty_forest(spark: SparkSession) -> None:
+    witnessed = spark.createDataFrame([], "k0 long, w0 long")
+    roots = spark.createDataFrame([(1,)], "k0 long")
+    assert descendants(witnessed, roots, ["k0"]).collect() == []
+
+
+def test_a_mixed_epoch_derives_no_candidate_from_a_deleted_fact(spark: SparkSession) -> None:
+    """A new source with an out-edge deleted in the same epoch: the deleted edge must not
+    yield a candidate (the telescoped terms of a sum would pair them)."""
+    facts: Facts = {"edge": [(5, 1, 4.0), (3, 2, 3.0), (2, 5, 5.0)], "source": [(3,)]}
+    steps: list[Step] = [({"source": [(5,)]}, {"edge": [(5, 1, 4.0), (3, 2, 3.0)]})]
+    widest = (Path(__file__).resolve().parents[2] / "examples" / "widest_path.dl").read_text()
+    epochs = run_epochs(spark, widest, facts, steps, engine=False, options=_options("sync"))
+    assert strategies(epochs[0])["wp"] == "update:mra-retract"

@@ -103,7 +103,9 @@ def live_rdds(frames: Iterable[DataFrame]) -> set[int]:
 
 def release_frame(frame: DataFrame, keep: set[int]) -> None:
     """Free the blocks of a locally checkpointed frame nobody reads any more, unless its
-    RDD's id is in ``keep``."""
+    RDD's id is in ``keep``; its id joins ``keep`` (several frames may project one
+    checkpoint, e.g. a ``Delta``'s two sides: it is released once)."""
     rdd = checkpoint_rdd(frame)
     if rdd is not None and int(rdd.id()) not in keep:
+        keep.add(int(rdd.id()))
         rdd.unpersist(False)

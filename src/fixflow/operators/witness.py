@@ -36,8 +36,9 @@ def descendants(witnessed: DataFrame, roots: DataFrame, keys: Sequence[str]) -> 
     schema = StructType([f for f in rows.schema.fields if f.name in keys])
 
     def walk(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = pa.Table.from_batches(list(batches))
-        if table.num_rows:
+        collected = [b for b in batches if b.num_rows]
+        if collected:
+            table = pa.Table.from_batches(collected)
             yield from _invalidated(table, list(keys), wits).to_batches()
 
     return rows.coalesce(1).mapInArrow(walk, schema)

@@ -154,14 +154,14 @@ def _roots(ctx: UpdateContext, program: MraProgram, witnessed: DataFrame) -> Dat
     with_witness = _keyed(program, witnessed, wits=True)
     for i, body in enumerate(spec.recursive_bodies):
         for j in _changed_atoms(ctx, body, "del", skip=spec.recursive_atom_index[i]):
-            derived = _derive(ctx, program, i, ctx.telescoped(body, j, "del"), witnessed)
+            derived = _derive(ctx, program, i, _through(ctx, body, j, "del"), witnessed)
             # The whole table on the streamed side: the derivations are few (broadcast).
             matched = with_witness.join(F.broadcast(derived), [*program.keys, *wits], "left_semi")
             frames.append(matched.select(*program.keys))
     seeded = with_witness.where(F.col("w0").isNull()).select(*program.keys)
     for rule, body in _seed_bodies(spec):
         for j in _changed_atoms(ctx, body, "del"):
-            plan = ctx.rule_rows(rule, body, relation_of=ctx.telescoped(body, j, "del"))
+            plan = ctx.rule_rows(rule, body, relation_of=_through(ctx, body, j, "del"))
             rows = _keyed(program, ctx.head_rows(spec.relation, plan))
             frames.append(seeded.join(F.broadcast(rows), list(program.keys), "left_semi"))
     return union_by_name(frames) if frames else None
@@ -189,10 +189,10 @@ def _inserted(ctx: UpdateContext, program: MraProgram, surviving: DataFrame) -> 
     spec, seeds = program.spec, []
     for i, body in enumerate(spec.recursive_bodies):
         for j in _changed_atoms(ctx, body, "add", skip=spec.recursive_atom_index[i]):
-            seeds.append(_derive(ctx, program, i, ctx.telescoped(body, j, "add"), surviving))
+            seeds.append(_derive(ctx, program, i, _through(ctx, body, j, "add"), surviving))
     for rule, body in _seed_bodies(spec):
         for j in _changed_atoms(ctx, body, "add"):
-            plan = ctx.rule_rows(rule, body, relation_of=ctx.telescoped(body, j, "add"))
+            plan = ctx.rule_rows(rule, body, relation_of=_through(ctx, body, j, "add"))
             seeds.append(program.candidates(ctx.head_rows(spec.relation, plan)))
     return seeds
 
@@ -209,6 +209,14 @@ def _changed_atoms(
         if j != skip and (delta.n_added if kind == "add" else delta.n_removed):
             found.append(j)
     return found
+
+
+def _through(ctx: UpdateContext, body: ast.Body, j: int, kind: str) -> dict[int, str]:
+    """Derivations through atom ``j``'s added (deleted) rows, every other changed atom
+    reading its new (old) rows. Not the telescoped terms of a sum: a min/max candidate must
+    be derived from facts that hold now, and a root from facts that held before."""
+    others = ctx.before(body) if kind == "del" else {}
+    return {**others, j: ctx.projected_delta(body, j, kind)}
 
 
 def _seed_bodies(spec: MraSpec) -> list[tuple[ast.Rule, ast.Body]]:
