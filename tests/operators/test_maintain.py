@@ -317,3 +317,27 @@ def test_no_change_is_unchanged(spark: SparkSession) -> None:
         declared(report, edb_frames(spark, report, {"warc": [(1, 2, 1.0)]})), {}
     )
     assert strategies(epoch) == {"sp": "unchanged"}
+
+
+def test_partitions_stay_bounded_across_epochs(spark: SparkSession) -> None:
+    """Every epoch stores the EDB and the changed relations again; a union adds its inputs'
+    partitions, and the EDB's removed rows are read from the EDB itself, so without a bound
+    the partition count doubled every epoch (and so did the time of every scan)."""
+    report = report_of(TC_AND_DEGREE)
+    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    arcs = [(i, i + 1) for i in range(30)]
+    maintainer.load(declared(report, edb_frames(spark, report, {"arc": arcs})))
+    limit = max(spark.sparkContext.defaultParallelism, *_partitions(maintainer).values())
+    for i in range(6):
+        inserts = {"arc": [(100 + i, 200 + i), (200 + i, 0)]}
+        deletes = {"arc": [(3 * i, 3 * i + 1)]}
+        maintainer.apply(
+            declared(report, edb_frames(spark, report, inserts)),
+            declared(report, edb_frames(spark, report, deletes)),
+        )
+        grown = {r: n for r, n in _partitions(maintainer).items() if n > limit}
+        assert not grown, f"epoch {i}: partitions above {limit}: {grown}"
+
+
+def _partitions(maintainer: Maintainer) -> dict[str, int]:
+    return {r: f.rdd.getNumPartitions() for r, f in maintainer.frames.items()}

@@ -341,6 +341,25 @@ class StratumRun:
         )
 
 
+def appended(rows: DataFrame, added: DataFrame) -> DataFrame:
+    """``rows`` ∪ ``added`` in no more partitions than ``rows`` had (at least the default
+    parallelism). A union's partitions are its inputs' together: a relation stored again
+    after every epoch or round would otherwise gain partitions each time, and one whose
+    delta is read from the relation itself (the EDB's removed rows) doubles them."""
+    limit = max(rows.rdd.getNumPartitions(), _parallelism(rows))
+    return rows.unionByName(added).coalesce(limit)
+
+
+def compacted(frame: DataFrame) -> DataFrame:
+    """``frame`` in at most the default parallelism's partitions (a small change set
+    would otherwise keep the partitions of every relation it was read from)."""
+    return frame.coalesce(_parallelism(frame))
+
+
+def _parallelism(frame: DataFrame) -> int:
+    return int(frame.sparkSession.sparkContext.defaultParallelism)
+
+
 def union_by_name(frames: Sequence[DataFrame]) -> DataFrame:
     """The union (by column name, duplicates kept) of one or more frames."""
     union = frames[0]

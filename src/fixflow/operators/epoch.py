@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from fixflow.checker import ast
 from fixflow.operators.compiler import positional, spark_type
-from fixflow.operators.core import StratumRun, atoms_over
+from fixflow.operators.core import StratumRun, atoms_over, compacted
 from fixflow.operators.engines.base import MraState, RoundInfo
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.plan import Plan
@@ -70,7 +70,7 @@ def stored_delta(materializer: Materializer, added: DataFrame, removed: DataFram
     )
     side = F.col(SIDE)
     stored = materializer.store(
-        tagged,
+        compacted(tagged),
         [
             F.count(F.when(side, 1)).alias("added"),
             F.count(F.when(~side, 1)).alias("removed"),
@@ -159,7 +159,9 @@ class UpdateContext(StratumRun):
         )
 
     def round(self, info: RoundInfo) -> None:
-        if time.monotonic() > self.deadline:
+        # A round that left nothing pending ended its loop: the work is done, and
+        # abandoning it now would only add a bootstrap to it.
+        if info.pending and time.monotonic() > self.deadline:
             raise Abandon("ran past the elastic switch's budget", switched=True)
 
     def changes(self, old: DataFrame, new: DataFrame) -> Delta:

@@ -31,7 +31,7 @@ from pyspark.sql.types import StructField, StructType
 from fixflow.checker import ast
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.compiler import positional, spark_type
-from fixflow.operators.core import EvalOptions, Frames, StratumRun
+from fixflow.operators.core import EvalOptions, Frames, StratumRun, appended
 from fixflow.operators.engines import engine_for
 from fixflow.operators.engines.base import MraState
 from fixflow.operators.epoch import (
@@ -155,6 +155,8 @@ class Maintainer:
         """Every relation's current rows, positional columns (IDB: result rows)."""
         self.published: dict[str, DataFrame] = {}
         """Per output relation, the rows the consumer holds: epochs report changes to it."""
+        self._published_rows: dict[str, DataFrame] = {}
+        """Per output relation, the ``frames`` entry that was published (when it was)."""
         self.bootstrap_seconds: dict[int, float] = {}
         self.epochs = 0
         self._garbage: list[DataFrame] = []
@@ -184,6 +186,7 @@ class Maintainer:
             rows = self._positional_input(rel, edb.get(rel)).distinct()
             self.frames[rel], self.edb_rows[rel] = self.materializer.keep_counted(rows)
         self.published = dict(published or {})
+        self._published_rows = {}
         return self._bootstrap_all(publish=False)
 
     @property
@@ -219,7 +222,7 @@ class Maintainer:
             epoch = self._bootstrap_all()
         else:
             epoch = Epoch(strata=[self._stratum(s, old, deltas) for s in self.report.strata])
-            self._publish(epoch)
+            self._publish(epoch, old, deltas)
             self.epochs += 1
         self._garbage += [*old.values(), *(f for d in deltas.values() for f in d.frames)]
         epoch.seconds = time.monotonic() - started
@@ -395,10 +398,10 @@ class Maintainer:
         partitions: int,
     ) -> StratumEpoch:
         """Re-evaluate one stratum from its current inputs and diff against its old rows."""
+        started = time.monotonic()
         driver = self._driver(partitions)
         driver.frames.full.update({rel: self.frames[rel] for rel in _inputs_of(stratum)})
         stats = driver.stratum(stratum)
-        self.bootstrap_seconds[stratum.index] = stats.seconds
         self._witness(stratum, {})
         new = {rel: self._bootstrapped(driver, rel) for rel in stratum.relations}
         for state in driver.states.values():
@@ -408,6 +411,8 @@ class Maintainer:
             for rel in stratum.relations
         }
         self._adopt(stratum, new, changes, old, deltas)
+        # What switching to a bootstrap costs: the evaluation, storing and diffing.
+        self.bootstrap_seconds[stratum.index] = time.monotonic() - started
         return self._epoch_of(stats)
 
     def _driver(self, partitions: int = 1) -> Bootstrap:
@@ -445,12 +450,37 @@ class Maintainer:
         self.epochs += 1
         return epoch
 
-    def _publish(self, epoch: Epoch) -> None:
-        """Record in ``epoch`` how every output relation differs from what was published."""
+    def _publish(
+        self,
+        epoch: Epoch,
+        old: Mapping[str, DataFrame] | None = None,
+        deltas: Mapping[str, Delta] | None = None,
+    ) -> None:
+        """Record in ``epoch`` how every output relation differs from what was published:
+        nothing when its rows are the published ones, this epoch's ``deltas`` when it
+        changed from the published rows (``old``), else a diff of the whole relation."""
         for rel in self.outputs:
+            rows, before = self.frames[rel], self._published_rows.get(rel)
             current = self.relation(rel)
-            epoch.changes[rel] = self._diff(rel, self.published.get(rel), current)
-            self.published[rel] = current
+            if before is rows:
+                keys = self.key_columns(rel)
+                change = RelationChange(rel, keys, current.limit(0), current.select(*keys).limit(0))
+            elif before is not None and old is not None and old.get(rel) is before:
+                assert deltas is not None
+                change = self._delta_change(rel, deltas[rel])
+            else:
+                change = self._diff(rel, self.published.get(rel), current)
+            epoch.changes[rel] = change
+            self.published[rel], self._published_rows[rel] = current, rows
+
+    def _delta_change(self, relation: str, delta: Delta) -> RelationChange:
+        """The change an epoch's exact ``delta`` makes: its added rows are upserted; its
+        removed rows' keys are deleted unless a row was added under them (a new value)."""
+        names = [a.name for a in self.catalog[relation].result]
+        keys = self.key_columns(relation)
+        added, removed = delta.added.toDF(*names), delta.removed.toDF(*names)
+        gone = removed.select(*keys).subtract(added.select(*keys))
+        return RelationChange(relation, keys, added, gone)
 
     @staticmethod
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
@@ -535,9 +565,9 @@ def _changed(rows: DataFrame, delta: Delta) -> DataFrame:
     """An input relation's rows after ``delta``: removed rows left out by a broadcast
     anti join (no shuffle of the relation), added rows appended."""
     if not delta.n_removed:
-        return rows.unionByName(delta.added)
+        return appended(rows, delta.added)
     kept = rows.join(F.broadcast(delta.removed), rows.columns, "left_anti")
-    return kept.select(*rows.columns).unionByName(delta.added)
+    return appended(kept.select(*rows.columns), delta.added)
 
 
 def _witnessed(report: Report, relation: str) -> bool:

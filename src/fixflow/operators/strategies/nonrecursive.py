@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame
 from fixflow.checker import ast
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import positional
-from fixflow.operators.core import Bootstrapped, StratumRun, atoms_over
+from fixflow.operators.core import Bootstrapped, StratumRun, appended, atoms_over
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan, Scan, Union
 
@@ -52,7 +52,7 @@ def delta_rules(ctx: UpdateContext) -> Outcome:
         derived = ctx.combine(relation, ctx.inserted_rows(relation))
         added = derived.join(current, current.columns, "left_anti")
         delta = ctx.delta(added, ctx.frames.empty(relation))
-        frames[relation] = ctx.keep(current.unionByName(delta.added)) if delta.n_added else current
+        frames[relation] = ctx.keep(appended(current, delta.added)) if delta.n_added else current
         deltas[relation] = delta
     return Outcome(frames, deltas)
 
@@ -135,4 +135,4 @@ def _replaced(ctx: UpdateContext, current: DataFrame, delta: Delta) -> DataFrame
     if delta.empty:
         return current
     kept = current.subtract(delta.removed)  # null-safe, unlike an equi-join
-    return ctx.keep(kept.unionByName(delta.added))
+    return ctx.keep(appended(kept, delta.added))

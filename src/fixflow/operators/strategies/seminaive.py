@@ -23,7 +23,7 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame
 
-from fixflow.operators.core import Bootstrapped, StratumRun, union_by_name
+from fixflow.operators.core import Bootstrapped, StratumRun, appended, union_by_name
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
@@ -66,7 +66,7 @@ class SetGrowth:
         return derived.join(current, current.columns, "left_anti")
 
     def merged(self, run: StratumRun, relation: str, delta: DataFrame) -> DataFrame:
-        return run.frames.full[relation].unionByName(delta)
+        return appended(run.frames.full[relation], delta)
 
     def changes(
         self, ctx: UpdateContext, relation: str, original: DataFrame, touched: list[DataFrame]
