@@ -346,8 +346,14 @@ def appended(rows: DataFrame, added: DataFrame) -> DataFrame:
     parallelism). A union's partitions are its inputs' together: a relation stored again
     after every epoch or round would otherwise gain partitions each time, and one whose
     delta is read from the relation itself (the EDB's removed rows) doubles them."""
-    limit = max(rows.rdd.getNumPartitions(), _parallelism(rows))
-    return rows.unionByName(added).coalesce(limit)
+    return bounded(rows.unionByName(added), rows)
+
+
+def bounded(frame: DataFrame, like: DataFrame) -> DataFrame:
+    """``frame`` in no more partitions than ``like`` has (at least the default parallelism);
+    asking for ``like``'s partitions plans it, so lazily merged frames bound once, when
+    they are stored."""
+    return frame.coalesce(max(like.rdd.getNumPartitions(), _parallelism(frame)))
 
 
 def compacted(frame: DataFrame) -> DataFrame:

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import positional
-from fixflow.operators.core import Bootstrapped, StratumRun, appended
+from fixflow.operators.core import Bootstrapped, StratumRun
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
 from fixflow.operators.rounds import improves
@@ -54,7 +54,7 @@ class ImprovingGrowth(SetGrowth):
     def merged(self, run: StratumRun, relation: str, delta: DataFrame) -> DataFrame:
         keys = _keys(run.entry(relation))
         current = run.frames.full[relation]
-        return appended(current.join(delta.select(*keys), keys, "left_anti"), delta)
+        return current.join(delta.select(*keys), keys, "left_anti").unionByName(delta)
 
     def changes(
         self, ctx: UpdateContext, relation: str, original: DataFrame, touched: list[DataFrame]

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from pyspark.sql import DataFrame
 
-from fixflow.operators.core import Bootstrapped, StratumRun, appended, union_by_name
+from fixflow.operators.core import Bootstrapped, StratumRun, bounded, union_by_name
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
@@ -66,7 +66,7 @@ class SetGrowth:
         return derived.join(current, current.columns, "left_anti")
 
     def merged(self, run: StratumRun, relation: str, delta: DataFrame) -> DataFrame:
-        return appended(run.frames.full[relation], delta)
+        return run.frames.full[relation].unionByName(delta)
 
     def changes(
         self, ctx: UpdateContext, relation: str, original: DataFrame, touched: list[DataFrame]
@@ -153,9 +153,11 @@ def _advance(run: StratumRun, growth: Growth, relation: str, new: DataFrame, gro
 
 
 def _compact(run: StratumRun, grown: Grown) -> None:
-    """Materialize the relations merged since the last time, cutting their lineage."""
+    """Materialize the relations merged since the last time, cutting their lineage (in no
+    more partitions than they started with: each merge adds its delta's)."""
     for relation in sorted(grown.dirty):
-        run.frames.full[relation] = run.keep(run.frames.full[relation])
+        merged = run.frames.full[relation]
+        run.frames.full[relation] = run.keep(bounded(merged, grown.original[relation]))
     grown.dirty.clear()
 
 
