@@ -4,15 +4,23 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint typecheck demo bench clean
+.PHONY: install constraints test test-fast lint typecheck demo bench clean
 
 install: $(STAMP)
 
-# Re-install only when the project's dependencies change.
-$(STAMP): pyproject.toml
+# Re-install only when the project's dependencies or their pinned versions change:
+# pyproject.toml has the ranges, constraints.txt the exact versions tested.
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
+	@touch $(STAMP)
+
+# After changing a dependency in pyproject.toml: pin what the venv has now (its header kept).
+constraints: install
+	{ grep '^#' constraints.txt; $(BIN)/python -m pip freeze --exclude-editable \
+		| grep -viE '^fixflow( |=|@|$$)'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 	@touch $(STAMP)
 
 lint: install

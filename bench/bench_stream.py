@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import socket
 import statistics
@@ -76,6 +75,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphs
+from machine import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = {
@@ -486,24 +486,6 @@ def measure(
 
 
 # ---------------------------------------------------------------- the report
-
-
-def machine() -> str:
-    memory = "unknown"
-    meminfo = Path("/proc/meminfo")
-    if meminfo.exists():
-        kib = int(meminfo.read_text().split("MemTotal:")[1].split()[0])
-        memory = f"{kib / 1024 / 1024:.1f} GiB"
-    cpu = platform.processor() or "unknown"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [
-            line.split(":", 1)[1].strip()
-            for line in cpuinfo.read_text().splitlines()
-            if line.startswith("model name")
-        ]
-        cpu = names[0] if names else cpu
-    return f"nproc {os.cpu_count()}, memory {memory}, CPU {cpu}, {platform.platform()}"
 
 
 def grouped(values: Iterable[Any]) -> str:

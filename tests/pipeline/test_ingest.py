@@ -17,8 +17,15 @@ from fixflow.checker.ast import Attribute
 from fixflow.checker.parser import parse
 from fixflow.pipeline.broker import ensure_topics
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.ingest import IngestResult, ensure_edb_tables, ingest_batch, normalize
+from fixflow.pipeline.ingest import (
+    IngestResult,
+    ensure_edb_tables,
+    facts_table,
+    ingest_batch,
+    normalize,
+)
 from fixflow.pipeline.kafka_source import read_stream
+from fixflow.pipeline.lake import arrow_schema
 from fixflow.pipeline.lakehouse import ProgramLake, read_table
 from fixflow.pipeline.messages import Fact, encode_fact, fact_key
 from fixflow.pipeline.metrics import Metrics
@@ -60,7 +67,8 @@ def test_last_operation_wins_and_noops_are_counted() -> None:
         Fact(("e",), "insert"),
         Fact(("a",), "delete"),
     ]
-    change = normalize("node", (Attribute("name", "symbol"),), facts, before)
+    node = (Attribute("name", "symbol"),)
+    change = normalize("node", node, facts_table(facts, arrow_schema(node)), before)
     assert _rows(change.inserts) == {("e",)}
     assert _rows(change.deletes) == {("a",)}
     # b: net insert of a present fact; c, d: net delete of an absent fact.
@@ -68,9 +76,8 @@ def test_last_operation_wins_and_noops_are_counted() -> None:
 
 
 def test_normalize_against_a_missing_table_types_per_declaration() -> None:
-    change = normalize(
-        "edge", EDGE, [Fact((1, 2, 0.5)), Fact((1, 2, 0.5), "delete"), Fact((2, 3, 1.0))], None
-    )
+    facts = [Fact((1, 2, 0.5)), Fact((1, 2, 0.5), "delete"), Fact((2, 3, 1.0))]
+    change = normalize("edge", EDGE, facts_table(facts, arrow_schema(EDGE)), None)
     assert change.inserts.schema == pa.schema(
         [("src", pa.int64()), ("dst", pa.int64()), ("w", pa.float64())]
     )

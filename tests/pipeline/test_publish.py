@@ -179,3 +179,106 @@ def test_publish_without_broker_says_how_to_start_one(
     facts.write_text("src\n1\n")
     assert main(["publish", "edge", str(facts), "--conf", str(conf)]) == 1
     assert "fixflow broker start" in capsys.readouterr().err
+
+
+def _edges_csv(path: Path, n: int) -> list[tuple[int, int, float]]:
+    """N edges (some repeated, weights some integral) written as CSV; returns them typed."""
+    edges = [(i % 997, (i * 7919) % 1009, (i % 400) / 8) for i in range(n)]
+    path.write_text("src,dst,w\n" + "".join(f"{s},{d},{w}\n" for s, d, w in edges))
+    return edges
+
+
+def _stream_records(broker: Config, topic: str) -> Any:
+    """Every record of ``topic`` as the streaming source reads it (end probe, ranges)."""
+    import pyarrow as pa
+
+    from fixflow.pipeline.kafka_source import KafkaRange, end_offsets, read_range
+
+    ends = end_offsets(broker.kafka.bootstrap_servers, [topic])[topic]
+    batches = [
+        batch
+        for partition, end in ends.items()
+        for batch in read_range(
+            KafkaRange(broker.kafka.bootstrap_servers, topic, int(partition), 0, end, 20)
+        )
+    ]
+    return pa.Table.from_batches(batches)
+
+
+def test_a_large_file_reaches_the_streaming_side_whole_and_unchanged(
+    broker: Config, conf: tuple[Path, str], tmp_path: Path
+) -> None:
+    from kafka.partitioner.default import murmur2
+
+    from fixflow.checker.ast import Attribute
+    from fixflow.pipeline.ingest import validate
+    from fixflow.pipeline.messages import fact_key
+
+    config_path, prefix = conf
+    n = 30_000
+    edges = _edges_csv(tmp_path / "big.csv", n)
+    args = ["publish", "edge", str(tmp_path / "big.csv"), "--conf", str(config_path)]
+    assert main([*args, "--program", str(tmp_path / "prog.dl")]) == 0
+    records = _stream_records(broker, f"{prefix}edge")
+    assert records.num_rows == n
+    # Keys as before, and in the partition kafka-python's (Java's) partitioner picks.
+    keys = records.column("key").to_pylist()
+    assert sorted(keys) == sorted(fact_key(e) for e in edges)
+    for key, partition in zip(keys, records.column("partition").to_pylist(), strict=True):
+        assert (murmur2(key.encode()) & 0x7FFFFFFF) % broker.kafka.partitions == partition
+    # The ingest step decodes every value to the typed fact, no dead letter.
+    attributes = (Attribute("src", "number"), Attribute("dst", "number"), Attribute("w", "float"))
+    facts, letters = validate(records, {"edge": attributes}, prefix)
+    assert letters == []
+    rows = facts["edge"].select(["src", "dst", "w"]).to_pylist()
+    assert sorted((r["src"], r["dst"], r["w"]) for r in rows) == sorted(edges)
+
+
+def test_long_publishes_print_progress_on_stderr(
+    broker: Config,
+    conf: tuple[Path, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fixflow.pipeline import producer
+
+    monkeypatch.setattr(producer, "PROGRESS_INTERVAL_S", 0.0)
+    monkeypatch.setattr(producer, "SLICE", 1000)
+    config_path, prefix = conf
+    _edges_csv(tmp_path / "e.csv", 5000)
+    assert main(["publish", "edge", str(tmp_path / "e.csv"), "--conf", str(config_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == f"published 5000 facts to topic {prefix}edge"
+    lines = [line for line in err.splitlines() if line.startswith("fixflow publish: ")]
+    sent = [int(line.split()[2].replace(",", "")) for line in lines]
+    assert len(sent) >= 2
+    assert sent == sorted(sent)
+    assert sent[-1] == 5000
+    assert lines[-1].startswith("fixflow publish: 5,000 of 5,000 facts sent (")
+
+
+def test_a_full_producer_queue_makes_it_wait_and_loses_nothing(
+    broker: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fixflow.pipeline import producer
+    from fixflow.pipeline.broker import ensure_topics
+    from fixflow.pipeline.fact_columns import Messages
+
+    monkeypatch.setattr(producer, "QUEUE_MESSAGES", 100)
+    waits: list[int] = []
+    wait_for_room = producer._Sender._wait_for_room
+
+    def counted(self: Any) -> bool:
+        waits.append(1)
+        return wait_for_room(self)
+
+    monkeypatch.setattr(producer._Sender, "_wait_for_room", counted)
+    topic = f"queue{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker, [topic])
+    values = [f'{{"n":{i}}}'.encode() for i in range(3000)]
+    messages = Messages([f"[{i}]".encode() for i in range(3000)], values)
+    assert producer.send_messages(broker, topic, messages) == 3000
+    assert waits, "the queue never filled up"
+    records = _stream_records(broker, topic)
+    assert sorted(records.column("value").to_pylist()) == sorted(v.decode() for v in values)

@@ -2,7 +2,8 @@
 
 The lake holds three programs: ``sssp`` and ``sssp_v2`` both have a relation ``sssp`` (so the
 name is ambiguous without --program) and ``cc`` has ``cc``. An ``eval``-style directory holds
-``tc`` directly under it. Commands that start Spark are few: each start costs ~10 s.
+``tc`` directly under it. `fixflow query` runs on DataFusion unless told ``--engine spark``;
+commands that start Spark are few: each start costs ~10 s.
 """
 
 from __future__ import annotations
@@ -22,15 +23,19 @@ import pytest
 from deltalake import CommitProperties, write_deltalake
 
 from fixflow.pipeline.commands.query import one_line, spark_error_message
-from fixflow.pipeline.lakehouse import BatchCommit, ProgramLake, append_rows
+from fixflow.pipeline.datafusion_sql import SqlError, new_builder, read_delta, run_sql, sql_error
+from fixflow.pipeline.lakehouse import BatchCommit, ProgramLake, append_rows, open_table
 from fixflow.pipeline.results import (
     ResultsError,
     ResultSet,
+    explain_missing_sql_table,
     find_results,
     format_csv,
     format_json,
     format_table,
     last_commit,
+    read_result,
+    register_tables,
     register_views,
     results_in_directory,
     results_in_lake,
@@ -102,11 +107,27 @@ def table_rows(stdout: str) -> list[list[str]]:
     return body
 
 
-# ---------------------------------------------------------------- fixflow query (Spark)
+# ---------------------------------------------------------------- fixflow query, both engines
+
+FILTERED = """\
+node  dist
+----  ----
+   3   2.5
+   2   1.0
+   1   0.0
+(3 rows)
+"""
 
 
-@pytest.mark.spark  # the `fixflow query` subprocess starts Spark of its own
-def test_query_filters_one_programs_relation(lakes: Lakes) -> None:
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "datafusion",
+        # the `fixflow query` subprocess starts Spark of its own
+        pytest.param("spark", marks=pytest.mark.spark),
+    ],
+)
+def test_query_filters_one_programs_relation(lakes: Lakes, engine: str) -> None:
     done = fixflow(
         "query",
         "SELECT node, dist FROM sssp WHERE dist < 3 ORDER BY dist DESC",
@@ -114,28 +135,17 @@ def test_query_filters_one_programs_relation(lakes: Lakes) -> None:
         str(lakes.conf),
         "--program",
         "sssp",
+        "--engine",
+        engine,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0].split() == ["node", "dist"]
-    assert table_rows(done.stdout) == [["3", "2.5"], ["2", "1.0"], ["1", "0.0"]]
-    assert done.stdout.rstrip().endswith("(3 rows)")
+    assert done.stdout == FILTERED  # the same text whichever engine answered
     assert done.stderr == ""  # Spark's start-up chatter stays out of the terminal
 
 
 @pytest.mark.spark  # the `fixflow query` subprocess starts Spark of its own
-def test_query_with_an_ambiguous_relation_asks_for_program(lakes: Lakes) -> None:
-    done = fixflow("query", "SELECT * FROM sssp", "--conf", str(lakes.conf))
-    assert done.returncode == 1
-    assert done.stdout == ""
-    message = done.stderr.strip()
-    assert "\n" not in message
-    assert "`sssp` is ambiguous" in message
-    assert "sssp, sssp_v2" in message and "--program" in message
-
-
-@pytest.mark.spark  # the `fixflow query` subprocess starts Spark of its own
-def test_query_sql_error_is_one_line_without_traceback(lakes: Lakes) -> None:
-    done = fixflow("query", "SELECT nope FROM tc", "--results", str(lakes.out))
+def test_spark_sql_error_is_one_line_without_traceback(lakes: Lakes) -> None:
+    done = fixflow("query", "SELECT nope FROM tc", "--results", str(lakes.out), "--engine", "spark")
     assert done.returncode == 1
     assert done.stdout == ""
     assert "Traceback" not in done.stderr
@@ -143,6 +153,109 @@ def test_query_sql_error_is_one_line_without_traceback(lakes: Lakes) -> None:
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("fixflow query: [UNRESOLVED_COLUMN")
     assert "`nope`" in lines[0]
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a failed command that printed nothing else."""
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_query_with_an_ambiguous_relation_asks_for_program(lakes: Lakes) -> None:
+    line = one_error_line(fixflow("query", "SELECT * FROM sssp", "--conf", str(lakes.conf)))
+    assert "`sssp` is ambiguous" in line
+    assert "sssp, sssp_v2" in line and "--program" in line
+    assert line.endswith("or name it as program.relation (sssp.sssp, sssp_v2.sssp)")
+
+
+def test_query_names_a_programs_relation_as_program_dot_relation(lakes: Lakes) -> None:
+    # Unquoted names fold to lower case, as Spark's are case-insensitive.
+    sql = "SELECT s.node, s.dist, c.label FROM SSSP_V2.sssp s JOIN CC c ON s.node = c.node"
+    done = fixflow("query", sql + " ORDER BY 1", "--conf", str(lakes.conf), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "node,dist,label\n1,0.0,a\n2,9.0,a\n"
+
+
+TC_SQL = "SELECT x, y, x * 0.5 AS half, CASE WHEN y = 2 THEN 'two' END AS s FROM tc ORDER BY x, y"
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (
+            "table",
+            "x  y  half  s\n-  -  ----  ----\n1  2   0.5  two\n1  3   0.5  NULL\n"
+            "2  3   1.0  NULL\n(3 rows)\n",
+        ),
+        ("csv", "x,y,half,s\n1,2,0.5,two\n1,3,0.5,\n2,3,1.0,\n"),
+        (
+            "json",
+            '[{"x": 1, "y": 2, "half": 0.5, "s": "two"}, {"x": 1, "y": 3, "half": 0.5, "s": null}, '
+            '{"x": 2, "y": 3, "half": 1.0, "s": null}]\n',
+        ),
+    ],
+)
+def test_query_output_formats(lakes: Lakes, output: str, expected: str) -> None:
+    done = fixflow("query", TC_SQL, "--results", str(lakes.out), "--format", output)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == expected
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        (
+            "SELECT * FROM nope",
+            "Error during planning: table 'nope' not found "
+            "(result relations under {lake}: cc, sssp)",
+        ),
+        (
+            "SELECT * FROM cc.nope",
+            "Error during planning: table 'cc.nope' not found "
+            "(result tables under {lake}: cc.cc, sssp.sssp, sssp_v2.sssp)",
+        ),
+        ("SELEC 1", "SQL error: Expected: an SQL statement, found: SELEC at Line: 1, Column: 1"),
+        ("SELECT nope FROM cc", "Schema error: No field named nope. "),
+        ("SELECT 1; SELECT 2", "This feature is not implemented: "),
+    ],
+)
+def test_query_errors_are_one_line(lakes: Lakes, sql: str, expected: str) -> None:
+    line = one_error_line(fixflow("query", sql, "--conf", str(lakes.conf)))
+    assert line.startswith("fixflow query: " + expected.format(lake=lakes.lake))
+
+
+def test_query_error_traceback_only_with_verbose(lakes: Lakes) -> None:
+    done = fixflow("-v", "query", "SELEC 1", "--results", str(lakes.out))
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("fixflow query: SQL error: ")
+
+
+NOT_ON_THE_QUERY_PATH = ("pyspark", "py4j", "kafka", "z3", "fixflow.operators")
+LOADED_MODULES = (
+    "import json, sys\n"
+    "from fixflow.pipeline.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print(json.dumps(sorted(sys.modules)))\n"
+    "sys.exit(code)\n"
+)
+
+
+@pytest.mark.parametrize("command", [["query", "SELECT count(*) FROM cc"], ["show", "cc"]])
+def test_query_and_show_start_no_jvm(lakes: Lakes, command: list[str]) -> None:
+    """The commands answer without importing Spark (nor Kafka, Z3, the operators)."""
+    argv = [sys.executable, "-c", LOADED_MODULES, *command, "--conf", str(lakes.conf)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    heavy = [
+        m for m in loaded if any(m == p or m.startswith(p + ".") for p in NOT_ON_THE_QUERY_PATH)
+    ]
+    assert heavy == []
 
 
 # ---------------------------------------------------------------- no Spark needed
@@ -268,6 +381,75 @@ def test_missing_table_messages(lakes: Lakes, session: Any, sql: str, expected: 
     message = spark_error_message(caught.value, results)
     assert "\n" not in message
     assert expected.format(lake=lakes.lake) in message
+
+
+def test_tables_register_unambiguous_relations_and_qualified_names(lakes: Lakes) -> None:
+    builder = new_builder()
+    names = register_tables(builder, results_in_lake(str(lakes.lake)))
+    assert sorted(names) == ["cc", "cc.cc", "sssp.sssp", "sssp_v2.sssp"]
+    rows = run_sql(builder, "SELECT label, count(*) AS n FROM cc GROUP BY label ORDER BY label")
+    assert rows.to_pylist() == [{"label": "a", "n": 2}, {"label": "bb", "n": 1}]
+
+
+def test_tables_load_only_the_relations_a_query_mentions(lakes: Lakes) -> None:
+    results = results_in_lake(str(lakes.lake), program="sssp")
+    both = ResultSet(
+        results.location, (*results.tables, *results_in_directory(str(lakes.out)).tables)
+    )
+    assert register_tables(new_builder(), both, "SELECT * FROM TC") == ["tc"]
+    everything = ["sssp", "sssp.sssp", "tc"]
+    assert register_tables(new_builder(), both, "SELECT * FROM sssp_x") == everything
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT * FROM nope", "(result relations under {lake}: cc, sssp)"),
+        ("SELECT * FROM cc JOIN sssp USING (node)", "relation `sssp` is ambiguous"),
+        ("SELECT * FROM Sssp", "or name it as program.relation (sssp.sssp, sssp_v2.sssp)"),
+        ("SELECT * FROM pagerank.cc", "(result tables under {lake}: cc.cc, sssp.sssp, "),
+    ],
+)
+def test_missing_sql_table_messages(lakes: Lakes, sql: str, expected: str) -> None:
+    results = results_in_lake(str(lakes.lake))
+    builder = new_builder()
+    register_tables(builder, results, sql)
+    with pytest.raises(SqlError) as caught:
+        run_sql(builder, sql)
+    assert caught.value.missing_table is not None
+    message = explain_missing_sql_table(caught.value.missing_table, results, caught.value.message)
+    assert "\n" not in message
+    assert expected.format(lake=lakes.lake) in message
+
+
+def test_datafusion_messages_become_one_line() -> None:
+    schema = sql_error(Exception("Schema error: No field named a.\nValid fields are t.b."))
+    assert schema.message == "Schema error: No field named a. Valid fields are t.b."
+    assert schema.missing_table is None
+    missing = sql_error(Exception("Error during planning: table 'datafusion.public.x' not found"))
+    assert missing.message == "Error during planning: table 'x' not found"
+    assert missing.missing_table == "x"
+    parse = sql_error(Exception('SQL error: ParserError("Expected: an expression, found: EOF")'))
+    assert parse.message == "SQL error: Expected: an expression, found: EOF"
+
+
+def test_read_result_keeps_the_delta_schema(tmp_path: Path) -> None:
+    """DataFusion returns string views; readers get the types to_pyarrow_dataset gave."""
+    rows = pa.table(
+        {
+            "id": pa.array([2, 1], pa.int64()),
+            "name": pa.array(["b", None], pa.string()),
+            "at": pa.array([0, 1], pa.timestamp("us", tz="UTC")),
+            "part": ["x", "y"],
+        }
+    )
+    write_deltalake(str(tmp_path / "t"), rows, partition_by=["part"])
+    write_deltalake(str(tmp_path / "empty"), rows.schema.empty_table())
+    empty, full = results_in_directory(str(tmp_path)).tables
+    assert read_result(full).sort_by("id") == rows.sort_by("id")
+    assert read_result(empty) == rows.schema.empty_table()
+    delta = open_table(str(tmp_path / "t"))
+    assert delta is not None and read_delta(delta).schema == rows.schema
 
 
 def test_provisional_flag_is_reported(tmp_path: Path) -> None:

@@ -87,6 +87,17 @@ class RelationChange:
     key_columns: tuple[str, ...]
     upserts: DataFrame
     deletes: DataFrame
+    new_rows: bool = False
+    """No upserted key is among the rows published before: the consumer may append them
+    (a set relation's change; an aggregate's upserts may replace values)."""
+    unchanged: bool = False
+    """Known to be empty without running a job (the relation's rows are the published
+    ones): the consumer need not collect ``upserts`` and ``deletes``."""
+
+    @classmethod
+    def nothing(cls, relation: str, keys: tuple[str, ...], rows: DataFrame) -> RelationChange:
+        """No change of ``relation`` (whose current rows are ``rows``)."""
+        return cls(relation, keys, rows.limit(0), rows.select(*keys).limit(0), unchanged=True)
 
 
 @dataclass
@@ -201,16 +212,26 @@ class Maintainer:
         self._publish(epoch)
         return epoch
 
-    def apply(self, inserts: Mapping[str, DataFrame], deletes: Mapping[str, DataFrame]) -> Epoch:
-        """One epoch: net insertions/deletions per EDB relation (inserted facts are absent
-        and deleted facts present beforehand, as the pipeline's normalization guarantees).
+    def apply(
+        self,
+        inserts: Mapping[str, DataFrame],
+        deletes: Mapping[str, DataFrame],
+        *,
+        net_counts: Mapping[str, tuple[int, int]] | None = None,
+    ) -> Epoch:
+        """One epoch: insertions/deletions per EDB relation. Facts already present (or
+        absent, for deletions) are found and dropped, at the cost of Spark jobs, unless the
+        caller passes ``net_counts``: then the changes are net (inserted facts absent,
+        deleted ones present, no duplicates, as the pipeline's normalization guarantees)
+        with these (inserted, deleted) counts per relation, and are taken as they are.
         With no change at all it only carries pending deltas on (async consistency)."""
         started = time.monotonic()
         self._collect_garbage()
         old: dict[str, DataFrame] = {}
         deltas: dict[str, Delta] = {}
         for rel in {r for r in (*inserts, *deletes) if r in self._inputs()}:
-            delta = self._edb_delta(rel, inserts.get(rel), deletes.get(rel))
+            counts = net_counts.get(rel, (0, 0)) if net_counts is not None else None
+            delta = self._edb_delta(rel, inserts.get(rel), deletes.get(rel), counts)
             if delta.empty:
                 continue
             old[rel], deltas[rel] = self.frames[rel], delta
@@ -251,7 +272,8 @@ class Maintainer:
         partitions = self._partitions()
         with session_conf(self.spark, round_conf(partitions)):
             ctx = self._context(stratum, partitions, old, changed, carried, started)
-            method = self._choose(ctx)
+            outgrown = self._outgrown(changed)
+            method = self._choose(ctx) if not outgrown else None
             updated = self._update(method, ctx, old, deltas) if method is not None else None
             if isinstance(updated, StratumEpoch):
                 result = updated
@@ -260,6 +282,8 @@ class Maintainer:
                 if updated is not None and method is not None:  # the update was abandoned
                     result.strategy = "bootstrap:switched" if updated.switched else "bootstrap"
                     result.note = f"update:{method.name} abandoned: {updated}"
+                elif outgrown:
+                    result.strategy, result.note = "bootstrap:switched", outgrown
                 self._carry(stratum, {})
         if stratum.relations[0] in self.carried:
             result.note = (result.note + "; " if result.note else "") + "deltas pending"
@@ -276,6 +300,21 @@ class Maintainer:
             f" ({result.note})" if result.note else "",
         )
         return result
+
+    def _outgrown(self, changed: Mapping[str, Delta]) -> str:
+        """Why the elastic switch predicts that an update costs more than a bootstrap, or
+        "": an input fact changed this epoch costs an update at least what a bootstrap pays
+        per fact, so a change larger than ``switch_fraction`` x the inputs' facts before
+        the epoch (a first batch into an empty EDB, a bulk load) goes to a bootstrap at
+        once rather than after a first, wasted round."""
+        for rel, delta in changed.items():
+            if rel not in self.edb_rows:
+                continue  # a lower stratum's change: its size before is not counted
+            size = delta.n_added + delta.n_removed
+            before = self.edb_rows[rel] - delta.n_added + delta.n_removed
+            if size > self.switch_fraction * max(before, 1):
+                return f"the change of {rel} ({size} facts) outgrows its {before} facts before"
+        return ""
 
     def _context(
         self,
@@ -463,8 +502,7 @@ class Maintainer:
             rows, before = self.frames[rel], self._published_rows.get(rel)
             current = self.relation(rel)
             if before is rows:
-                keys = self.key_columns(rel)
-                change = RelationChange(rel, keys, current.limit(0), current.select(*keys).limit(0))
+                change = RelationChange.nothing(rel, self.key_columns(rel), current)
             elif before is not None and old is not None and old.get(rel) is before:
                 assert deltas is not None
                 change = self._delta_change(rel, deltas[rel])
@@ -480,7 +518,11 @@ class Maintainer:
         keys = self.key_columns(relation)
         added, removed = delta.added.toDF(*names), delta.removed.toDF(*names)
         gone = removed.select(*keys).subtract(added.select(*keys))
-        return RelationChange(relation, keys, added, gone)
+        if len(keys) < len(names):
+            return RelationChange(relation, keys, added, gone)
+        # A set relation: a row both removed and added stays, so it is neither appended
+        # nor deleted, and what is appended is surely new.
+        return RelationChange(relation, keys, added.subtract(removed), gone, new_rows=True)
 
     @staticmethod
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
@@ -511,11 +553,17 @@ class Maintainer:
         return any(rel in indexed for s in self.report.strata for rel in _inputs_of(s))
 
     def _edb_delta(
-        self, relation: str, inserts: DataFrame | None, deletes: DataFrame | None
+        self,
+        relation: str,
+        inserts: DataFrame | None,
+        deletes: DataFrame | None,
+        net_counts: tuple[int, int] | None = None,
     ) -> Delta:
+        added = self._positional_input(relation, inserts)
+        if net_counts is not None:  # net already: no job (the caller's rows are local)
+            return Delta(added, self._positional_input(relation, deletes), *net_counts)
         current = self.frames[relation]
         columns = current.columns
-        added = self._positional_input(relation, inserts)
         # A batch is small beside the relation: it is broadcast, so finding which of its
         # facts are present streams the relation once and shuffles nothing.
         if inserts is not None:  # no join with the whole relation for an absent side
@@ -544,12 +592,13 @@ class Maintainer:
 
     def _diff(self, relation: str, old: DataFrame | None, new: DataFrame) -> RelationChange:
         keys = self.key_columns(relation)
+        is_set = len(keys) == len(new.columns)
         if old is None:
             empty = new.select(*keys).limit(0)
-            return RelationChange(relation, keys, new, empty)
+            return RelationChange(relation, keys, new, empty, new_rows=is_set)
         changed_or_new = new.subtract(old)
         gone = old.select(*keys).subtract(new.select(*keys))
-        return RelationChange(relation, keys, changed_or_new, gone)
+        return RelationChange(relation, keys, changed_or_new, gone, new_rows=is_set)
 
     def _collect_garbage(self) -> None:
         """Free the blocks of the previous epoch's replaced rows and deltas. Deferred to the

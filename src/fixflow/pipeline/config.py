@@ -70,7 +70,7 @@ class SparkConfig:
 class StreamConfig:
     trigger_ms: int = _key(1000, minimum=0)
     consistency: str = _key("converged", choices=("converged", "async"))
-    max_records_per_trigger: int = _key(10000, positive=True)
+    max_records_per_trigger: int = _key(500_000, positive=True)
     adaptive: bool = True
     async_rounds_per_batch: int = _key(10, positive=True)
     """With consistency = "async": rounds of work per batch before committing."""

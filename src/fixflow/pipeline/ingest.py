@@ -23,14 +23,17 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fixflow.checker.ast import Attribute, Program
+from fixflow.pipeline.columnar import OP_COLUMN, parse_values
 from fixflow.pipeline.lake import arrow_schema
 from fixflow.pipeline.lakehouse import (
     DEAD_LETTER_SCHEMA,
@@ -55,6 +58,28 @@ log = logging.getLogger(__name__)
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """Spark sets this local property on the thread that runs foreachBatch."""
+
+
+@dataclass
+class Phases:
+    """Wall seconds per phase of one micro-batch (``read``, ``validate``, ``normalize``,
+    ``maintain``, ``results``, ``edb_commit``) and its Spark jobs: where a batch's time
+    goes, for the batch log line and ``bench/bench_ingest.py``."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    jobs: int = 0
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.monotonic() - started
+
+    def describe(self) -> str:
+        parts = " ".join(f"{name} {s:.2f}" for name, s in self.seconds.items())
+        return f"{parts} s, {self.jobs} Spark job(s)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +114,8 @@ class IngestResult:
     """True when the EDB changes of this batch were already committed (a replay)."""
     edb_committed: list[str] = field(default_factory=list, repr=False)
     """Relations whose EDB commit ``commit_edb`` made (empty for a replay)."""
+    phases: Phases = field(default_factory=Phases, repr=False)
+    """Where the batch's time went; the maintenance hook and the EDB commit add theirs."""
 
     @property
     def offsets(self) -> Mapping[str, Mapping[str, Sequence[int]]]:
@@ -105,8 +132,10 @@ class IngestResult:
         for relation in self.changed_relations:
             change = self.changes[relation]
             names = [a.name for a in change.attributes]
+            # Normalization leaves only facts absent before the batch in ``inserts``.
+            edb = self.lake.edb(relation)
             if merge_changes(
-                self.lake.edb(relation), names, change.inserts, change.deletes, self.commit
+                edb, names, change.inserts, change.deletes, self.commit, new_rows=True
             ):
                 committed.append(relation)
         self.edb_committed.extend(committed)
@@ -128,24 +157,30 @@ def ingest_batch(
 ) -> IngestResult:
     """Validate, dead-letter and normalize one micro-batch (see the module docstring)."""
     query = query_id or streaming_query_id(batch_df)
-    records = _sorted_records(
-        batch_df.select("topic", "partition", "offset", "key", "value").toArrow()
-    )
+    phases = Phases()
+    with phases.timed("read"):
+        records = _sorted_records(
+            batch_df.select("topic", "partition", "offset", "key", "value").toArrow()
+        )
     commit = BatchCommit(query, batch_id, offsets_covered(records))
     schemas = input_schemas(program)
-    facts, letters = validate(records, schemas, topic_prefix)
-    written = write_dead_letters(lake, letters, commit)
-    changes = {
-        relation: normalize(
-            relation,
-            attributes,
-            facts.get(relation, []),
-            read_before_batch(lake.edb(relation), query, batch_id),
-        )
-        for relation, attributes in schemas.items()
-    }
-    replayed = _is_replay(lake, changes, commit)
-    result = IngestResult(batch_id, commit, lake, changes, records.num_rows, len(letters), replayed)
+    with phases.timed("validate"):
+        facts, letters = validate(records, schemas, topic_prefix)
+        written = write_dead_letters(lake, letters, commit)
+    with phases.timed("normalize"):
+        changes = {
+            relation: normalize(
+                relation,
+                attributes,
+                facts.get(relation, facts_table([], arrow_schema(attributes))),
+                read_before_batch(lake.edb(relation), query, batch_id),
+            )
+            for relation, attributes in schemas.items()
+        }
+        replayed = _is_replay(lake, changes, commit)
+    result = IngestResult(
+        batch_id, commit, lake, changes, records.num_rows, len(letters), replayed, phases=phases
+    )
     if metrics is not None and not replayed:
         _count(metrics, facts, letters if written else [], changes, topic_prefix)
     log.info(
@@ -223,32 +258,59 @@ def offsets_covered(records: pa.Table) -> dict[str, dict[str, list[int]]]:
 
 def validate(
     records: pa.Table, schemas: Mapping[str, tuple[Attribute, ...]], topic_prefix: str
-) -> tuple[dict[str, list[Fact]], list[Letter]]:
-    """Split records into facts per relation (in record order) and dead letters."""
-    facts: dict[str, list[Fact]] = {}
+) -> tuple[dict[str, pa.Table], list[Letter]]:
+    """Split records into facts per relation (declared columns and ``op``, in record order)
+    and dead letters. A relation's values are parsed in one columnar pass when all of them
+    are valid (``columnar.parse_values``), record by record otherwise."""
+    facts: dict[str, pa.Table] = {}
     letters: list[Letter] = []
-    for record in records.to_pylist():
-        relation = _relation_of(record["topic"], topic_prefix)
+    topics = records.column("topic")
+    for topic in pc.unique(topics).to_pylist():
+        relation = _relation_of(topic, topic_prefix)
         attributes = schemas.get(relation) if relation is not None else None
+        group = records.filter(pc.equal(topics, topic))
         if relation is None or attributes is None:
-            inputs = ", ".join(sorted(schemas)) or "none"
-            letters.append(
-                Letter(
-                    record,
-                    DeadLetter(
-                        "unknown_relation",
-                        f"topic {record['topic']!r} is not an .input relation of the program "
-                        f"(inputs: {inputs})",
-                    ),
-                )
-            )
+            letters += [_unknown_relation(record, schemas) for record in group.to_pylist()]
             continue
+        schema = arrow_schema(attributes)
+        parsed = parse_values(group.column("value"), schema)
+        if parsed is None:
+            parsed = _parse_each(group, attributes, schema, letters)
+        if parsed.num_rows:
+            facts[relation] = parsed
+    return facts, letters
+
+
+def _unknown_relation(record: dict[str, Any], schemas: Mapping[str, Any]) -> Letter:
+    inputs = ", ".join(sorted(schemas)) or "none"
+    return Letter(
+        record,
+        DeadLetter(
+            "unknown_relation",
+            f"topic {record['topic']!r} is not an .input relation of the program "
+            f"(inputs: {inputs})",
+        ),
+    )
+
+
+def _parse_each(
+    records: pa.Table, attributes: tuple[Attribute, ...], schema: pa.Schema, letters: list[Letter]
+) -> pa.Table:
+    """The per-record path: every value validated on its own; bad ones become letters."""
+    facts: list[Fact] = []
+    for record in records.to_pylist():
         parsed = parse_message(record["value"], attributes)
         if isinstance(parsed, DeadLetter):
             letters.append(Letter(record, parsed))
         else:
-            facts.setdefault(relation, []).append(parsed)
-    return facts, letters
+            facts.append(parsed)
+    return facts_table(facts, schema)
+
+
+def facts_table(facts: Sequence[Fact], schema: pa.Schema) -> pa.Table:
+    """Facts as a table: the declared columns of ``schema`` and the ``op`` column."""
+    table = _facts_table([f.values for f in facts], schema)
+    return table.append_column(OP_COLUMN, pa.array([f.op for f in facts], pa.string()))
 
 
 def _relation_of(topic: str, prefix: str) -> str | None:
@@ -280,16 +342,15 @@ def write_dead_letters(lake: ProgramLake, letters: list[Letter], commit: BatchCo
 
 
 def normalize(
-    relation: str, attributes: tuple[Attribute, ...], facts: list[Fact], before: pa.Table | None
+    relation: str, attributes: tuple[Attribute, ...], facts: pa.Table, before: pa.Table | None
 ) -> RelationChanges:
-    """Net changes of ``facts`` (in order) against the EDB contents ``before``."""
+    """Net changes of ``facts`` (declared columns and ``op``, in record order) against the
+    EDB contents ``before``: per fact its last operation wins."""
     schema = arrow_schema(attributes)
-    last_op: dict[tuple[Value, ...], str] = {}
-    for fact in facts:
-        last_op.pop(fact.values, None)  # re-insert so dict order follows the last operation
-        last_op[fact.values] = fact.op
-    inserts = _facts_table([v for v, op in last_op.items() if op == "insert"], schema)
-    deletes = _facts_table([v for v, op in last_op.items() if op == "delete"], schema)
+    last = _last_operations(facts, schema)
+    is_insert = pc.equal(last.column(OP_COLUMN), "insert")
+    inserts = _conform(last.filter(is_insert), schema)
+    deletes = _conform(last.filter(pc.invert(is_insert)), schema)
     existing = _conform(before, schema)
     new_inserts = inserts.join(existing, schema.names, join_type="left anti")
     real_deletes = deletes.join(existing, schema.names, join_type="left semi")
@@ -301,6 +362,17 @@ def normalize(
         noop_inserts=inserts.num_rows - new_inserts.num_rows,
         noop_deletes=deletes.num_rows - real_deletes.num_rows,
     )
+
+
+def _last_operations(facts: pa.Table, schema: pa.Schema) -> pa.Table:
+    """One row per distinct fact: its last operation, in the order of those last ones."""
+    if facts.num_rows == 0:
+        return facts
+    position = pa.array(range(facts.num_rows), pa.int64())
+    numbered = facts.append_column("_position", position)
+    last = numbered.group_by(schema.names, use_threads=False).aggregate([("_position", "max")])
+    positions = last.column("_position_max")
+    return facts.take(positions.take(pc.sort_indices(positions)))
 
 
 def _facts_table(rows: list[tuple[Value, ...]], schema: pa.Schema) -> pa.Table:
@@ -332,14 +404,15 @@ def _is_replay(
 
 def _count(
     metrics: Metrics,
-    facts: Mapping[str, list[Fact]],
+    facts: Mapping[str, pa.Table],
     letters: list[Letter],
     changes: Mapping[str, RelationChanges],
     topic_prefix: str,
 ) -> None:
     for relation, relation_facts in facts.items():
         for op in ("insert", "delete"):
-            metrics.count_input(relation, op, sum(1 for f in relation_facts if f.op == op))
+            count = pc.sum(pc.equal(relation_facts.column(OP_COLUMN), op)).as_py() or 0
+            metrics.count_input(relation, op, count)
     for letter in letters:
         topic = letter.record["topic"]
         metrics.count_dead_letter(_relation_of(topic, topic_prefix) or topic, letter.dead.kind)
@@ -379,13 +452,17 @@ def batch_handler(
 
     def handle(batch_df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        jobs = _JobCounter(batch_df.sparkSession, f"fixflow-batch-{batch_id}-{uuid.uuid4()}")
         with lock or nullcontext():
             result = ingest_batch(
                 batch_df, batch_id, program, lake, metrics, topic_prefix=topic_prefix
             )
             if maintain is not None:
                 maintain(result)
-            result.commit_edb()
+            with result.phases.timed("edb_commit"):
+                result.commit_edb()
+        result.phases.jobs = jobs.count()
+        log.info("batch %d took %s", batch_id, result.phases.describe())
         if metrics is not None:
             if result.replayed:
                 metrics.batches_replayed.inc()
@@ -393,6 +470,18 @@ def batch_handler(
             metrics.batch_duration.observe(time.monotonic() - started)
 
     return handle
+
+
+class _JobCounter:
+    """Counts the Spark jobs this thread starts from now on (a job group per batch)."""
+
+    def __init__(self, spark: SparkSession, group: str) -> None:
+        self.context = spark.sparkContext
+        self.group = group
+        self.context.setJobGroup(group, group)
+
+    def count(self) -> int:
+        return len(self.context.statusTracker().getJobIdsForGroup(self.group))
 
 
 def start_ingest_query(

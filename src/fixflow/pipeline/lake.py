@@ -19,6 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame
 
 from fixflow.checker.ast import Attribute, TypeName
+from fixflow.pipeline.datafusion_sql import read_delta
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ def write_table(
 
 
 def read_table(path: str | Path) -> pa.Table:
-    return DeltaTable(str(path)).to_pyarrow_table()
+    # Not to_pyarrow_table(): it can abort the process at exit (see datafusion_sql).
+    return read_delta(DeltaTable(str(path)))
 
 
 def table_exists(path: str | Path) -> bool:

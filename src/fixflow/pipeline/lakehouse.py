@@ -129,8 +129,12 @@ def open_table(table_path: str, version: int | None = None) -> DeltaTable | None
 
 def read_table(table_path: str, version: int | None = None) -> pa.Table | None:
     """The table's rows (at ``version``, default the latest), or None if it does not exist."""
+    from fixflow.pipeline.datafusion_sql import read_delta
+
     table = open_table(table_path, version)
-    return None if table is None else table.to_pyarrow_dataset().to_table()
+    # Through DataFusion, not to_pyarrow_dataset(): that path can abort the interpreter at
+    # exit (docs/architecture.md §4.1).
+    return None if table is None else read_delta(table)
 
 
 def committed_version(table_path: str, query_id: str) -> int | None:
@@ -236,12 +240,16 @@ def merge_changes(
     deletes: pa.Table | None = None,
     commit: BatchCommit | None = None,
     metadata: Mapping[str, str] | None = None,
+    *,
+    new_rows: bool = False,
 ) -> bool:
     """Upsert ``upserts`` and delete the rows whose key matches a row of ``deletes``, in one
     commit. Rows are matched on ``key_columns``; ``deletes`` needs only those columns. A key
     both upserted and deleted is an error (normalize first). True if a commit was made.
     ``metadata``: more ``fixflow.*`` commit entries (e.g. ``fixflow.provisional``); without
-    ``commit`` the commit is not tied to a batch (work between batches)."""
+    ``commit`` the commit is not tied to a batch (work between batches). ``new_rows``: the
+    caller knows no upserted key is in the table, so without deletes the commit is an
+    append, which does not read the table (a merge scans it to match keys)."""
     upserts = _empty_if_none(upserts)
     deletes = _empty_if_none(deletes)
     if upserts.num_rows == 0 and deletes.num_rows == 0:
@@ -250,11 +258,11 @@ def merge_changes(
         log.info("%s: batch %d already committed, skipping merge", table_path, commit.batch_id)
         return False
     table = open_table(table_path)
-    if table is None:
+    if table is None or (new_rows and deletes.num_rows == 0):
         if upserts.num_rows == 0:
             return False  # deleting from a table that does not exist: nothing to do
         return append_rows(table_path, upserts, commit, metadata=metadata)
-    source = _merge_source(table.to_pyarrow_dataset().schema, key_columns, upserts, deletes)
+    source = _merge_source(pa.schema(table.schema().to_arrow()), key_columns, upserts, deletes)
     merger = table.merge(
         source,
         predicate=_key_predicate(key_columns),

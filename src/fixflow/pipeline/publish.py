@@ -6,25 +6,35 @@ With a program, values are typed per the relation's declaration and a bad value 
 at ``file:line``; without one (CSV only), values that read as integers or floats are sent as
 JSON numbers and the rest as strings. Each fact becomes one message: value = JSON object of
 its attributes (plus ``"op": "delete"`` with ``--delete``), key = the fact itself.
+
+The reader here goes one row at a time and is the reference: ``fact_columns`` reads and
+encodes a column at a time (what ``publish_facts`` uses) and falls back to it to report an
+error at its ``file:line``. ``producer`` sends the messages.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import logging
 import math
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fixflow.checker.ast import Attribute, Program
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.messages import OP_FIELD, Op, Value, encode_fact, fact_key
+from fixflow.pipeline.messages import Op, Value
+
+if TYPE_CHECKING:  # the producer (and confluent_kafka) is imported where used
+    from fixflow.pipeline.producer import Progress
 
 log = logging.getLogger(__name__)
 
 TAB_SEPARATED = (".facts", ".tsv")
-SEND_TIMEOUT_S = 60.0
 
 
 class PublishError(ValueError):
@@ -99,7 +109,7 @@ def _read_csv(path: Path, attributes: Sequence[Attribute] | None) -> FactFile:
         inferred = tuple(Attribute(name, "symbol") for name in header)
         return FactFile(
             inferred,
-            [tuple(_guess(v) for v in row) for row in _checked_width(path, rows, inferred)],
+            [tuple(guess_value(v) for v in row) for row in _checked_width(path, rows, inferred)],
         )
     order = _header_order(path, header, attributes)
     reordered = [
@@ -167,7 +177,8 @@ def parse_value(text: str, type_name: str) -> Value | None:
         return None
 
 
-def _guess(text: str) -> Value:
+def guess_value(text: str) -> Value:
+    """A value of a CSV read without a program: an integer, else a float, else the text."""
     for type_name in ("number", "float"):
         value = parse_value(text, type_name)
         if value is not None:
@@ -182,49 +193,45 @@ def publish_facts(
     *,
     delete: bool = False,
     program: Program | None = None,
+    progress: Callable[[Progress], None] | None = None,
 ) -> PublishResult:
-    """Publish every fact of ``path`` to the relation's topic (created if missing)."""
+    """Publish every fact of ``path`` to the relation's topic (created if missing).
+
+    The file is read and checked whole before anything is sent: a bad value anywhere
+    publishes nothing. ``progress`` is called every few seconds while sending."""
     from fixflow.pipeline.broker import ensure_topics, reachable
+    from fixflow.pipeline.fact_columns import check_op, encode_messages, read_columns
+    from fixflow.pipeline.producer import Publisher
 
     attributes = relation_attributes(program, relation) if program is not None else None
-    facts = read_fact_file(Path(path), attributes)
-    if delete and any(a.name == OP_FIELD for a in facts.attributes):
-        raise PublishError(
-            f"{relation} has an attribute named {OP_FIELD!r}: its messages cannot carry deletes"
-        )
-    if not reachable(config.kafka.bootstrap_servers):
-        hint = " (for the embedded broker: fixflow broker start)" if config.kafka.embedded else ""
-        raise PublishError(f"cannot reach Kafka at {config.kafka.bootstrap_servers}{hint}")
-    topic = config.kafka.topic(relation)
-    created = bool(ensure_topics(config, [topic]))
     op: Op = "delete" if delete else "insert"
-    count = send_facts(config, topic, facts, op)
-    log.info("published %d facts (%s) to %s", count, op, topic)
+    up = reachable(config.kafka.bootstrap_servers)
+    # The producer connects while the file is read (see Publisher); file errors still come
+    # first, before an unreachable broker.
+    with Publisher(config) if up else nullcontext(None) as publisher:
+        clock = [time.perf_counter()]
+        facts = read_columns(Path(path), attributes)
+        check_op(relation, facts.attributes, op)
+        clock.append(time.perf_counter())
+        if publisher is None:
+            raise _unreachable(config)
+        messages = encode_messages(facts, op)
+        del facts  # not needed while sending: its memory goes back before the send
+        clock.append(time.perf_counter())
+        topic = config.kafka.topic(relation)
+        created = bool(ensure_topics(config, [topic]))
+        clock.append(time.perf_counter())
+        count = publisher.send(topic, messages, progress)
+        clock.append(time.perf_counter())
+    # The time split, one line: bench/bench_publish.py reads it (fixflow -v publish).
+    read, encode, topic_s, send = (b - a for a, b in itertools.pairwise(clock))
+    log.info(
+        "published %d facts (%s) to %s: read %.3fs, encode %.3fs, topic %.3fs, send %.3fs",
+        *(count, op, topic, read, encode, topic_s, send),
+    )
     return PublishResult(relation, topic, count, created)
 
 
-def send_facts(config: Config, topic: str, facts: FactFile, op: Op = "insert") -> int:
-    """Send the facts keyed by their values; raise PublishError if any send failed."""
-    from kafka import KafkaProducer
-
-    failures: list[BaseException] = []
-    producer = KafkaProducer(
-        bootstrap_servers=config.kafka.bootstrap_servers, acks="all", linger_ms=5, retries=5
-    )
-    try:
-        for values in facts.facts:
-            future = producer.send(
-                topic,
-                key=fact_key(values).encode("utf-8"),
-                value=encode_fact(facts.attributes, values, op).encode("utf-8"),
-            )
-            future.add_errback(failures.append)
-        producer.flush(timeout=SEND_TIMEOUT_S)
-    finally:
-        producer.close(timeout=SEND_TIMEOUT_S)
-    if failures:
-        raise PublishError(
-            f"{len(failures)} of {len(facts.facts)} facts were not published "
-            f"to {topic}: {failures[0]}"
-        )
-    return len(facts.facts)
+def _unreachable(config: Config) -> PublishError:
+    hint = " (for the embedded broker: fixflow broker start)" if config.kafka.embedded else ""
+    return PublishError(f"cannot reach Kafka at {config.kafka.bootstrap_servers}{hint}")

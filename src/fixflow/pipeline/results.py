@@ -1,11 +1,11 @@
 """Reading the result tables: finding them, resolving a relation name, registering them as
-Spark views, and formatting rows for the terminal.
+DataFusion tables or Spark views, and formatting rows for the terminal.
 
 Result tables live under ``<lake root>/<program stem>/results/<relation>`` (see
 ``lakehouse.ProgramLake``); ``fixflow eval`` writes them directly under ``OUT_DIR/<relation>``.
-Both are found by listing directories that hold a ``_delta_log``, read with ``deltalake``
-(no JVM), so ``fixflow show`` never starts Spark and ``fixflow query`` starts it only when
-there is something to query.
+Both are found by listing directories that hold a ``_delta_log`` and read with ``deltalake``
+and its bundled DataFusion (no JVM), so ``fixflow show`` and ``fixflow query`` never start
+Spark unless ``fixflow query --engine spark`` asks for it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from fixflow.pipeline.datafusion_sql import create_schema, read_delta, register
 from fixflow.pipeline.lakehouse import ProgramLake, open_table
 
 if TYPE_CHECKING:
+    from deltalake import QueryBuilder
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -198,8 +200,10 @@ def _join(*parts: str) -> str:
 
 
 def read_result(table: ResultTable) -> pa.Table:
+    # Through DataFusion, not to_pyarrow_dataset(): that one can abort the process at exit
+    # (see datafusion_sql), and it would import pandas, a tenth of a second, for nothing.
     try:
-        return _open(table).to_pyarrow_dataset().to_table()
+        return read_delta(_open(table))
     except (DeltaError, OSError, pa.ArrowException) as error:
         raise ResultsError(
             f"{table.path}: cannot read the Delta table: {_first_line(error)}"
@@ -306,6 +310,66 @@ def _offsets_text(raw: str) -> str:
         return raw
 
 
+# ---------------------------------------------------------------- DataFusion tables
+
+
+def register_tables(builder: QueryBuilder, results: ResultSet, sql: str | None = None) -> list[str]:
+    """Register result tables with DataFusion; returns their SQL names.
+
+    The rules are register_views's: an unambiguous relation is the table ``relation``, an
+    ambiguous one is left out (so the query fails with "table not found" and the caller
+    explains), and with ``sql`` only the relations it mentions are opened. DataFusion also
+    has schemas, so every table of a lake is ``program.relation`` too, which names an
+    ambiguous relation without --program. Names are registered in lower case because the
+    query's unquoted names fold to it (Spark's names are case-insensitive as well).
+    """
+    taken: dict[tuple[str, str], str] = {}  # (DataFusion schema, name) -> table path
+    names: list[str] = []
+    for table in _mentioned(results.tables, sql):
+        delta = _open(table)
+        for schema, name in _sql_names(table, results):
+            # Unqualified names live in DataFusion's schema "public" (a program may be called so).
+            where = (schema or "public", name)
+            sql_name = name if schema is None else f"{schema}.{name}"
+            if where in taken:  # relations `A` and `a`, or `r` and `public.r` of program public
+                if taken[where] != table.path:
+                    log.warning("%s: the name %s is taken already; skipped", table.path, sql_name)
+            elif _register(builder, delta, name, schema):
+                taken[where] = table.path
+                names.append(sql_name)
+        log.debug("registered %s (%s)", table.path, table.qualified_name)
+    return names
+
+
+def _register(builder: QueryBuilder, delta: DeltaTable, name: str, schema: str | None) -> bool:
+    try:
+        if schema is not None:
+            create_schema(builder, schema)
+        register(builder, delta, name, schema)
+    except DeltaError as error:  # e.g. a program called information_schema
+        log.warning("cannot register %s.%s: %s", schema, name, _first_line(error))
+        return False
+    return True
+
+
+def _sql_names(table: ResultTable, results: ResultSet) -> list[tuple[str | None, str]]:
+    """(schema, name) pairs under which DataFusion knows ``table``: folded to lower case."""
+    names: list[tuple[str | None, str]] = []
+    folded = [t.relation.lower() for t in results.tables]
+    if folded.count(table.relation.lower()) == 1:
+        names.append((None, table.relation.lower()))
+    if table.program is not None:
+        names.append((table.program.lower(), table.relation.lower()))
+    return names
+
+
+def _mentioned(tables: Sequence[ResultTable], sql: str | None) -> tuple[ResultTable, ...]:
+    """The tables ``sql`` names as a word, or all of them when it names none (SHOW TABLES)."""
+    if sql is None:
+        return tuple(tables)
+    return tuple(t for t in tables if mentions(sql, t.relation)) or tuple(tables)
+
+
 # ---------------------------------------------------------------- Spark views
 
 
@@ -318,11 +382,8 @@ def register_views(spark: SparkSession, results: ResultSet, sql: str | None = No
     a query that uses one fails with "table not found", which the caller turns into the
     ambiguity message (see ``explain_missing_table``).
     """
-    tables = results.unambiguous
-    if sql is not None:
-        tables = tuple(t for t in tables if mentions(sql, t.relation)) or tables
     registered = []
-    for table in tables:
+    for table in _mentioned(results.unambiguous, sql):
         rows = read_result(table)
         spark.createDataFrame(rows).createOrReplaceTempView(table.relation)
         registered.append(table.relation)
@@ -344,6 +405,20 @@ def explain_missing_table(missing: str, results: ResultSet, spark_message: str) 
             return str(AmbiguousRelation(relation, programs))
     known = ", ".join(sorted({t.relation for t in results.tables}))
     return f"{spark_message} (result relations under {results.location}: {known})"
+
+
+def explain_missing_sql_table(missing: str, results: ResultSet, message: str) -> str:
+    """explain_missing_table for DataFusion, which also knows ``program.relation`` names:
+    an ambiguous relation's message lists them, and a wrong qualified name gets them all."""
+    qualified = sorted(f"{t.program}.{t.relation}".lower() for t in results.tables if t.program)
+    program, _, relation = missing.rpartition(".")
+    if program and qualified:
+        return f"{message} (result tables under {results.location}: {', '.join(qualified)})"
+    explained = explain_missing_table(relation, results, message)
+    choices = [name for name in qualified if name.endswith("." + relation.lower())]
+    if relation.lower() in {r.lower() for r in results.ambiguous} and choices:
+        explained += f", or name it as program.relation ({', '.join(choices)})"
+    return explained
 
 
 # ---------------------------------------------------------------- formatting

@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
@@ -42,10 +44,7 @@ from fixflow.operators.engines.base import BufferOptions, EngineOptions
 from fixflow.operators.evaluate import EvalOptions, Progress
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.ingest import (
-    IngestResult,
-    start_ingest_query,
-)
+from fixflow.pipeline.ingest import IngestResult, Phases, start_ingest_query
 from fixflow.pipeline.kafka_source import lag_from_progress, next_batch_limit, write_limit_file
 from fixflow.pipeline.lake import arrow_schema
 from fixflow.pipeline.lakehouse import (
@@ -78,6 +77,8 @@ class BatchReport:
     finished_at: float = field(default_factory=time.monotonic)
     between_batches: bool = False
     """An epoch without input carrying pending deltas on (async), after ``batch_id``."""
+    phases: Phases = field(default_factory=Phases)
+    """Seconds per phase and Spark jobs (the EDB commit is added when the batch ends)."""
 
     @property
     def provisional(self) -> bool:
@@ -160,16 +161,10 @@ class ProgramStream:
         changes = result.changes.items()
         inserts = {r: self._frame(c.inserts) for r, c in changes if c.inserts.num_rows}
         deletes = {r: self._frame(c.deletes) for r, c in changes if c.deletes.num_rows}
-        if inserts or deletes or self.maintainer.provisional:
-            # (async: a batch of no-ops or dead letters still carries pending deltas on)
-            epoch: Epoch | None = self.maintainer.apply(inserts, deletes)
-        elif loaded is not None:
-            # Nothing changed in this batch, but the results may lag the EDB they were
-            # loaded with (e.g. rules with constant facts): commit that difference.
-            epoch = self.maintainer.pending_changes()
-        else:
-            epoch = None
-        changed_rows = self._commit_epoch(epoch, result.commit) if epoch else {}
+        with result.phases.timed("maintain"):
+            epoch = self._epoch(result, loaded, inserts, deletes)
+        with result.phases.timed("results"):
+            changed_rows = self._commit_epoch(epoch, result.commit) if epoch else {}
         self._last_batch = result.batch_id
         seconds = time.monotonic() - started
         report = BatchReport(
@@ -182,8 +177,28 @@ class ProgramStream:
             seconds,
             result.replayed,
             changed_rows,
+            phases=result.phases,
         )
         self._record(report)
+
+    def _epoch(
+        self,
+        result: IngestResult,
+        loaded: Epoch | None,
+        inserts: dict[str, DataFrame],
+        deletes: dict[str, DataFrame],
+    ) -> Epoch | None:
+        if inserts or deletes or self.maintainer.provisional:
+            # (async: a batch of no-ops or dead letters still carries pending deltas on)
+            counts = {
+                r: (c.inserts.num_rows, c.deletes.num_rows) for r, c in result.changes.items()
+            }
+            return self.maintainer.apply(inserts, deletes, net_counts=counts)
+        if loaded is not None:
+            # Nothing changed in this batch, but the results may lag the EDB they were
+            # loaded with (e.g. rules with constant facts): commit that difference.
+            return self.maintainer.pending_changes()
+        return None
 
     def _record(self, report: BatchReport) -> None:
         self._observe(report)
@@ -231,6 +246,7 @@ class ProgramStream:
         metadata = self._metadata(epoch)
         for relation, change in epoch.changes.items():
             upserts, deletes = self._arrow_change(relation, change)
+            new_rows = change.new_rows  # appended: no scan of the result table
             if not (upserts.num_rows or deletes.num_rows) and self._flag_unchanged(relation, epoch):
                 continue
             if not (upserts.num_rows or deletes.num_rows):
@@ -239,6 +255,7 @@ class ProgramStream:
                 upserts = _to_arrow(
                     self.maintainer.relation(relation).limit(1), self.result_schema(relation)
                 )
+                new_rows = False
             if merge_changes(
                 self.lake.results(relation),
                 list(change.key_columns),
@@ -246,6 +263,7 @@ class ProgramStream:
                 deletes,
                 commit,
                 metadata,
+                new_rows=new_rows,
             ):
                 changed[relation] = upserts.num_rows + deletes.num_rows
             if self.async_mode:
@@ -318,9 +336,13 @@ class ProgramStream:
 
     def _arrow_change(self, relation: str, change: RelationChange) -> tuple[pa.Table, pa.Table]:
         schema = self.result_schema(relation)
-        upserts = _to_arrow(change.upserts, schema)
         key_schema = pa.schema([schema.field(c) for c in change.key_columns])
-        deletes = _to_arrow(change.deletes, key_schema)
+        if change.unchanged:
+            return schema.empty_table(), key_schema.empty_table()  # no job to collect nothing
+        both = _to_arrow(_tagged_union(change), schema.append(pa.field(UPSERT, pa.bool_())))
+        is_upsert = both.column(UPSERT)
+        upserts = both.filter(is_upsert).drop_columns([UPSERT])
+        deletes = both.filter(pc.invert(is_upsert)).select(list(change.key_columns))
         return upserts, deletes
 
     # ------------------------------------------------------------ metrics and β
@@ -399,6 +421,23 @@ class ProgramStream:
             limit_file=self.limit_file if self.config.stream.adaptive else None,
             lock=self.lock,
         )
+
+
+UPSERT = "#upsert"
+
+
+def _tagged_union(change: RelationChange) -> DataFrame:
+    """A change's upserts and deletes in one frame, to be collected in ONE job: deleted keys
+    padded with nulls, every row tagged by ``UPSERT``."""
+    upserts = change.upserts
+    types = dict(upserts.dtypes)
+    padded = [
+        F.col(c) if c in change.key_columns else F.lit(None).cast(types[c]).alias(c)
+        for c in upserts.columns
+    ]
+    return upserts.withColumn(UPSERT, F.lit(True)).unionByName(
+        change.deletes.select(*padded, F.lit(False).alias(UPSERT))
+    )
 
 
 def _to_arrow(frame: DataFrame, schema: pa.Schema) -> pa.Table:

@@ -11,6 +11,7 @@ from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_
 
 if TYPE_CHECKING:  # the parser is imported where used, only with --program
     from fixflow.checker.ast import Program
+    from fixflow.pipeline.producer import Progress
 
 HELP = "publish facts from a CSV/TSV file to Kafka"
 
@@ -44,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         program = _load_program(args.program) if args.program else None
         result = publish_facts(
-            config, args.relation, args.file, delete=args.delete, program=program
+            config,
+            args.relation,
+            args.file,
+            delete=args.delete,
+            program=program,
+            progress=_print_progress,
         )
     except (ConfigError, PublishError, CheckError) as error:
         print(f"fixflow publish: {error}", file=sys.stderr)
@@ -58,6 +64,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(result)
     return 0
+
+
+def _print_progress(progress: Progress) -> None:
+    # Long publishes say how far they are, every few seconds, on stderr (stdout keeps
+    # the one result line).
+    print(f"fixflow publish: {progress}", file=sys.stderr, flush=True)
 
 
 def _load_program(path: str) -> Program:

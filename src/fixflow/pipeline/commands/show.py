@@ -2,7 +2,7 @@
 
 Prints a result relation sorted by its columns, its row count, and the Delta version and
 Fixflow metadata (batch, offsets, provisional flag) of its last commit. Reads with
-deltalake only: no Spark, so it answers in well under a second.
+deltalake and the DataFusion it bundles: no JVM, so it answers in well under a second.
 """
 
 from __future__ import annotations

@@ -1,0 +1,409 @@
+"""Ingest throughput and per-batch overhead of the streaming pipeline (not a test).
+
+Scenarios (--scenarios), each on a fresh stream (own topics and lake) on the embedded
+default: a Tansu broker on a free port, local[2] Spark, Delta tables via delta-rs, the
+default configuration except where a scenario says otherwise.
+
+  backlog  : --facts edge facts (random pairs) are published first, then the copy program
+             (``out(x, y) :- edge(x, y).``) runs ``--available-now`` over the backlog, as
+             ``fixflow run copy.dl --available-now`` does: facts/s = facts / (query start ->
+             the last batch committed). Per micro-batch: records, seconds per phase, Spark
+             jobs.
+  empty    : the copy program running continuously on --warm facts; a batch of 100 facts
+             that are all present already (no change) is published: the trigger's duration
+             (Spark's triggerExecution) and the batch's phases.
+  one-fact : the same stream; one new fact is published and timed until the result
+             table's new Delta version is visible (publish -> commit visible).
+  sssp     : SSSP on a random graph of --sssp-edges edges (average out-degree 8): the
+             streaming bootstrap (publish -> committed) beside an in-process evaluation of
+             the same facts with results written to Delta (what ``fixflow eval`` does, without
+             its JVM start); then a publisher sends 100-edge batches of new edges back to back
+             for --steady-s seconds, and the facts/s the stream commits are measured.
+
+Every scenario runs --repeats times; the report gives medians and the machine load.
+
+    .venv/bin/python bench/bench_ingest.py                       # all, writes INGEST_RESULTS.md
+    .venv/bin/python bench/bench_ingest.py --facts 100k --scenarios backlog --markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import graphs
+from bench_stream import free_port, machine
+
+ROOT = Path(__file__).resolve().parents[1]
+COPY = """.decl edge(src: number, dst: number)
+.input edge
+.decl out(src: number, dst: number)
+.output out
+out(x, y) :- edge(x, y).
+"""
+SSSP = """.decl edge(src: number, dst: number, w: float)
+.input edge
+.decl sssp(v: number, d: float)
+.output sssp
+sssp(v, min[d]) :- v = 1, d = 0.0.
+sssp(v, min[d]) :- sssp(u, d1), edge(u, v, w), d = d1 + w.
+"""
+SCENARIOS = ("backlog", "empty", "one-fact", "sssp")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Row:
+    scenario: str
+    measure: str
+    values: list[float] = field(default_factory=list)
+    unit: str = "s"
+    detail: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else float("nan")
+
+
+# ---------------------------------------------------------------- publishing
+
+
+def producer(config: Any) -> Any:
+    from kafka import KafkaProducer
+
+    return KafkaProducer(
+        bootstrap_servers=config.kafka.bootstrap_servers,
+        acks=1,
+        linger_ms=20,
+        batch_size=512 * 1024,
+    )
+
+
+def send(
+    config: Any, program: Any, rows: Sequence[tuple], flush: bool = True, out: Any = None
+) -> None:
+    from fixflow.pipeline.messages import encode_fact, fact_key
+
+    attributes = program.declaration("edge").attributes
+    topic = config.kafka.topic("edge")
+    client = out or producer(config)
+    for row in rows:
+        client.send(topic, key=fact_key(row).encode(), value=encode_fact(attributes, row).encode())
+    if flush:
+        client.flush(timeout=600)
+    if out is None:
+        client.close()
+
+
+def random_pairs(n: int, seed: int) -> list[tuple[int, int]]:
+    rng = random.Random(seed)
+    pairs: set[tuple[int, int]] = set()
+    while len(pairs) < n:
+        pairs.add((rng.randrange(n), rng.randrange(n)))
+    return list(pairs)
+
+
+# ---------------------------------------------------------------- streams
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        from fixflow.pipeline.config import default_config
+
+        self.args = args
+        self.work = Path(tempfile.mkdtemp(prefix="fixflow-bench-ingest-"))
+        base = default_config()
+        self.config = replace(
+            base,
+            kafka=replace(base.kafka, bootstrap_servers=f"127.0.0.1:{free_port()}"),
+            lake=replace(base.lake, path=str(self.work / "broker")),
+        )
+        self.runs = 0
+
+    def stream(self, text: str, **stream_conf: Any) -> Any:
+        from fixflow.pipeline.stream import ProgramStream
+
+        self.runs += 1
+        name = f"run{self.runs}"
+        config = replace(
+            self.config,
+            kafka=replace(self.config.kafka, topic_prefix=f"{name}."),
+            lake=replace(self.config.lake, path=str(self.work / name)),
+            stream=replace(self.config.stream, **stream_conf),
+        )
+        program = self.work / f"{name}.dl"
+        program.write_text(text, encoding="utf-8")
+        from fixflow.pipeline.broker import ensure_topics
+        from fixflow.pipeline.ingest import topics_for
+
+        stream = ProgramStream(self.spark, config, program)
+        ensure_topics(config, topics_for(stream.program, config.kafka.topic_prefix))
+        return stream
+
+    # -------------------------------------------------------- scenarios
+
+    def backlog(self, rows: list[Row]) -> None:
+        facts = random_pairs(self.args.facts, seed=self.runs)
+        stream = self.stream(COPY)
+        started = time.monotonic()
+        send(stream.config, stream.program, facts)
+        rows[1].values.append(len(facts) / (time.monotonic() - started))
+        started = time.monotonic()
+        query = stream.start(available_now=True)
+        query.awaitTermination()
+        seconds = time.monotonic() - started
+        processed = sum(r.records for r in stream.reports)
+        assert processed == len(facts), (processed, len(facts))
+        rows[0].values.append(len(facts) / seconds)
+        rows[0].detail = batch_table(stream.reports)
+        log(f"backlog: {len(facts)} facts in {seconds:.1f} s, {len(stream.reports)} batches")
+
+    def warm_copy(self) -> tuple[Any, Any, list[tuple[int, int]]]:
+        facts = random_pairs(self.args.warm, seed=100 + self.runs)
+        stream = self.stream(COPY, trigger_ms=self.args.trigger_ms)
+        query = stream.start()
+        send(stream.config, stream.program, facts)
+        wait_records(stream, query, len(facts))
+        return stream, query, facts
+
+    def empty(self, rows: list[Row]) -> None:
+        stream, query, facts = self.warm_copy()
+        try:
+            for _ in range(self.args.repeats):
+                seen = len(stream.reports)
+                send(stream.config, stream.program, facts[:100])
+                wait_records(stream, query, sum(r.records for r in stream.reports[:seen]) + 100)
+                report = stream.reports[-1]
+                assert not any(report.inserted.values()), report.inserted
+                progress = [p for p in query.recentProgress if p["batchId"] == report.batch_id]
+                rows[0].values.append(progress[-1]["durationMs"]["triggerExecution"] / 1000)
+                rows[1].values.append(sum(report.phases.seconds.values()))
+                rows[1].detail = phase_text(report)
+        finally:
+            query.stop()
+
+    def one_fact(self, rows: list[Row]) -> None:
+        from deltalake import DeltaTable
+
+        stream, query, _ = self.warm_copy()
+        table = stream.lake.results("out")
+        try:
+            for i in range(self.args.repeats):
+                version = DeltaTable(table).version()
+                time.sleep(random.random() * self.args.trigger_ms / 1000)
+                started = time.monotonic()
+                send(stream.config, stream.program, [(-1 - i, -1 - i)])
+                while DeltaTable(table).version() == version:
+                    time.sleep(0.005)
+                rows[0].values.append(time.monotonic() - started)
+                rows[0].detail = phase_text(stream.reports[-1])
+        finally:
+            query.stop()
+
+    def sssp(self, rows: list[Row]) -> None:
+        n = self.args.sssp_edges
+        rng = random.Random(7 + self.runs)
+        nodes = n // 8
+        edges = list({(rng.randrange(nodes), rng.randrange(nodes)): 0 for _ in range(n)})
+        facts = [(s, d, float(rng.randint(1, 9))) for s, d in edges]
+        rows[1].values.append(self.eval_seconds(facts))
+        stream = self.stream(SSSP, trigger_ms=self.args.trigger_ms)
+        query = stream.start()
+        try:
+            started = time.monotonic()
+            send(stream.config, stream.program, facts)
+            wait_records(stream, query, len(facts))
+            rows[0].values.append(time.monotonic() - started)
+            boot = list(stream.reports)
+            rows[0].detail = f"{batch_table(boot)}\n\nStrategies: {strategies(boot)}."
+            rows[2].values.append(rows[0].values[-1] / rows[1].values[-1])
+            rows[3].values.append(self.steady(stream, query, rng, nodes))
+            rows[3].detail = strategies(stream.reports[-5:])
+        finally:
+            query.stop()
+
+    def steady(self, stream: Any, query: Any, rng: random.Random, nodes: int) -> float:
+        """Publish 100-edge batches back to back; the facts/s committed meanwhile."""
+        stop = threading.Event()
+        client = producer(stream.config)
+
+        def publish() -> None:
+            while not stop.is_set():
+                batch = [(rng.randrange(nodes), rng.randrange(nodes), 1.0) for _ in range(100)]
+                send(stream.config, stream.program, batch, flush=True, out=client)
+
+        seen = len(stream.reports)
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        time.sleep(self.args.steady_s)
+        # Count whole batches committed after the first one that started under load.
+        reports = stream.reports[seen + 1 :]
+        stop.set()
+        thread.join()
+        client.close()
+        if len(reports) < 2:
+            return 0.0
+        span = reports[-1].finished_at - reports[0].started_at
+        return sum(r.records for r in reports) / span
+
+    def eval_seconds(self, facts: list[tuple]) -> float:
+        """An in-process ``fixflow eval`` of SSSP on ``facts`` with the stream's engine
+        options: build the EDB frame, evaluate, collect and write the results to Delta."""
+        from fixflow.checker import load
+        from fixflow.operators.compiler import relation_struct
+        from fixflow.operators.evaluate import EvalOptions, evaluate
+        from fixflow.pipeline.lake import to_arrow, write_table
+        from fixflow.pipeline.stream import engine_options
+
+        report = load(SSSP, "sssp.dl")
+        attributes = report.catalog["sssp"].result
+        options = EvalOptions(
+            max_iterations=self.config.engine.max_iterations,
+            engine_options=engine_options(self.config),
+        )
+        started = time.monotonic()
+        edge = self.spark.createDataFrame(facts, relation_struct(["number", "number", "float"]))
+        relations = evaluate(report, {"edge": edge}, self.spark, options)
+        table = to_arrow(relations["sssp"], attributes)
+        write_table(self.work / f"eval{self.runs}", table, attributes)
+        return time.monotonic() - started
+
+
+def wait_records(stream: Any, query: Any, expected: int, timeout_s: float = 1800) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise RuntimeError(f"the streaming query failed: {query.exception()}")
+        done = sum(r.records for r in stream.reports) >= expected
+        if done and not query.status.get("isTriggerActive", False):
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"{expected} records not processed within {timeout_s} s")
+
+
+def phase_text(report: Any) -> str:
+    return report.phases.describe()
+
+
+def strategies(reports: Sequence[Any]) -> str:
+    seen = {s.strategy for r in reports if r.epoch for s in r.epoch.strata}
+    return ", ".join(sorted(seen - {"unchanged"})) or "-"
+
+
+def batch_table(reports: Sequence[Any]) -> str:
+    phases = sorted({p for r in reports for p in r.phases.seconds}, key=PHASE_ORDER.index)
+    lines = [
+        "| batch | records | " + " | ".join(phases) + " | Spark jobs |",
+        "|---" * (len(phases) + 3) + "|",
+    ]
+    for r in reports:
+        cells = " | ".join(f"{r.phases.seconds.get(p, 0.0):.2f}" for p in phases)
+        lines.append(f"| {r.batch_id} | {r.records} | {cells} | {r.phases.jobs} |")
+    return "\n".join(lines)
+
+
+PHASE_ORDER = ["read", "validate", "normalize", "maintain", "results", "edb_commit"]
+
+
+def rows_for(scenario: str) -> list[Row]:
+    if scenario == "backlog":
+        return [
+            Row(scenario, "ingest, facts/s", unit="facts/s"),
+            Row(scenario, "publish (bench producer), facts/s", unit="facts/s"),
+        ]
+    if scenario == "empty":
+        return [Row(scenario, "trigger (triggerExecution)"), Row(scenario, "batch phases, sum")]
+    if scenario == "one-fact":
+        return [Row(scenario, "publish -> result commit visible")]
+    return [
+        Row(scenario, "streaming bootstrap (publish -> committed)"),
+        Row(scenario, "in-process eval (evaluate + write Delta)"),
+        Row(scenario, "bootstrap / eval", unit="x"),
+        Row(scenario, "steady state, 100-edge batches, facts/s", unit="facts/s"),
+    ]
+
+
+def report(all_rows: list[Row], args: argparse.Namespace, load: Sequence[float]) -> str:
+    lines = [
+        "# Ingest throughput and per-batch overhead (bench/bench_ingest.py)",
+        "",
+        f"Machine: {machine()}",
+        "",
+        f"Run: `{' '.join(sys.argv)}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"load average {load[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end.",
+        "",
+        "| scenario | measure | median | runs |",
+        "|---|---|---|---|",
+    ]
+    for row in all_rows:
+        runs = ", ".join(f"{v:.2f}" if row.unit != "facts/s" else f"{v:,.0f}" for v in row.values)
+        median = f"{row.median:,.0f}" if row.unit == "facts/s" else f"{row.median:.2f} {row.unit}"
+        lines.append(f"| {row.scenario} | {row.measure} | {median} | {runs} |")
+    for row in all_rows:
+        if row.detail:
+            lines += ["", f"**{row.scenario}, {row.measure}** (last run):", "", row.detail]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--facts", type=graphs.parse_size, default=1_000_000)
+    parser.add_argument("--warm", type=graphs.parse_size, default=10_000)
+    parser.add_argument("--sssp-edges", type=graphs.parse_size, default=100_000)
+    parser.add_argument("--steady-s", type=float, default=60.0)
+    parser.add_argument("--trigger-ms", type=int, default=None, help="default: the config's")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "INGEST_RESULTS.md")
+    parser.add_argument("--markdown", action="store_true", help="print, write no file")
+    args = parser.parse_args()
+
+    from fixflow.pipeline.broker import start_broker, stop_broker
+    from fixflow.pipeline.spark import make_session
+
+    load = os.getloadavg()
+    bench = Bench(args)
+    if args.trigger_ms is None:
+        args.trigger_ms = bench.config.stream.trigger_ms
+    start_broker(bench.config)
+    bench.spark = make_session(app_name="fixflow-bench-ingest")
+    all_rows: list[Row] = []
+    try:
+        for scenario in args.scenarios.split(","):
+            rows = rows_for(scenario)
+            all_rows += rows
+            runs = args.repeats if scenario in ("backlog", "sssp") else 1
+            for _ in range(runs):
+                log(f"{scenario} run {len(rows[0].values) + 1}")
+                getattr(bench, scenario.replace("-", "_"))(rows)
+                bench.spark.catalog.clearCache()
+    finally:
+        bench.spark.stop()
+        stop_broker(bench.config)
+    text = report(all_rows, args, load)
+    if args.markdown:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        log(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
