@@ -276,7 +276,9 @@ def test_naive_gcn_is_reevaluated(spark: SparkSession) -> None:
     assert strategies(epochs[0]) == {"GCN": "bootstrap"}
 
 
-def test_elastic_switch_bootstraps(spark: SparkSession) -> None:
+def test_elastic_switch_bootstraps(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The deadline alone: with switch_fraction 0 the prediction would fire first.
+    monkeypatch.setattr(Maintainer, "_outgrown", lambda self, changed: "")
     epochs = run_epochs(
         spark,
         SSSP,
@@ -286,6 +288,16 @@ def test_elastic_switch_bootstraps(spark: SparkSession) -> None:
     )
     assert strategies(epochs[0]) == {"sp": "bootstrap:switched"}
     assert "abandoned" in epochs[0].strata[0].note
+
+
+def test_elastic_switch_predicts_a_change_that_outgrows_the_inputs(spark: SparkSession) -> None:
+    base = {"warc": [(1, 2, 1.0), (2, 3, 1.0)]}
+    small = {"warc": [(3, 4, 1.0)]}  # 1 fact against 2: an update
+    large = {"warc": [(4, 5, 1.0), (5, 6, 1.0), (6, 7, 1.0), (7, 8, 1.0)]}  # 4 against 3
+    epochs = run_epochs(spark, SSSP, base, [(small, {}), (large, {})], switch_fraction=1.0)
+    assert "outgrows" not in epochs[0].strata[0].note  # (an update, unless its deadline ran out)
+    assert strategies(epochs[1]) == {"sp": "bootstrap:switched"}
+    assert "the change of warc (4 facts) outgrows its 3 facts before" in epochs[1].strata[0].note
 
 
 def test_changes_are_relative_to_published(spark: SparkSession) -> None:
