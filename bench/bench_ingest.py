@@ -46,7 +46,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphs
-from bench_stream import free_port, machine
+from bench_stream import free_port
+from benchlib import log, machine, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 COPY = """.decl edge(src: number, dst: number)
@@ -63,10 +64,6 @@ sssp(v, min[d]) :- v = 1, d = 0.0.
 sssp(v, min[d]) :- sssp(u, d1), edge(u, v, w), d = d1 + w.
 """
 SCENARIOS = ("backlog", "empty", "one-fact", "sssp")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -410,11 +407,7 @@ def main() -> None:
         bench.spark.stop()
         stop_broker(bench.config)
     text = report(all_rows, args, load)
-    if args.markdown:
-        sys.stdout.write(text)
-    else:
-        args.out.write_text(text)
-        log(f"wrote {args.out}")
+    write_report(text, args)
 
 
 if __name__ == "__main__":

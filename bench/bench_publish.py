@@ -51,6 +51,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import log
+
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "bench" / "publish_baseline.py"
 PROGRAM = ".decl edge(src: number, dst: number, w: float)\n.input edge\n"
@@ -72,10 +75,6 @@ KAFKA_PYTHON: dict[str, dict[str, Any]] = {
     "kafka-python, old settings (linger_ms=5)": {},
     "kafka-python, batch_size=1MiB, linger_ms=50": {"batch_size": 1 << 20, "linger_ms": 50},
 }
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 @dataclass

@@ -45,7 +45,7 @@ import pyarrow as pa
 from fixflow.pipeline.lakehouse import ProgramLake, append_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine
+from benchlib import machine
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXFLOW = Path(sys.executable).parent / "fixflow"

@@ -75,7 +75,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphs
-from machine import machine
+from benchlib import log, machine, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = {
@@ -91,10 +91,6 @@ ENGINES = ("sync", "async", "hybrid")
 
 Edge = tuple[Any, ...]
 """(src, dst) or, for SSSP, (src, dst, w); for undirected CC (src < dst), one per pair."""
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -652,11 +648,7 @@ def main() -> None:
         spark.stop()
         stop_broker(config)
     text = report(results, args, args.note, load_start, os.getloadavg())
-    if args.markdown:
-        sys.stdout.write(text)
-    else:
-        args.out.write_text(text)
-        log(f"wrote {args.out}")
+    write_report(text, args)
 
 
 if __name__ == "__main__":

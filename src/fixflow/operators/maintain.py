@@ -87,9 +87,6 @@ class RelationChange:
     key_columns: tuple[str, ...]
     upserts: DataFrame
     deletes: DataFrame
-    new_rows: bool = False
-    """No upserted key is among the rows published before: the consumer may append them
-    (a set relation's change; an aggregate's upserts may replace values)."""
     unchanged: bool = False
     """Known to be empty without running a job (the relation's rows are the published
     ones): the consumer need not collect ``upserts`` and ``deletes``."""
@@ -98,6 +95,14 @@ class RelationChange:
     def nothing(cls, relation: str, keys: tuple[str, ...], rows: DataFrame) -> RelationChange:
         """No change of ``relation`` (whose current rows are ``rows``)."""
         return cls(relation, keys, rows.limit(0), rows.select(*keys).limit(0), unchanged=True)
+
+    @property
+    def new_rows(self) -> bool:
+        """No upserted key is among the rows published before, so the consumer may append
+        them: true of a set relation's change (its key is the whole row, and the Maintainer
+        never reports a published row as upserted); an aggregate's upserts may replace
+        values."""
+        return len(self.key_columns) == len(self.upserts.columns)
 
 
 @dataclass
@@ -522,7 +527,7 @@ class Maintainer:
             return RelationChange(relation, keys, added, gone)
         # A set relation: a row both removed and added stays, so it is neither appended
         # nor deleted, and what is appended is surely new.
-        return RelationChange(relation, keys, added.subtract(removed), gone, new_rows=True)
+        return RelationChange(relation, keys, added.subtract(removed), gone)
 
     @staticmethod
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
@@ -592,13 +597,12 @@ class Maintainer:
 
     def _diff(self, relation: str, old: DataFrame | None, new: DataFrame) -> RelationChange:
         keys = self.key_columns(relation)
-        is_set = len(keys) == len(new.columns)
         if old is None:
             empty = new.select(*keys).limit(0)
-            return RelationChange(relation, keys, new, empty, new_rows=is_set)
+            return RelationChange(relation, keys, new, empty)
         changed_or_new = new.subtract(old)
         gone = old.select(*keys).subtract(new.select(*keys))
-        return RelationChange(relation, keys, changed_or_new, gone, new_rows=is_set)
+        return RelationChange(relation, keys, changed_or_new, gone)
 
     def _collect_garbage(self) -> None:
         """Free the blocks of the previous epoch's replaced rows and deltas. Deferred to the

@@ -172,7 +172,7 @@ def ingest_batch(
             relation: normalize(
                 relation,
                 attributes,
-                facts.get(relation, facts_table([], arrow_schema(attributes))),
+                facts.get(relation),
                 read_before_batch(lake.edb(relation), query, batch_id),
             )
             for relation, attributes in schemas.items()
@@ -342,12 +342,15 @@ def write_dead_letters(lake: ProgramLake, letters: list[Letter], commit: BatchCo
 
 
 def normalize(
-    relation: str, attributes: tuple[Attribute, ...], facts: pa.Table, before: pa.Table | None
+    relation: str,
+    attributes: tuple[Attribute, ...],
+    facts: pa.Table | None,
+    before: pa.Table | None,
 ) -> RelationChanges:
-    """Net changes of ``facts`` (declared columns and ``op``, in record order) against the
-    EDB contents ``before``: per fact its last operation wins."""
+    """Net changes of ``facts`` (declared columns and ``op``, in record order; None: no
+    facts) against the EDB contents ``before``: per fact its last operation wins."""
     schema = arrow_schema(attributes)
-    last = _last_operations(facts, schema)
+    last = _last_operations(facts if facts is not None else facts_table([], schema), schema)
     is_insert = pc.equal(last.column(OP_COLUMN), "insert")
     inserts = _conform(last.filter(is_insert), schema)
     deletes = _conform(last.filter(pc.invert(is_insert)), schema)

@@ -194,6 +194,17 @@ def append_rows(
     if commit is not None and already_committed(table_path, commit.query_id, commit.batch_id):
         log.info("%s: batch %d already committed, skipping append", table_path, commit.batch_id)
         return False
+    _append(table_path, rows, commit, partition_by, metadata)
+    return True
+
+
+def _append(
+    table_path: str,
+    rows: pa.Table,
+    commit: BatchCommit | None,
+    partition_by: Sequence[str] | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
     write_deltalake(
         table_path,
         rows,
@@ -201,7 +212,6 @@ def append_rows(
         partition_by=list(partition_by) if partition_by else None,
         commit_properties=_properties(commit, metadata),
     )
-    return True
 
 
 def overwrite_rows(
@@ -257,11 +267,16 @@ def merge_changes(
     if commit is not None and already_committed(table_path, commit.query_id, commit.batch_id):
         log.info("%s: batch %d already committed, skipping merge", table_path, commit.batch_id)
         return False
+    # (idempotence is checked above: the appends below do not check it again)
+    if new_rows and deletes.num_rows == 0:
+        _append(table_path, upserts, commit, metadata=metadata)  # no need to open the table
+        return True
     table = open_table(table_path)
-    if table is None or (new_rows and deletes.num_rows == 0):
+    if table is None:
         if upserts.num_rows == 0:
             return False  # deleting from a table that does not exist: nothing to do
-        return append_rows(table_path, upserts, commit, metadata=metadata)
+        _append(table_path, upserts, commit, metadata=metadata)
+        return True
     source = _merge_source(pa.schema(table.schema().to_arrow()), key_columns, upserts, deletes)
     merger = table.merge(
         source,

@@ -1,9 +1,12 @@
-"""The machine a benchmark ran on, for the reports' headers (not a test)."""
+"""What the benchmarks share: progress lines, the machine for the reports' headers, and
+where a report goes (not a test)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
+import sys
 from pathlib import Path
 
 
@@ -23,3 +26,17 @@ def machine() -> str:
         ]
         cpu = names[0] if names else cpu
     return f"nproc {os.cpu_count()}, memory {memory}, CPU {cpu}, {platform.platform()}"
+
+
+def log(message: str) -> None:
+    """A progress line on stderr (stdout may carry the report)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def write_report(text: str, args: argparse.Namespace) -> None:
+    """The report to stdout with ``--markdown``, else to ``--out``."""
+    if args.markdown:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        log(f"wrote {args.out}")
