@@ -366,11 +366,11 @@ def test_multi_line_spans_and_unicode_columns() -> None:
         ('p(X) :- X = "a\\qb".', "unknown escape `\\q` in a string", 1, 15),
         ("p(X) :- X = 1 # 2.", "unexpected character `#`", 1, 15),
         ("p(_x).", "`_x` is not a valid name", 1, 3),
-        (".type T = number", "unknown directive `.type`", 1, 1),
+        (".type T = [a: number]", "expected a type name, found `[`", 1, 11),
         (".decl p(x: int)", "unknown type `int`", 1, 12),
         (".decl p(x number)", "expected `:` after attribute `x`, found `number`", 1, 11),
         (".input", "expected a relation name after `.input`, found end of file", 1, 7),
-        (".input edge(IO=file)", "expected a new line after `.input edge`, found `(`", 1, 12),
+        (".input edge(IO=sqlite)", "unsupported .input option `IO=sqlite`", 1, 16),
         ("p(X) :- q(X, sum[Y]).", "aggregate `sum[...]` is not allowed in a rule body", 1, 14),
         (
             "p(X) :- X = 1 + count[*].",

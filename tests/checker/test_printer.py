@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from fixflow.checker.ast import (
     AGGREGATE_FUNCS,
     BUILTIN_FUNCS,
+    CONSTRAINT_FUNCS,
+    RESERVED_WORDS,
     TYPE_NAMES,
     Aggregate,
     Atom,
@@ -20,6 +22,7 @@ from fixflow.checker.ast import (
     Body,
     Call,
     Comparison,
+    Constraint,
     Declaration,
     Expr,
     FloatLit,
@@ -38,7 +41,7 @@ from fixflow.checker.ast import (
     Wildcard,
 )
 from fixflow.checker.parser import parse
-from fixflow.checker.printer import format_float, pretty, quote
+from fixflow.checker.printer import PRECEDENCE, format_float, pretty, quote
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLE_FILES = sorted(EXAMPLES_DIR.glob("*.dl"))
@@ -100,6 +103,19 @@ PROGRAMS = {
         s(X, mean[v]) :- q(X), v = 2. * X, min(X, 3) >= 0, 1e+300 > X.
         t(count[*]) :- q(_).
     """,
+    "souffle_operators": """
+        p(X, Y) :- q(X), Y = X % 3 + 2 ^ 3 ^ 2 * -2 ^ 2 - (-2) ^ 2, true, !false.
+        b(X, Y) :- q(X), Y = bnot X band 0x1F bor 0b101 bxor 1 bshl 2 bshr 1 land lnot X lor 0.
+        c(X, Y) :- q(X), Y = (X lor 1) land (X bor 2) band (X + 1), lnot (X + 1) = bnot -1.
+        s(X, S) :- q(X), S = cat("a", to_string(X), substr("abc", 1, 2)), strlen(S) > 1.
+        t(F, N) :- q(X), F = itof(X) + to_float("2.5"), N = ftoi(F) + to_number("-3").
+        u(X) :- q(X), w(S), contains("ab", S), !match("a.*b", S), !contains("x", S).
+    """,
+    "souffle_body_aggregates": """
+        p(X, C) :- q(X), C = count : { e(X, _), !f(X) }, min Y : e(X, Y) < 3.
+        s(X, S, M) :- q(X), S = sum Y * 2 + 1 : { e(X, Y), Y > X }, M = mean Y : e(_, Y).
+        t(N) :- N = 1 + (max Y : { e(_, Y), Y = count : e(Y, _) }).
+    """,
 }
 
 
@@ -146,6 +162,19 @@ def test_pretty_prints_single_nodes() -> None:
         (BinOp("-", Var("x"), NumberLit(-1)), "x - -1"),
         (BinOp("*", NumberLit(-2), Var("x")), "-2 * x"),
         (Call("min", (Var("a"), FloatLit(2.0))), "min(a, 2.0)"),
+        (BinOp("^", Var("a"), BinOp("^", Var("b"), Var("c"))), "a ^ b ^ c"),
+        (BinOp("^", BinOp("^", Var("a"), Var("b")), Var("c")), "(a ^ b) ^ c"),
+        (Neg(BinOp("^", NumberLit(2), NumberLit(2))), "-2 ^ 2"),
+        (BinOp("^", NumberLit(-2), NumberLit(2)), "(-2) ^ 2"),
+        (BinOp("^", Var("a"), Neg(Var("b"))), "a ^ -b"),
+        (BinOp("%", BinOp("*", Var("a"), Var("b")), Var("c")), "a * b % c"),
+        (BinOp("*", Var("a"), BinOp("%", Var("b"), Var("c"))), "a * (b % c)"),
+        (BinOp("band", BinOp("+", Var("a"), Var("b")), Var("c")), "a + b band c"),
+        (BinOp("+", Var("a"), BinOp("band", Var("b"), Var("c"))), "a + (b band c)"),
+        (BinOp("land", BinOp("lor", Var("a"), Var("b")), Var("c")), "(a lor b) land c"),
+        (Call("bnot", (BinOp("+", Var("a"), Var("b")),)), "bnot (a + b)"),
+        (BinOp("^", Call("lnot", (Var("a"),)), Var("b")), "(lnot a) ^ b"),
+        (Call("cat", (Var("a"), Var("b"), Var("c"))), "cat(a, b, c)"),
     ],
 )
 def test_parentheses_only_where_needed(expr: Expr, text: str) -> None:
@@ -191,7 +220,9 @@ def test_examples_parse_and_round_trip(path: Path) -> None:
 
 # ---------------------------------------------------------------- random ASTs
 
-names = st.from_regex(r"[A-Za-z][A-Za-z0-9_']{0,6}", fullmatch=True)
+names = st.from_regex(r"[A-Za-z][A-Za-z0-9_']{0,6}", fullmatch=True).filter(
+    lambda n: n not in RESERVED_WORDS and n not in CONSTRAINT_FUNCS
+)
 relations = names.filter(lambda n: n not in BUILTIN_FUNCS)
 int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 floats = st.floats(allow_nan=False, allow_infinity=False)
@@ -208,11 +239,12 @@ leaves: st.SearchStrategy[Expr] = st.one_of(
 
 def _compound(children: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
     calls = st.sampled_from(sorted(BUILTIN_FUNCS)).flatmap(
-        lambda f: st.builds(Call, st.just(f), st.tuples(*[children] * BUILTIN_FUNCS[f]))
+        lambda f: st.builds(Call, st.just(f), st.tuples(*[children] * abs(BUILTIN_FUNCS[f])))
     )
     return st.one_of(
-        st.builds(BinOp, st.sampled_from(["+", "-", "*", "/"]), children, children),
+        st.builds(BinOp, st.sampled_from(sorted(PRECEDENCE)), children, children),
         st.builds(Neg, children),
+        st.builds(Call, st.sampled_from(["bnot", "lnot"]), st.tuples(children)),
         calls,
     )
 
@@ -227,6 +259,10 @@ literals = st.one_of(
     atoms,
     st.builds(Negation, atoms),
     st.builds(Comparison, compare_ops, exprs, exprs),
+    st.builds(Constraint, st.sampled_from(["true", "false"]), st.just(()), st.booleans()),
+    st.builds(
+        Constraint, st.sampled_from(["contains", "match"]), st.tuples(exprs, exprs), st.booleans()
+    ),
 )
 bodies = st.builds(Body, st.lists(literals, min_size=1, max_size=4).map(tuple))
 heads = st.builds(Head, relations, st.lists(st.one_of(exprs, aggregates), max_size=4).map(tuple))

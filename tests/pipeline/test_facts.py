@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pyarrow as pa
@@ -64,3 +65,39 @@ def test_missing_input_file_is_reported(tmp_path: Path) -> None:
     (tmp_path / "edge.csv").write_text("src,dst,w\n1,2,3.5\n")
     tables = load_inputs(tmp_path, {"edge": EDGE})
     assert tables["edge"].to_pylist() == [{"src": 1, "dst": 2, "w": 3.5}]
+
+
+def test_gzip_facts_are_found_and_read_like_plain_ones(tmp_path: Path) -> None:
+    (tmp_path / "edge.facts.gz").write_bytes(gzip.compress(b"1\t2\t0.5\n2\t3\t1\n"))
+    (tmp_path / "name.csv.gz").write_bytes(gzip.compress(b"label,id\nx,1\n"))
+    tables = load_inputs(tmp_path, {"edge": EDGE, "name": NAME})
+    assert tables["edge"].to_pylist()[1] == {"src": 2, "dst": 3, "w": 1.0}
+    assert tables["name"].to_pylist() == [{"id": 1, "label": "x"}]
+
+
+def test_gzip_content_is_read_whatever_the_name(tmp_path: Path) -> None:
+    path = tmp_path / "edge.facts"  # Soufflé reads a compressed edge.facts too
+    path.write_bytes(gzip.compress(b"1\t2\t0.5\n"))
+    assert read_rows(path, EDGE) == [(1, 2, 0.5)]
+
+
+def test_a_file_that_is_not_utf8_is_one_error_naming_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "name.facts"
+    path.write_bytes("1\tada\n2\tJosé\n".encode("latin-1"))
+    with pytest.raises(FactsError) as error:
+        read_rows(path, NAME)
+    assert str(error.value).startswith(f"{path}:2: not UTF-8 text (byte 0xe9 at column 6)")
+    assert "\n" not in str(error.value)
+
+
+def test_a_broken_gzip_file_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "edge.facts.gz"
+    path.write_bytes(gzip.compress(b"1\t2\t0.5\n" * 1000)[:40])  # truncated
+    with pytest.raises(FactsError, match=r"edge.facts.gz(:\d+)?: not a readable gzip file"):
+        read_rows(path, EDGE)
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "name.csv"
+    path.write_bytes(b"\xef\xbb\xbfid,label\n1,a\n")
+    assert read_rows(path, NAME) == [(1, "a")]

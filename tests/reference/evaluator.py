@@ -26,7 +26,10 @@ It never imports pyspark and never uses Python eval/exec. Semantics (docs/langua
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +41,7 @@ from fixflow.checker.ast import (
     Body,
     Call,
     Comparison,
+    Constraint,
     Expr,
     FloatLit,
     Head,
@@ -47,6 +51,7 @@ from fixflow.checker.ast import (
     Program,
     Rule,
     StringLit,
+    SubAggregate,
     Termination,
     Var,
     Wildcard,
@@ -97,9 +102,55 @@ def evaluate_with_stats(
 # ---------------------------------------------------------------- expressions
 
 
+class NoValue(Exception):
+    """An expression with no value (``x % 0``, ``to_number("a")``): the binding is dropped."""
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int64(value: int) -> int:
+    """Two's-complement wraparound, as in Soufflé (C) and Spark (Java)."""
+    return (value - INT64_MIN) % 2**64 + INT64_MIN
+
+
+def _truncated_int(value: float) -> int:
+    if not math.isfinite(value) or not INT64_MIN <= math.trunc(value) <= INT64_MAX:
+        raise NoValue(f"{value!r} does not fit a number")
+    return math.trunc(value)
+
+
+def _souffle_op(op: str, a: int | float, b: int | float) -> Value:
+    """Soufflé's ``%``, ``^``, bitwise and logical operators, straight from their C meaning."""
+    if op == "%":
+        if b == 0:
+            raise NoValue("x % 0")
+        remainder = abs(a) % abs(b)  # C's remainder: the sign of the dividend
+        return remainder if a >= 0 else -remainder
+    if op == "^":
+        try:
+            power = float(a) ** float(b)
+        except (OverflowError, ZeroDivisionError) as error:
+            raise NoValue(str(error)) from error
+        if isinstance(power, complex) or not math.isfinite(power):
+            raise NoValue("no finite power")
+        both_int = isinstance(a, int) and isinstance(b, int)
+        return _truncated_int(power) if both_int else power
+    assert isinstance(a, int) and isinstance(b, int), "the checker types these as numbers"
+    logical = {"land": bool(a) and bool(b), "lor": bool(a) or bool(b), "lxor": bool(a) != bool(b)}
+    if op in logical:
+        return int(logical[op])
+    shifts = {"bshl": lambda: _int64(a << (b & 63)), "bshr": lambda: a >> (b & 63)}
+    if op in shifts:
+        return shifts[op]()
+    return {"band": a & b, "bor": a | b, "bxor": a ^ b}[op]
+
+
 def _arith(op: str, left: Value, right: Value) -> Value:
     if isinstance(left, str) or isinstance(right, str):
         raise EvaluationError(f"arithmetic on a symbol: {left!r} {op} {right!r}")
+    if op not in ("+", "-", "*", "/"):
+        return _souffle_op(op, left, right)
     if op == "+":
         return left + right
     if op == "-":
@@ -129,6 +180,86 @@ def _call(func: str, args: list[Value]) -> Value:
     raise EvaluationError(f"unknown function {func}")
 
 
+INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _java_double(value: float) -> str:
+    """Java's ``Double.toString`` (what Spark writes for a double): plain between 1e-3 and
+    1e7, else ``d.dddE±n``; shortest digits either way."""
+    if value == 0:
+        return "-0.0" if math.copysign(1, value) < 0 else "0.0"
+    sign = "-" if value < 0 else ""
+    digits, exponent = _shortest_digits(abs(value))
+    if 1e-3 <= abs(value) < 1e7:
+        point = exponent + 1
+        if point <= 0:
+            return f"{sign}0.{'0' * -point}{digits}"
+        whole, fraction = digits[:point].ljust(point, "0"), digits[point:]
+        return f"{sign}{whole}.{fraction or '0'}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def _shortest_digits(value: float) -> tuple[str, int]:
+    """The shortest round-tripping significant digits of ``value`` > 0 and the decimal
+    exponent of the first one."""
+    mantissa, _, exponent = f"{value:.17e}".partition("e")
+    for precision in range(1, 18):
+        text = f"{value:.{precision - 1}e}"
+        if float(text) == value:
+            mantissa, _, exponent = text.partition("e")
+            break
+    return mantissa.replace(".", "").rstrip("0") or "0", int(exponent)
+
+
+def _convert(func: str, value: Value) -> Value:
+    if func == "to_string":
+        return (
+            value
+            if isinstance(value, str)
+            else (str(value) if isinstance(value, int) else _java_double(value))
+        )
+    if func in ("to_number", "ftoi"):
+        if isinstance(value, str):
+            if not INTEGER_TEXT.fullmatch(value) or not INT64_MIN <= int(value) <= INT64_MAX:
+                raise NoValue(f"not a number: {value!r}")
+            return int(value)
+        return value if isinstance(value, int) else _truncated_int(value)
+    if isinstance(value, str):  # to_float of a symbol
+        parsed = float(value) if FLOAT_TEXT.fullmatch(value) else math.inf
+        if not math.isfinite(parsed):
+            raise NoValue(f"not a float: {value!r}")
+        return parsed
+    return float(value)
+
+
+def _string_call(func: str, args: list[Value]) -> Value:
+    if func == "cat":
+        return "".join(str(a) for a in args)
+    text = args[0]
+    assert isinstance(text, str), "the checker types these as symbols"
+    if func == "strlen":
+        return len(text)
+    start, count = args[1], args[2]
+    assert isinstance(start, int) and isinstance(count, int)
+    if not 0 <= start <= len(text):
+        return ""
+    return text[start:] if count < 0 else text[start : start + count]
+
+
+def _constraint_holds(constraint: Constraint, binding: Mapping[str, Value]) -> bool:
+    if not constraint.args:
+        holds = constraint.func == "true"
+    else:
+        first, second = (eval_expr(a, binding) for a in constraint.args)
+        assert isinstance(first, str) and isinstance(second, str)
+        # `match` as Soufflé's std::regex_match: the whole string.
+        holds = (
+            first in second if constraint.func == "contains" else bool(re.fullmatch(first, second))
+        )
+    return holds != constraint.negated
+
+
 def eval_expr(expr: Expr, binding: Mapping[str, Value]) -> Value:
     match expr:
         case NumberLit(value=v) | FloatLit(value=v) | StringLit(value=v):
@@ -141,6 +272,14 @@ def eval_expr(expr: Expr, binding: Mapping[str, Value]) -> Value:
             return _arith(op, eval_expr(left, binding), eval_expr(right, binding))
         case Neg(operand=operand):
             return -eval_expr(operand, binding)  # type: ignore[operator]
+        case Call(func="bnot", args=(operand,)):
+            return ~eval_expr(operand, binding)  # type: ignore[operator]
+        case Call(func="lnot", args=(operand,)):
+            return int(eval_expr(operand, binding) == 0)
+        case Call(func="itof" | "ftoi" | "to_float" | "to_number" | "to_string" as func):
+            return _convert(func, eval_expr(expr.args[0], binding))
+        case Call(func="cat" | "strlen" | "substr" as func, args=args):
+            return _string_call(func, [eval_expr(a, binding) for a in args])
         case Call(func=func, args=args):
             return _call(func, [eval_expr(a, binding) for a in args])
         case Wildcard():
@@ -187,14 +326,157 @@ def _is_bound(expr: Expr, binding: Mapping[str, Value]) -> bool:
     return expr_vars(expr) <= binding.keys()
 
 
+# ---------------------------------------------------------------- body aggregates
+
+
+@dataclass(frozen=True)
+class _AggregateLiteral:
+    """A Soufflé body aggregate, evaluated in place: its body is solved with its
+    correlation variables (``keys``: those also used outside it) bound, and the result
+    bound to ``var``, which replaces the aggregate in the literal that used it."""
+
+    func: str
+    target: Expr | None
+    body: Body
+    var: str
+    keys: frozenset[str]
+
+
+def _outermost_aggregates(node: object) -> list[SubAggregate]:
+    if isinstance(node, SubAggregate):
+        return [node]
+    children = {
+        Atom: lambda n: n.args,
+        Call: lambda n: n.args,
+        Constraint: lambda n: n.args,
+        Negation: lambda n: (n.atom,),
+        Comparison: lambda n: (n.left, n.right),
+        BinOp: lambda n: (n.left, n.right),
+        Neg: lambda n: (n.operand,),
+    }.get(type(node))
+    found = (_outermost_aggregates(child) for child in (children(node) if children else ()))
+    return [a for aggregates in found for a in aggregates]
+
+
+def _names_outside(node: object) -> set[str]:
+    """Variable names of ``node`` outside its body aggregates."""
+    if isinstance(node, SubAggregate):
+        return set()
+    if isinstance(node, Var):
+        return {node.name}
+    if dataclasses.is_dataclass(node):
+        values = [getattr(node, f.name) for f in dataclasses.fields(node)]
+        return set().union(*(_names_outside(v) for v in values))
+    if isinstance(node, tuple):
+        return set().union(*(_names_outside(v) for v in node))
+    return set()
+
+
+def _names_anywhere(node: object) -> set[str]:
+    if isinstance(node, Var):
+        return {node.name}
+    if dataclasses.is_dataclass(node):
+        fields = dataclasses.fields(node)
+        return set().union(*(_names_anywhere(getattr(node, f.name)) for f in fields))
+    if isinstance(node, tuple):
+        return set().union(*(_names_anywhere(v) for v in node))
+    return set()
+
+
+def _replace_aggregates(node: object, by: dict[int, str]) -> object:
+    if isinstance(node, SubAggregate) and id(node) in by:
+        return Var(by[id(node)])
+    if isinstance(node, tuple):
+        return tuple(_replace_aggregates(v, by) for v in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, SubAggregate | type):
+        fields = dataclasses.fields(node)
+        changes = {f.name: _replace_aggregates(getattr(node, f.name), by) for f in fields}
+        return dataclasses.replace(node, **changes)  # type: ignore[type-var]
+    return node
+
+
+def _expand_body(body: Body, outer: set[str], fresh: Iterator[int]) -> Body:
+    """``body`` with every aggregate moved into an ``_AggregateLiteral`` before its use."""
+    literals: list[object] = []
+    for literal in body.literals:
+        by: dict[int, str] = {}
+        for aggregate in _outermost_aggregates(literal):
+            by[id(aggregate)] = var = f"?agg{next(fresh)}"
+            inside = _names_anywhere(aggregate)
+            inner = _expand_body(_named_wildcards(aggregate.body, fresh), outer | inside, fresh)
+            keys = frozenset(inside & outer)
+            literals.append(_AggregateLiteral(aggregate.func, aggregate.target, inner, var, keys))
+        literals.append(_replace_aggregates(literal, by) if by else literal)
+    return Body(tuple(literals), body.span)  # type: ignore[arg-type]
+
+
+def _named_wildcards(body: Body, fresh: Iterator[int]) -> Body:
+    """Soufflé aggregates over tuples: ``count : { r(x, _) }`` counts r's rows."""
+    literals = tuple(
+        Atom(lit.relation, tuple(_fresh_if_wildcard(a, fresh) for a in lit.args))
+        if isinstance(lit, Atom)
+        else lit
+        for lit in body.literals
+    )
+    return Body(literals)
+
+
+def _fresh_if_wildcard(arg: Expr, fresh: Iterator[int]) -> Expr:
+    return Var(f"?w{next(fresh)}") if isinstance(arg, Wildcard) else arg
+
+
+def _head_aggregates_to_body(rule: Rule) -> Rule:
+    """An aggregate in the head is evaluated as ``?hN = aggregate`` after the body."""
+    found = [a for arg in rule.head.args for a in _outermost_aggregates(arg)]
+    if not found:
+        return rule
+    by = {id(a): f"?h{i}" for i, a in enumerate(found)}
+    head = _replace_aggregates(rule.head, by)
+    tests = tuple(Comparison("=", Var(by[id(a)]), a) for a in found)
+    bodies = tuple(Body((*b.literals, *tests), b.span) for b in rule.bodies)
+    return Rule(head, bodies, rule.termination, rule.span)  # type: ignore[arg-type]
+
+
+def _expand_rule(rule: Rule) -> Rule:
+    rule = _head_aggregates_to_body(rule)
+    if not any(_outermost_aggregates(lit) for b in rule.bodies for lit in b.literals):
+        return rule
+    outer = _names_outside(rule.head) | _names_outside(rule.bodies)
+    fresh = itertools.count(1)
+    bodies = tuple(_expand_body(b, outer, fresh) for b in rule.bodies)
+    return Rule(rule.head, bodies, rule.termination, rule.span)
+
+
+def _aggregate_value(
+    literal: _AggregateLiteral, binding: Binding, indexes: _Indexes
+) -> Value | None:
+    initial = {k: binding[k] for k in literal.keys}
+    rows = solve_body(literal.body, indexes, initial)
+    if literal.func == "count":
+        return len(rows)
+    assert literal.target is not None
+    values = [eval_expr(literal.target, row) for row in rows]
+    if literal.func == "sum":
+        return math.fsum(values) if any(isinstance(v, float) for v in values) else sum(values)  # type: ignore[arg-type]
+    if not values:
+        return None
+    if literal.func == "mean":
+        return math.fsum(values) / len(values)  # type: ignore[arg-type]
+    return min(values) if literal.func == "min" else max(values)
+
+
 def _ready(literal: object, binding: Mapping[str, Value]) -> bool:
     """Whether a literal can be evaluated now: atoms need every non-variable argument bound,
     negations and tests need everything bound, ``X = e`` needs one side bound."""
     match literal:
+        case _AggregateLiteral(keys=keys):
+            return keys <= binding.keys()
         case Atom(args=args):
             return all(isinstance(a, Var | Wildcard) or _is_bound(a, binding) for a in args)
         case Negation(atom=atom):
             return all(isinstance(a, Wildcard) or _is_bound(a, binding) for a in atom.args)
+        case Constraint(args=args):
+            return all(_is_bound(a, binding) for a in args)
         case Comparison(op=op, left=left, right=right):
             if _is_bound(left, binding) and _is_bound(right, binding):
                 return True
@@ -231,6 +513,10 @@ def _unify_free(atom: Atom, row: Row, binding: Binding) -> bool:
 
 def _apply(literal: object, binding: Binding, indexes: _Indexes) -> Iterator[Binding]:
     match literal:
+        case _AggregateLiteral(var=var):
+            value = _aggregate_value(literal, binding, indexes)
+            if value is not None:
+                yield {**binding, var: value}
         case Atom():
             yield from _match_atom(literal, binding, indexes)
         case Negation(atom=atom):
@@ -238,7 +524,16 @@ def _apply(literal: object, binding: Binding, indexes: _Indexes) -> Iterator[Bin
             if next(_match_atom(atom, binding, indexes), None) is None:
                 yield binding
         case Comparison(op=op, left=left, right=right):
-            yield from _apply_comparison(op, left, right, binding)
+            try:
+                yield from list(_apply_comparison(op, left, right, binding))
+            except NoValue:
+                return  # as in the engine: an expression without a value drops the binding
+        case Constraint():
+            try:
+                if _constraint_holds(literal, binding):
+                    yield binding
+            except NoValue:
+                return
 
 
 def _apply_comparison(op: str, left: Expr, right: Expr, binding: Binding) -> Iterator[Binding]:
@@ -314,6 +609,8 @@ def _body_relations(rule: Rule) -> set[str]:
                 names.add(literal.relation)
             elif isinstance(literal, Negation):
                 names.add(literal.atom.relation)
+            elif isinstance(literal, _AggregateLiteral):
+                names |= _body_relations(Rule(Head("", ()), (literal.body,)))
     return names
 
 
@@ -360,8 +657,10 @@ class _Evaluator:
         self.program = program
         self.max_iterations = max_iterations
         self.rules: dict[str, list[Rule]] = defaultdict(list)
+        self.loaded: dict[str, set[Row]] = {}
+        """Loaded facts of relations that rules also define (set by ``run``)."""
         for rule in program.rules:
-            self.rules[rule.head.relation].append(rule)
+            self.rules[rule.head.relation].append(_expand_rule(rule))
         self.aggs: dict[str, _AggInfo] = {}
         for rel, rules in self.rules.items():
             for rule in rules:
@@ -380,6 +679,8 @@ class _Evaluator:
         db: Database = {d.relation: set() for d in self.program.declarations}
         for rel, rows in facts.items():
             db[rel] = {tuple(r) for r in rows}
+        # Soufflé: an input relation that rules also define holds its loaded facts too.
+        self.loaded = {rel: set(db[rel]) for rel in facts if rel in self.rules}
         stats = Stats()
         idb = list(self.rules)
         deps = {rel: _body_relations_all(self.rules[rel]) & set(idb) for rel in idb}
@@ -433,6 +734,7 @@ class _Evaluator:
 
     def _derive(self, rel: str, db: Database, recursive: bool) -> set[Row]:
         rows = list(self._contributions(self.rules[rel], db, recursive))
+        rows += self.loaded.get(rel, ())
         info = self.aggs.get(rel)
         if info is None:
             return set(rows)

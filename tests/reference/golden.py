@@ -9,6 +9,7 @@ sorted); ``meta.toml`` with ``tolerance`` (absolute, for float columns) and
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 import tomllib
 from dataclasses import dataclass
@@ -50,14 +51,22 @@ def convert(value: str, type_name: str) -> int | float | str:
 
 
 def read_facts(directory: Path, program: Program) -> dict[str, list[Row]]:
-    """Every ``.input`` relation's ``<rel>.facts`` (missing file: no facts)."""
+    """Every ``.input`` relation's ``<rel>.facts`` or ``<rel>.facts.gz`` (gzip content is
+    decompressed whatever the name; missing file: no facts)."""
     facts: dict[str, list[Row]] = {}
     for rel in program.inputs:
-        path = directory / f"{rel}.facts"
+        options = program.input_options(rel)  # Soufflé's `.input r(filename=..., delimiter=...)`
+        path = directory / options.get("filename", f"{rel}.facts")
+        if not path.exists():
+            path = directory / f"{rel}.facts.gz"
         types = column_types(program, rel)
-        lines = path.read_text().splitlines() if path.exists() else []
+        data = path.read_bytes() if path.exists() else b""
+        lines = (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode().splitlines()
         facts[rel] = [
-            tuple(convert(v, t) for v, t in zip(line.split("\t"), types, strict=True))
+            tuple(
+                convert(v, t)
+                for v, t in zip(line.split(options.get("delimiter", "\t")), types, strict=True)
+            )
             for line in lines
             if line
         ]

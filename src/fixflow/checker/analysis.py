@@ -19,6 +19,7 @@ from fixflow.checker.ast import (
     Body,
     Call,
     Comparison,
+    Constraint,
     Declaration,
     Expr,
     Head,
@@ -27,6 +28,8 @@ from fixflow.checker.ast import (
     Negation,
     NumberLit,
     OutputDirective,
+    Pragma,
+    PrintSizeDirective,
     Program,
     Rule,
     Span,
@@ -37,7 +40,9 @@ from fixflow.checker.ast import (
 )
 from fixflow.checker.catalog import index_var
 from fixflow.checker.diagnostics import Diagnostic
+from fixflow.checker.directives import PRAGMAS
 from fixflow.checker.model import Analysis, EvalClass, Stratum
+from fixflow.checker.subaggregates import Lifted, is_hidden, lift_sub_aggregates
 from fixflow.checker.types import BodyTypes, assignment_sides, infer_body
 
 log = logging.getLogger(__name__)
@@ -85,6 +90,8 @@ def _literal_vars(literal: object) -> set[str]:
             return _literal_vars(atom)
         case Comparison(left=left, right=right):
             return expr_vars(left) | expr_vars(right)
+        case Constraint(args=args):
+            return set().union(*(expr_vars(a) for a in args))
     return set()
 
 
@@ -128,8 +135,14 @@ class _Analyzer:
             if isinstance(item, Declaration):
                 self._declare(item)
         for item in self.program.items:
-            if isinstance(item, InputDirective | OutputDirective):
+            if isinstance(item, InputDirective | OutputDirective | PrintSizeDirective):
                 self._directive(item)
+            elif isinstance(item, Pragma):  # the parser let through only harmless ones
+                self.warning(
+                    f'`.pragma "{item.key}"` has no effect in Fixflow',
+                    item.span,
+                    f"{PRAGMAS[item.key]}; the pragma is accepted so Soufflé programs run",
+                )
 
     def _declare(self, decl: Declaration) -> None:
         if decl.relation in self.schemas:
@@ -150,8 +163,8 @@ class _Analyzer:
         self.schemas[decl.relation] = decl.attributes
         self.decl_spans[decl.relation] = decl.span
 
-    def _directive(self, item: InputDirective | OutputDirective) -> None:
-        kind = "input" if isinstance(item, InputDirective) else "output"
+    def _directive(self, item: InputDirective | OutputDirective | PrintSizeDirective) -> None:
+        kind = type(item).__name__.removesuffix("Directive").lower()  # input, output, printsize
         if item.relation not in self.schemas:
             self.error(
                 f"undeclared {kind} relation `{item.relation}`",
@@ -172,13 +185,6 @@ class _Analyzer:
     def _rule(self, rule: Rule) -> None:
         head = rule.head
         self._relation_use(head.relation, len(head.args), head.span)
-        if head.relation in self.inputs:
-            self.error(
-                f"`{head.relation}` is an input relation and cannot be defined by rules",
-                head.span,
-                f"`.input {head.relation}` at {self.inputs[head.relation]}: its facts come "
-                "from the input; drop `.input` to define it by rules",
-            )
         aggregates = [a for a in head.args if isinstance(a, Aggregate)]
         for extra in aggregates[1:]:
             self.error(
@@ -248,6 +254,9 @@ class _Analyzer:
             elif isinstance(literal, Negation):
                 for var in _var_occurrences_of_args(literal.atom.args):
                     report(var, f"negated atom `!{literal.atom.relation}`")
+            elif isinstance(literal, Constraint):
+                for var in _var_occurrences_of_args(literal.args):
+                    report(var, f"`{literal.func}`")
             elif literal not in assignments:
                 target, value = assignment_sides(literal, bound)
                 if target is not None:
@@ -309,6 +318,14 @@ class _Analyzer:
                     f"the iteration index of `{relation}` must be a number column",
                     schema[0].span,
                     f"`{relation}` is iteration-indexed at {rule.head.span}",
+                )
+            if relation in self.inputs:
+                # Loaded facts would need an iteration of their own: X⁰ comes from base rules.
+                self.error(
+                    f"iteration-indexed `{relation}` cannot also be an input relation",
+                    self.inputs[relation],
+                    f"`{relation}` is iteration-indexed at {rule.head.span}; load the facts "
+                    f"into another relation and read it in the base rule `{relation}(0, ...)`",
                 )
 
     def _base_rule_shape(self, rule: Rule) -> None:
@@ -511,12 +528,15 @@ def _reads(rule: Rule, members: set[str]) -> bool:
     return any(a.relation in members for b in rule.bodies for a in body_atoms(b))
 
 
-def _strata(analyzer: _Analyzer, idb: frozenset[str]) -> tuple[Stratum, ...]:
-    rules = analyzer.program.rules
+def _strata(
+    analyzer: _Analyzer, rules: tuple[Rule, ...], idb: frozenset[str], empty: tuple[str, ...]
+) -> tuple[Stratum, ...]:
+    """The strata of ``rules``; every relation of ``empty`` is a stratum without rules."""
     nodes: list[str] = []
     for rule in rules:
         if rule.head.relation not in nodes:
             nodes.append(rule.head.relation)
+    nodes += [relation for relation in empty if relation not in nodes]
     edges = dependency_edges(rules, idb)
     strata: list[Stratum] = []
     for component in strongly_connected(nodes, edges):
@@ -535,6 +555,8 @@ def _strata(analyzer: _Analyzer, idb: frozenset[str]) -> tuple[Stratum, ...]:
 
 def _negation_in_recursion(analyzer: _Analyzer, edges: list[Edge], members: set[str]) -> None:
     for edge in edges:
+        if is_hidden(edge.body):
+            continue  # a body aggregate's empty-group test: `_aggregates_in_recursion`
         if edge.negated and edge.head in members and edge.body in members:
             cycle = _cycle_through(edge.head, edge.body, edges, members)
             path = " -> ".join([edge.body, *cycle])
@@ -544,6 +566,26 @@ def _negation_in_recursion(analyzer: _Analyzer, edges: list[Edge], members: set[
                 "negation must be stratified: a negated relation is computed "
                 "completely before the rule that negates it",
             )
+
+
+def _aggregates_in_recursion(
+    analyzer: _Analyzer, strata: tuple[Stratum, ...], lifted: tuple[Lifted, ...]
+) -> None:
+    """A body aggregate is stratified like negation: what it aggregates is complete
+    before the rule that uses it."""
+    for aggregate in lifted:
+        stratum = next(s for s in strata if aggregate.relation in s.relations)
+        if not stratum.recursive:
+            continue
+        cycle = [r for r in stratum.relations if not is_hidden(r)]
+        analyzer.error(
+            f"aggregate inside the recursion of `{aggregate.enclosing}` "
+            f"(through {', '.join(f'`{r}`' for r in cycle)})",
+            aggregate.span,
+            "a body aggregate must be stratified: the relations it aggregates are computed "
+            "completely before the rule that uses it; recursive aggregation is a head "
+            "aggregate, e.g. `p(X, min[d]) :- ...`",
+        )
 
 
 def _termination_checks(analyzer: _Analyzer, strata: tuple[Stratum, ...]) -> None:
@@ -590,14 +632,68 @@ def _empty_relations(analyzer: _Analyzer, idb: frozenset[str]) -> None:
                     )
 
 
+def loaded_relation(relation: str) -> str:
+    """The hidden EDB relation of an input relation that rules or facts also define. No
+    program can name it: identifiers do not start with `_`."""
+    return f"_{relation}_input"
+
+
+def _split_inputs(analyzer: _Analyzer) -> tuple[dict[str, str], tuple[Rule, ...]]:
+    """Soufflé unions an input relation's loaded facts with those its rules and facts
+    derive. Such a relation ``r`` becomes an IDB relation, its facts are loaded into a
+    hidden ``_r_input`` and one more rule ``r(x0, ..) :- _r_input(x0, ..).`` unions them
+    in: the engine needs no notion of a relation that is both. Returns every input's EDB
+    relation (``Analysis.loaded``) and the added rules."""
+    defined = {rule.head.relation for rule in analyzer.program.rules}
+    loaded: dict[str, str] = {}
+    bridges: list[Rule] = []
+    for relation, span in analyzer.inputs.items():
+        schema = analyzer.schemas.get(relation)
+        if relation not in defined or schema is None:
+            loaded[relation] = relation
+            continue
+        hidden = loaded[relation] = loaded_relation(relation)
+        analyzer.schemas[hidden] = schema
+        args = tuple(Var(f"x{i}", span) for i in range(len(schema)))
+        body = Body((Atom(hidden, args, span),), span)
+        bridges.append(Rule(Head(relation, args, span), (body,), None, span))
+    return loaded, tuple(bridges)
+
+
+def _empty_outputs(analyzer: _Analyzer, defined: frozenset[str]) -> tuple[str, ...]:
+    """``.output`` relations with neither rules, facts nor `.input`: always empty, but
+    still results (with their declared schema), so each is a stratum without rules."""
+    empty: list[str] = []
+    for item in analyzer.program.items:
+        if not isinstance(item, OutputDirective):
+            continue
+        name = item.relation
+        if name in defined or name in analyzer.inputs or name in empty:
+            continue
+        if name in analyzer.schemas:
+            empty.append(name)
+            analyzer.warning(
+                f"no rules or facts defined for output relation `{name}`: it is always empty",
+                item.span,
+                f"add rules or facts for `{name}`, or `.input {name}` to feed it",
+            )
+    return tuple(empty)
+
+
 def analyze(program: Program, source: str | None = None) -> Analysis:
     """Check a parsed program and compute its strata (see the module docstring)."""
+    program, lifted = lift_sub_aggregates(program)
     analyzer = _Analyzer(program)
     analyzer.declarations()
     analyzer.rules()
-    idb = frozenset(r.head.relation for r in program.rules)
-    strata = _strata(analyzer, idb)
+    loaded, bridges = _split_inputs(analyzer)
+    rules = program.rules + bridges
+    defined = frozenset(r.head.relation for r in rules)
+    empty = _empty_outputs(analyzer, defined)
+    idb = defined | frozenset(empty)
+    strata = _strata(analyzer, rules, idb, empty)
     _termination_checks(analyzer, strata)
+    _aggregates_in_recursion(analyzer, strata, lifted)
     _empty_relations(analyzer, idb)
     diagnostics = sorted(analyzer.diagnostics, key=_diagnostic_order)
     log.debug("analyzed %s: %d strata, %d diagnostics", program.file, len(strata), len(diagnostics))
@@ -605,10 +701,11 @@ def analyze(program: Program, source: str | None = None) -> Analysis:
         program=program,
         source=source,
         schemas=dict(analyzer.schemas),
-        edb=frozenset(analyzer.inputs),
+        edb=frozenset(loaded.values()),
         idb=idb,
         strata=strata,
         diagnostics=tuple(diagnostics),
+        loaded=loaded,
     )
 
 

@@ -8,19 +8,65 @@ reused as operators.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 TypeName: TypeAlias = Literal["number", "float", "symbol"]
 AggregateFunc: TypeAlias = Literal["min", "max", "sum", "count", "mean"]
-ArithOp: TypeAlias = Literal["+", "-", "*", "/"]
+ArithOp: TypeAlias = Literal[
+    "+", "-", "*", "/", "%", "^", "band", "bor", "bxor", "bshl", "bshr", "land", "lor", "lxor"
+]
 CompareOp: TypeAlias = Literal["=", "!=", "<", "<=", ">", ">="]
-BuiltinFunc: TypeAlias = Literal["min", "max", "abs", "exp", "log", "relu"]
+BuiltinFunc: TypeAlias = Literal[
+    "min",
+    "max",
+    "abs",
+    "exp",
+    "log",
+    "relu",
+    "bnot",
+    "lnot",
+    "itof",
+    "ftoi",
+    "to_float",
+    "to_number",
+    "to_string",
+    "cat",
+    "strlen",
+    "substr",
+]
+ConstraintFunc: TypeAlias = Literal["true", "false", "contains", "match"]
 
 TYPE_NAMES: tuple[str, ...] = ("number", "float", "symbol")
 AGGREGATE_FUNCS: tuple[str, ...] = ("min", "max", "sum", "count", "mean")
-BUILTIN_FUNCS: dict[str, int] = {"min": 2, "max": 2, "abs": 1, "exp": 1, "log": 1, "relu": 1}
-"""Built-in scalar functions and their arity. Their names cannot name relations."""
+BUILTIN_FUNCS: dict[str, int] = {
+    "min": 2,
+    "max": 2,
+    "abs": 1,
+    "exp": 1,
+    "log": 1,
+    "relu": 1,
+    "itof": 1,
+    "ftoi": 1,
+    "to_float": 1,
+    "to_number": 1,
+    "to_string": 1,
+    "cat": -2,
+    "strlen": 1,
+    "substr": 3,
+}
+"""Built-in scalar functions and their arity (``-n``: at least n). Their names cannot name
+relations."""
+PREFIX_OPS: tuple[str, ...] = ("bnot", "lnot")
+"""Soufflé's prefix operators, written ``bnot x``; in the AST a one-argument ``Call``."""
+WORD_OPS: tuple[str, ...] = ("band", "bor", "bxor", "bshl", "bshr", "land", "lor", "lxor")
+"""Soufflé's infix operators spelled as words: ``x band y`` is a ``BinOp``."""
+CONSTRAINT_FUNCS: dict[str, int] = {"true": 0, "false": 0, "contains": 2, "match": 2}
+"""Body constraints that are not comparisons: ``true``, ``false``, ``contains(sub, s)``,
+``match(regex, s)``, and their arity."""
+RESERVED_WORDS: frozenset[str] = frozenset(PREFIX_OPS + WORD_OPS) | {"true", "false"}
+"""Words that name neither a variable nor a relation (operators and constraints)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +142,29 @@ class Neg:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """A built-in scalar function: min(a,b), max(a,b), abs, exp, log, relu."""
+    """A built-in scalar function (``BUILTIN_FUNCS``: ``min(a, b)``, ``cat(a, b, c)``, ...)
+    or a prefix operator ``bnot x`` / ``lnot x`` (one argument)."""
 
     func: BuiltinFunc
     args: tuple[Expr, ...]
     span: Span = _span()
 
 
-Expr: TypeAlias = Var | Wildcard | NumberLit | FloatLit | StringLit | BinOp | Neg | Call
+@dataclass(frozen=True, slots=True)
+class SubAggregate:
+    """Soufflé's body aggregate ``min y : { body }`` (``count : atom``, ...): ``target`` is
+    None for ``count``. The checker lifts it into a hidden head-aggregate relation
+    (``checker.subaggregates``) before the analysis."""
+
+    func: AggregateFunc
+    target: Expr | None
+    body: Body
+    span: Span = _span()
+
+
+Expr: TypeAlias = (
+    Var | Wildcard | NumberLit | FloatLit | StringLit | BinOp | Neg | Call | SubAggregate
+)
 Literal_: TypeAlias = NumberLit | FloatLit | StringLit
 
 
@@ -162,7 +223,19 @@ class Comparison:
     span: Span = _span()
 
 
-BodyLiteral: TypeAlias = Atom | Negation | Comparison
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """A built-in test that is not a comparison: ``true``, ``false`` (no arguments),
+    ``contains(sub, s)``, ``match(regex, s)``; ``negated`` for ``!match(...)``. It binds
+    no variable."""
+
+    func: ConstraintFunc
+    args: tuple[Expr, ...]
+    negated: bool = False
+    span: Span = _span()
+
+
+BodyLiteral: TypeAlias = Atom | Negation | Comparison | Constraint
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +273,23 @@ class Rule:
 
 @dataclass(frozen=True, slots=True)
 class Attribute:
+    """``name: type``. ``type`` is always the base type the engine stores; ``declared`` is
+    the name written when it was a ``.type`` or ``unsigned`` (kept for printing)."""
+
     name: str
     type: TypeName
+    span: Span = _span()
+    declared: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TypeDeclaration:
+    """``.type T <: base`` (a subtype: ``op == "<:"``, one member), ``.type T = U`` (an
+    alias) or ``.type T = A | B`` (a union): ``op == "="`` with one member or more."""
+
+    name: str
+    op: Literal["<:", "="]
+    members: tuple[str, ...]
     span: Span = _span()
 
 
@@ -214,23 +302,54 @@ class Declaration:
     span: Span = _span()
 
 
+IOOptions: TypeAlias = tuple[tuple[str, str], ...]
+"""``(key, value)`` pairs of ``.input r(IO=file, filename="r.tsv")``, in source order."""
+
+
 @dataclass(frozen=True, slots=True)
 class InputDirective:
-    """``.input name``."""
+    """``.input name`` or ``.input name(key=value, ...)``; ``.input a, b`` is one per name."""
 
     relation: str
     span: Span = _span()
+    options: IOOptions = ()
 
 
 @dataclass(frozen=True, slots=True)
 class OutputDirective:
-    """``.output name``."""
+    """``.output name`` or ``.output name(key=value, ...)``."""
+
+    relation: str
+    span: Span = _span()
+    options: IOOptions = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PrintSizeDirective:
+    """``.printsize name``: ``fixflow eval`` prints ``name<TAB>rows`` after evaluating."""
 
     relation: str
     span: Span = _span()
 
 
-Item: TypeAlias = Declaration | InputDirective | OutputDirective | Rule
+@dataclass(frozen=True, slots=True)
+class Pragma:
+    """``.pragma "key" "value"`` (the value may be absent: ``""``)."""
+
+    key: str
+    value: str = ""
+    span: Span = _span()
+
+
+Item: TypeAlias = (
+    Declaration
+    | TypeDeclaration
+    | InputDirective
+    | OutputDirective
+    | PrintSizeDirective
+    | Pragma
+    | Rule
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,11 +375,31 @@ class Program:
     def rules(self) -> tuple[Rule, ...]:
         return tuple(i for i in self.items if isinstance(i, Rule))
 
+    @property
+    def printsizes(self) -> tuple[str, ...]:
+        return tuple(i.relation for i in self.items if isinstance(i, PrintSizeDirective))
+
+    def input_options(self, relation: str) -> dict[str, str]:
+        """The options of ``relation``'s ``.input`` directives (later ones win)."""
+        return _options(
+            i for i in self.items if isinstance(i, InputDirective) and i.relation == relation
+        )
+
+    def output_options(self, relation: str) -> dict[str, str]:
+        """The options of ``relation``'s ``.output`` directives (later ones win)."""
+        return _options(
+            i for i in self.items if isinstance(i, OutputDirective) and i.relation == relation
+        )
+
     def declaration(self, relation: str) -> Declaration | None:
         return next((d for d in self.declarations if d.relation == relation), None)
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _options(directives: Iterable[InputDirective | OutputDirective]) -> dict[str, str]:
+    return {key: value for d in directives for key, value in d.options}
 
 
 def expr_vars(expr: Expr | Aggregate | None) -> set[str]:
@@ -278,6 +417,8 @@ def expr_vars(expr: Expr | Aggregate | None) -> set[str]:
             return set().union(*(expr_vars(a) for a in args))
         case Aggregate(arg=arg):
             return expr_vars(arg)
+        case SubAggregate():
+            return set()  # its variables are local to it or bound elsewhere in the rule
     raise TypeError(f"not an expression: {expr!r}")
 
 

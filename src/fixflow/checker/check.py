@@ -20,6 +20,7 @@ from fixflow.checker.ast import (
     Atom,
     Comparison,
     Expr,
+    Program,
     Rule,
     Var,
     body_atoms,
@@ -114,8 +115,10 @@ def _value_sort(analysis: Analysis, rule: Rule) -> Sort:
 def _check_rule(
     analysis: Analysis, rule: Rule, original: Rule, members: frozenset[str], budget: smt.Budget
 ) -> _RuleCheck:
-    counts = count_columns(analysis.program)
-    positions = value_positions_of(analysis.program)
+    # The rules as evaluated: a loaded input's bridge rule is one more producer of its values.
+    evaluated = Program(tuple(r for s in analysis.strata for r in s.rules), analysis.program.file)
+    counts = count_columns(evaluated)
+    positions = value_positions_of(evaluated)
     found = _RuleCheck(
         rule, alternatives(rule, members, analysis.schemas, counts, positions), original
     )

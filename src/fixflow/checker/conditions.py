@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, cast
 
 from fixflow.checker.analysis import bindings, index_var
 from fixflow.checker.ast import (
@@ -25,8 +25,10 @@ from fixflow.checker.ast import (
     Attribute,
     BinOp,
     Body,
+    BuiltinFunc,
     Call,
     Comparison,
+    Constraint,
     Expr,
     Neg,
     Negation,
@@ -321,17 +323,37 @@ def _constraints(
     counts: frozenset[tuple[str, int]],
 ) -> tuple[Comparison, ...]:
     found: list[Comparison] = []
-    for literal in body.literals:
+    for original in body.literals:
+        literal = (
+            _constraint_as_comparison(original) if isinstance(original, Constraint) else original
+        )
         if isinstance(literal, Comparison) and literal not in assignments:
             vars_ = expr_vars(literal.left) | expr_vars(literal.right)
-            if all(sort_of(types.get(v)) is not None for v in vars_):
-                found.append(_substitute_comparison(literal, definitions, renames))
+            substituted = _substitute_comparison(literal, definitions, renames)
+            # A test over symbols only is a guard independent of the values, and has no
+            # model; one that reaches a value through a conversion (`to_string(dx)`)
+            # must stay, so that the value map is rejected or opaque rather than total.
+            if all(sort_of(types.get(v)) is not None for v in vars_) or any(
+                types.get(v) != "symbol" for v in _comparison_vars(substituted)
+            ):
+                found.append(substituted)
     for atom in body_atoms(body):
         for position, arg in enumerate(atom.args):
             if isinstance(arg, Var) and (atom.relation, position) in counts:
                 at_least_one = Comparison(">=", arg, NumberLit(1))
                 found.append(_substitute_comparison(at_least_one, {}, renames))
     return tuple(found)
+
+
+def _constraint_as_comparison(constraint: Constraint) -> Comparison | None:
+    """``true`` is no guard; ``false`` never holds; ``contains``/``match`` become a test on
+    an opaque functor (``smt`` does not model them)."""
+    if constraint.func == "true":
+        return None if not constraint.negated else Comparison("=", NumberLit(0), NumberLit(1))
+    if constraint.func == "false":
+        return Comparison("=", NumberLit(0), NumberLit(1)) if not constraint.negated else None
+    call = Call(cast(BuiltinFunc, constraint.func), constraint.args)
+    return Comparison("!=", call, NumberLit(0))
 
 
 def _substitute_comparison(

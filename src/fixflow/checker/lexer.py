@@ -73,10 +73,22 @@ PUNCTUATION = (
     "<",
     ">",
     "!",
+    "%",
+    "^",
+    "|",  # separates the members of a union type: `.type U = A | B`
 )
 NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 NAME_CHARS = NAME_START | frozenset("0123456789_'")
 DIGITS = frozenset("0123456789")
+RADIX_DIGITS = {"0x": frozenset("0123456789abcdefABCDEF"), "0b": frozenset("01")}
+
+
+def int_value(text: str) -> int:
+    """The value of an INT token: decimal, ``0x`` hexadecimal or ``0b`` binary."""
+    base = {"0x": 16, "0b": 2}.get(text[:2].lower(), 10)
+    return int(text[2:] if base != 10 else text, base)
+
+
 SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
 # Every character str.splitlines() breaks at: diagnostics number lines the same way.
 LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
@@ -224,6 +236,23 @@ class Lexer:
         end = self._scan_digits(digits_start)
         return end if end > digits_start else start
 
+    def _lex_radix_number(self) -> bool:
+        """``0x1F`` (hex) and ``0b101`` (binary) are INTs, as in Soufflé; a prefix with no
+        digit after it is an error. False when the text is no such literal."""
+        prefix = self.text[self.pos : self.pos + 2].lower()
+        if prefix not in RADIX_DIGITS:
+            return False
+        end = self.pos + 2
+        while end < len(self.text) and self.text[end] in NAME_CHARS:
+            end += 1
+        digits = self.text[self.pos + 2 : end]
+        if digits and all(c in RADIX_DIGITS[prefix] for c in digits):
+            self._emit(Kind.INT, self.pos, end)
+        else:
+            base = "hexadecimal" if prefix == "0x" else "binary"
+            self._error(self.pos, end, f"invalid {base} literal `{self.text[self.pos : end]}`")
+        return True
+
     def _lex_number(self) -> None:
         """``12`` is an INT; ``0.15``, ``1e-3``, ``2.5e3``, ``2.e3`` are FLOATs.
 
@@ -231,6 +260,8 @@ class Lexer:
         left as a separate ``.`` token: whether it makes ``2.`` a float or ends the rule is
         decided by the parser, which can see what follows.
         """
+        if self._lex_radix_number():
+            return
         start = self.pos
         end = self._scan_digits(start)
         is_float = False

@@ -55,16 +55,31 @@ class Analysis:
     schemas: dict[str, tuple[Attribute, ...]]
     """Every declared relation's attributes (iteration index included where declared)."""
     edb: frozenset[str]
-    """``.input`` relations."""
+    """The relations that hold loaded facts: ``.input`` relations, and for an input
+    relation that rules or facts also define, its hidden loaded part (``loaded``)."""
     idb: frozenset[str]
-    """Relations defined by rules."""
+    """Relations computed by strata: defined by rules or facts (an input relation that is
+    also defined among them), and ``.output`` relations with no definition (always empty)."""
     strata: tuple[Stratum, ...]
     """In evaluation order: every stratum only reads EDB and earlier strata."""
     diagnostics: tuple[Diagnostic, ...] = ()
+    loaded: dict[str, str] = field(default_factory=dict)
+    """Every ``.input`` relation (the name facts files, topics and EDB tables use) → the
+    EDB relation its facts are loaded into: itself, or for a relation that is also defined
+    by rules or facts a hidden relation that one more rule unions into it (Soufflé's
+    semantics: loaded and derived facts together)."""
 
     @property
     def errors(self) -> tuple[Diagnostic, ...]:
         return tuple(d for d in self.diagnostics if d.severity == "error")
+
+    def edb_relation(self, relation: str) -> str:
+        """The EDB relation that holds the loaded facts of input ``relation``."""
+        return self.loaded.get(relation, relation)
+
+    def input_relation(self, relation: str) -> str:
+        """The user's name of EDB ``relation`` (the inverse of ``edb_relation``)."""
+        return next((user for user, edb in self.loaded.items() if edb == relation), relation)
 
 
 @dataclass(frozen=True, slots=True)

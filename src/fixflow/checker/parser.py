@@ -17,12 +17,16 @@ import dataclasses
 import logging
 import math
 from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import Literal, TypeVar, cast
 
 from fixflow.checker.ast import (
     AGGREGATE_FUNCS,
     BUILTIN_FUNCS,
+    CONSTRAINT_FUNCS,
+    PREFIX_OPS,
+    RESERVED_WORDS,
     TYPE_NAMES,
+    WORD_OPS,
     Aggregate,
     AggregateFunc,
     ArithOp,
@@ -35,52 +39,90 @@ from fixflow.checker.ast import (
     Call,
     CompareOp,
     Comparison,
+    Constraint,
+    ConstraintFunc,
     Declaration,
     Expr,
     FloatLit,
     Head,
     HeadArg,
     InputDirective,
+    IOOptions,
     Item,
     Neg,
     Negation,
     NumberLit,
     OutputDirective,
+    Pragma,
+    PrintSizeDirective,
     Program,
     Rule,
     Span,
     StringLit,
+    SubAggregate,
     Termination,
+    TypeDeclaration,
     TypeName,
     Var,
     Wildcard,
 )
 from fixflow.checker.diagnostics import CheckError, Diagnostic
-from fixflow.checker.lexer import Kind, Lexer, Token, unescape
+from fixflow.checker.directives import (
+    PRAGMA_NOTE,
+    PRAGMAS,
+    IOOption,
+    TypeResolver,
+    check_io_options,
+)
+from fixflow.checker.lexer import Kind, Lexer, Token, int_value, unescape
 
 log = logging.getLogger(__name__)
 
 COMPARE_OPS: tuple[str, ...] = ("=", "!=", "<", "<=", ">", ">=")
-ARITH_OPS: tuple[str, ...] = ("+", "-", "*", "/")
+ARITH_OPS: tuple[str, ...] = ("+", "-", "*", "/", "%", "^")
+BINARY_LEVELS: tuple[tuple[str, ...], ...] = (
+    ("lor",),
+    ("lxor",),
+    ("land",),
+    ("bor",),
+    ("bxor",),
+    ("band",),
+    ("bshl", "bshr"),
+    ("+", "-"),
+    ("*", "/", "%"),
+)
+"""Left-associative binary operators, loosest first (Soufflé's precedence); below them
+come the prefix operators (``-``, ``bnot``, ``lnot``) and then ``^`` (right-associative)."""
+FUNCTION_WORDS = frozenset(BUILTIN_FUNCS) | frozenset(PREFIX_OPS)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 BUILTINS_NOTE = (
-    "the built-in functions are `min(a, b)`, `max(a, b)`, `abs(x)`, `exp(x)`, "
-    "`log(x)` and `relu(x)`"
+    "the built-in functions are `min(a, b)`, `max(a, b)`, `abs(x)`, `exp(x)`, `log(x)`, "
+    "`relu(x)`, `itof(x)`, `ftoi(x)`, `to_float(x)`, `to_number(x)`, `to_string(x)`, "
+    "`cat(a, b, ...)`, `strlen(s)` and `substr(s, i, n)`"
+)
+CONSTRAINTS_NOTE = (
+    "the built-in constraints are `true`, `false`, `contains(sub, s)` and `match(regex, s)`"
 )
 LITERAL_NOTE = (
     "a body literal is an atom `p(X, Y)`, a negated atom `!p(X, Y)` "
     "or a comparison such as `d = dx + w`"
 )
+SUBAGG_NOTE = (
+    "a body aggregate is `x = min y : { r(y, z), z > 0 }`, `c = count : { r(_) }` "
+    "or `s = sum y : r(y)`"
+)
 TERMINATION_NOTE = (
     "a termination clause reads `{sum[Δr] < 0.001}` (ASCII: `{sum[delta r] < 0.001}`)"
 )
-TYPES_NOTE = "the types are `number` (int64), `float` (float64) and `symbol` (string)"
+TYPES_NOTE = (
+    "the types are `number` (int64), `unsigned` (int64, not negative), `float` (float64), "
+    "`symbol` (string) and those declared with `.type`"
+)
 TYPE_SUGGESTIONS = {
     "int": "number",
     "integer": "number",
     "long": "number",
-    "unsigned": "number",
     "double": "float",
     "real": "float",
     "string": "symbol",
@@ -122,6 +164,8 @@ class Parser:
         self.file = file
         self.pos = 0
         self.diagnostics: list[Diagnostic] = [t.error for t in self.tokens if t.error]
+        self._member_spans: dict[tuple[str, str], Span] = {}
+        """Where each ``(type, member)`` of a ``.type`` declaration was written."""
 
     # ------------------------------------------------------------ program and recovery
 
@@ -130,9 +174,10 @@ class Parser:
         while self._peek().kind is not Kind.EOF:
             start = self.pos
             try:
-                items.append(self._item())
+                items.extend(self._item())
             except _Abort:
                 self._recover(start)
+        items = self._resolve_types(items)
         if any(d.severity == "error" for d in self.diagnostics):
             ordered = sorted(self.diagnostics, key=lambda d: (d.span.line, d.span.col))
             raise CheckError(ordered, self.text)
@@ -219,23 +264,29 @@ class Parser:
 
     # ------------------------------------------------------------ items
 
-    def _item(self) -> Item:
+    def _item(self) -> tuple[Item, ...]:
+        """The next item; a directive naming several relations (``.input a, b``) gives one
+        item per relation."""
         token = self._peek()
         if token.kind is Kind.DIRECTIVE:
             return self._directive(token)
         if token.kind is Kind.IDENT:
-            return self._rule()
+            return (self._rule(),)
         raise self._fail("expected a rule or a directive (`.decl`, `.input`, `.output`)")
 
-    def _directive(self, token: Token) -> Item:
+    def _directive(self, token: Token) -> tuple[Item, ...]:
         if token.text == ".decl":
-            return self._declaration()
-        if token.text in (".input", ".output"):
-            return self._io_directive()
+            return (self._declaration(),)
+        if token.text == ".type":
+            return (self._type_declaration(),)
+        if token.text in (".input", ".output", ".printsize"):
+            return self._relations_directive()
+        if token.text == ".pragma":
+            return (self._pragma(),)
         self._report(
             f"unknown directive `{token.text}`",
             token.span,
-            "the directives are `.decl`, `.input` and `.output`",
+            "the directives are `.decl`, `.type`, `.input`, `.output`, `.printsize` and `.pragma`",
         )
         raise _Abort()
 
@@ -250,6 +301,19 @@ class Parser:
                 f"`{name.text}` is a built-in function and cannot name a relation",
                 name.span,
                 BUILTINS_NOTE,
+                "rename the relation",
+            )
+        elif name.text in CONSTRAINT_FUNCS:
+            self._report(
+                f"`{name.text}` is a built-in constraint and cannot name a relation",
+                name.span,
+                CONSTRAINTS_NOTE,
+                "rename the relation",
+            )
+        elif name.text in RESERVED_WORDS:
+            self._report(
+                f"`{name.text}` is an operator and cannot name a relation",
+                name.span,
                 "rename the relation",
             )
 
@@ -286,30 +350,131 @@ class Parser:
             f"an attribute is written `name: type`, e.g. `{name.text}: number`",
         )
         type_token = self._ident(f"expected a type after `{name.text}:`", TYPES_NOTE)
-        return Attribute(name.text, self._type_name(type_token), self._span(name, type_token))
+        span = self._span(name, type_token)
+        if type_token.text in TYPE_NAMES:
+            return Attribute(name.text, cast(TypeName, type_token.text), span)
+        # `unsigned` or a `.type`, which may be declared later: `_resolve_types` sets the
+        # base type ("number" until then).
+        return Attribute(name.text, "number", span, declared=type_token.text)
 
-    def _type_name(self, token: Token) -> TypeName:
-        if token.text in TYPE_NAMES:
-            return cast(TypeName, token.text)
-        notes = [TYPES_NOTE]
-        suggestion = TYPE_SUGGESTIONS.get(token.text.lower())
-        if suggestion:
-            notes.append(f"did you mean `{suggestion}`?")
-        self._report(f"unknown type `{token.text}`", token.span, *notes)
-        return "number"  # a placeholder: the program is rejected anyway
+    # ------------------------------------------------------------ types
 
-    def _io_directive(self) -> InputDirective | OutputDirective:
+    def _type_declaration(self) -> TypeDeclaration:
+        """``.type T <: base``, ``.type T = U`` or ``.type T = A | B``."""
         start = self._advance()
-        name = self._relation_name(f"`{start.text}`")
-        following = self._peek()
-        if following.is_punct("(") and not self._starts_line(self.pos):
+        name = self._ident("expected a type name after `.type`")
+        subtype = self._at("<") and self._at(":", ahead=1)
+        if subtype and self._peek().end == self._peek(1).start:
+            self._advance()
+        elif not self._at("="):
             raise self._fail(
-                f"expected a new line after `{start.text} {name.text}`",
-                f"`{start.text}` takes only a relation name; the Kafka topic and the facts "
-                f"file are named after the relation",
+                f"expected `<:` or `=` after `.type {name.text}`",
+                f"declare a subtype `.type {name.text} <: symbol`, an alias "
+                f"`.type {name.text} = number` or a union `.type {name.text} = A | B`",
             )
+        op: Literal["<:", "="] = "<:" if subtype else "="
+        self._advance()
+        if self._at("[", "{"):
+            raise self._fail("expected a type name", "record and ADT types are not supported")
+        members = [self._type_member(name.text)]
+        while op == "=" and self._at("|"):
+            self._advance()
+            members.append(self._type_member(name.text))
+        span = self._span(start, members[-1])
+        return TypeDeclaration(name.text, op, tuple(t.text for t in members), span)
+
+    def _type_member(self, declared: str) -> Token:
+        token = self._ident("expected a type name", TYPES_NOTE)
+        self._member_spans[(declared, token.text)] = token.span
+        return token
+
+    def _resolve_types(self, items: list[Item]) -> list[Item]:
+        """Replace every attribute's type name by its base type (``.type`` declarations
+        may come after their uses); report unknown, cyclic and mixed types."""
+        declarations = [i for i in items if isinstance(i, TypeDeclaration)]
+        resolver = TypeResolver(declarations, self._member_spans)
+        self.diagnostics.extend(resolver.diagnostics)
+        resolved: list[Item] = []
+        for item in items:
+            if isinstance(item, Declaration):
+                attributes = tuple(self._resolve_attribute(a, resolver) for a in item.attributes)
+                item = dataclasses.replace(item, attributes=attributes)
+            resolved.append(item)
+        return resolved
+
+    def _resolve_attribute(self, attribute: Attribute, resolver: TypeResolver) -> Attribute:
+        if attribute.declared is None:
+            return attribute
+        base = resolver.base(attribute.declared)
+        if base is not None:
+            return dataclasses.replace(attribute, type=base)
+        if not resolver.known(attribute.declared):
+            end = attribute.span  # it ends with the type name
+            col = end.end_col - len(attribute.declared)
+            span = Span(end.file, end.end_line, col, end.end_line, end.end_col)
+            notes = [TYPES_NOTE]
+            suggestion = TYPE_SUGGESTIONS.get(attribute.declared.lower())
+            if suggestion:
+                notes.append(f"did you mean `{suggestion}`?")
+            self._report(f"unknown type `{attribute.declared}`", span, *notes)
+        return attribute  # the program is rejected anyway
+
+    # ------------------------------------------------------------ I/O and other directives
+
+    def _relations_directive(self) -> tuple[Item, ...]:
+        """``.input a, b(key=value, ...)``, ``.output ...`` and ``.printsize a, b``."""
+        start = self._advance()
+        names = [self._relation_name(f"`{start.text}`")]
+        while self._at(","):
+            self._advance()
+            names.append(self._relation_name("`,`"))
+        options: IOOptions = ()
+        if self._at("(") and not self._starts_line(self.pos):
+            if start.text == ".printsize":
+                raise self._fail(
+                    f"expected a new line after `.printsize {names[-1].text}`",
+                    "`.printsize` takes only relation names",
+                )
+            options = self._io_options(start.text)
+        if start.text == ".printsize":
+            return tuple(PrintSizeDirective(n.text, self._span(start, n)) for n in names)
         node = InputDirective if start.text == ".input" else OutputDirective
-        return node(name.text, self._span(start, name))
+        return tuple(node(n.text, self._span(start, n), options) for n in names)
+
+    def _io_options(self, directive: str) -> IOOptions:
+        self._advance()  # `(`
+        options = self._comma_list(self._io_option, "expected `,` or `)` after an option")
+        self._advance()  # the `)` that _comma_list stopped at
+        self.diagnostics.extend(check_io_options(directive, options))
+        return tuple((o.key, o.value) for o in options)
+
+    def _io_option(self) -> IOOption:
+        key = self._ident("expected an option name, e.g. `filename`")
+        example = 'write `key=value`, e.g. `delimiter=","`'
+        self._expect("=", f"expected `=` after `{key.text}`", example)
+        value = self._peek()
+        if value.kind is Kind.STRING:
+            text = self._string(self._advance()).value
+        elif value.kind in (Kind.IDENT, Kind.INT):
+            text = self._advance().text
+        else:
+            raise self._fail(f"expected a value for `{key.text}`", 'e.g. `filename="edge.tsv"`')
+        return IOOption(key.text, text, key.span, value.span)
+
+    def _pragma(self) -> Pragma:
+        """``.pragma "key" "value"`` or ``.pragma "key"``; only harmless keys pass."""
+        start = self._advance()
+        if self._peek().kind is not Kind.STRING:
+            raise self._fail('expected a string after `.pragma`, e.g. `.pragma "jobs" "4"`')
+        key_token = self._advance()
+        key = self._string(key_token).value
+        value, end = "", key_token
+        if self._peek().kind is Kind.STRING and not self._starts_line(self.pos):
+            end = self._advance()
+            value = self._string(end).value
+        if key not in PRAGMAS:
+            self._report(f"unsupported pragma `{key}`", key_token.span, PRAGMA_NOTE)
+        return Pragma(key, value, self._span(start, end))
 
     # ------------------------------------------------------------ rules
 
@@ -390,7 +555,8 @@ class Parser:
         self._reject_aggregates(
             expr,
             "a rule body",
-            "aggregates go in the head, as a whole argument: `p(X, sum[v]) :- q(X, v).`",
+            "aggregates go in the head, as a whole argument: `p(X, sum[v]) :- q(X, v).`, "
+            "or in the body in Soufflé's form: `t = sum v : { q(X, v) }`",
         )
         return expr
 
@@ -405,14 +571,20 @@ class Parser:
         token = self._peek()
         if token.is_punct("!"):
             self._advance()
+            if self._peek().kind is Kind.IDENT and self._peek().text in CONSTRAINT_FUNCS:
+                inner = self._constraint()
+                span = _join(token.span, inner.span)
+                return dataclasses.replace(inner, negated=True, span=span)
             if not (self._peek().kind is Kind.IDENT and self._at("(", ahead=1)):
                 raise self._fail(
                     "expected an atom after `!`", "only atoms can be negated, e.g. `!edge(X, Y)`"
                 )
             atom = self._atom()
             return Negation(atom, _join(token.span, atom.span))
+        if token.kind is Kind.IDENT and token.text in CONSTRAINT_FUNCS:
+            return self._constraint()
         starts_atom = token.kind is Kind.IDENT and self._at("(", ahead=1)
-        if starts_atom and (token.text not in BUILTIN_FUNCS or self._builtin_used_as_atom()):
+        if starts_atom and (token.text not in FUNCTION_WORDS or self._builtin_used_as_atom()):
             return self._atom()
         if not self._can_start_expr(token):
             raise self._fail("expected a body literal", LITERAL_NOTE)
@@ -430,6 +602,29 @@ class Parser:
         right = self._body_expr()
         return Comparison(op, left, right, _join(left.span, right.span))
 
+    def _constraint(self) -> Constraint:
+        """``true``, ``false``, ``contains(sub, s)`` or ``match(regex, s)``."""
+        name = self._advance()
+        func = cast(ConstraintFunc, name.text)
+        arity = CONSTRAINT_FUNCS[name.text]
+        if arity == 0:
+            if self._at("("):
+                raise self._fail(f"expected `,`, `;` or `.` after `{name.text}`", CONSTRAINTS_NOTE)
+            return Constraint(func, (), span=name.span)
+        self._expect("(", f"expected `(` after `{name.text}`", CONSTRAINTS_NOTE)
+        args = self._comma_list(
+            self._body_expr, f"expected `)` after the arguments of `{name.text}`"
+        )
+        end = self._advance()
+        constraint = Constraint(func, args, span=self._span(name, end))
+        if len(args) != arity:
+            self._report(
+                f"`{name.text}` takes {arity} arguments, found {len(args)}",
+                constraint.span,
+                CONSTRAINTS_NOTE,
+            )
+        return constraint
+
     def _builtin_used_as_atom(self) -> bool:
         """Whether ``min(...)`` etc. at the current token stands alone like an atom rather
         than starting an expression such as ``min(a, b) < c``."""
@@ -445,7 +640,8 @@ class Parser:
                 depth -= 1
                 if depth == 0:
                     after = self.tokens[index + 1]
-                    return not after.is_punct(*COMPARE_OPS, *ARITH_OPS)
+                    word_op = after.kind is Kind.IDENT and after.text in WORD_OPS
+                    return not (word_op or after.is_punct(*COMPARE_OPS, *ARITH_OPS))
             index += 1
         return False
 
@@ -506,31 +702,42 @@ class Parser:
             "(", "-", "_"
         )
 
-    def _binary(self, ops: tuple[str, ...], operand: Callable[[], Expr]) -> Expr:
-        """A left-associative chain ``operand (op operand)*``."""
-        left = operand()
-        while self._at(*ops):
+    def _at_operator(self, ops: tuple[str, ...]) -> bool:
+        """Whether the current token is one of ``ops``: punctuation or a word (``band``)."""
+        token = self._peek()
+        return token.is_punct(*ops) or (token.kind is Kind.IDENT and token.text in ops)
+
+    def _binary(self, level: int = 0) -> Expr:
+        """A left-associative chain of ``BINARY_LEVELS[level]`` over the tighter levels."""
+        if level == len(BINARY_LEVELS):
+            return self._unary()
+        ops = BINARY_LEVELS[level]
+        left = self._binary(level + 1)
+        while self._at_operator(ops):
             op = cast(ArithOp, self._advance().text)
-            right = operand()
+            right = self._binary(level + 1)
             left = BinOp(op, left, right, _join(left.span, right.span))
         return left
 
     def _expr(self) -> Expr:
-        return self._binary(("+", "-"), self._term)
-
-    def _term(self) -> Expr:
-        return self._binary(("*", "/"), self._unary)
+        return self._binary()
 
     def _unary(self) -> Expr:
         """``-`` directly before a number literal makes a negative literal (``-1`` is
         ``NumberLit(-1)``, which also lets ``-9223372036854775808`` fit in int64);
-        before anything else, including ``(1)`` and ``-1``, it is a ``Neg`` node."""
+        before anything else, including ``(1)`` and ``-1``, it is a ``Neg`` node. As in
+        Soufflé, ``^`` binds tighter than a prefix operator: ``-2^2`` is ``-(2^2)``."""
+        token = self._peek()
+        if token.kind is Kind.IDENT and token.text in PREFIX_OPS:
+            self._advance()
+            operand = self._unary()
+            func = cast(BuiltinFunc, token.text)
+            return Call(func, (operand,), _join(token.span, operand.span))
         if not self._at("-"):
-            token = self._peek()
-            return self._check_int_range(self._primary(), token)
+            return self._power()
         minus = self._advance()
         token = self._peek()
-        if token.kind in (Kind.INT, Kind.FLOAT):
+        if token.kind in (Kind.INT, Kind.FLOAT) and not self._at("^", ahead=1):
             literal = self._primary()
             assert isinstance(literal, NumberLit | FloatLit), "a number token is a literal"
             span = _join(minus.span, literal.span)
@@ -542,6 +749,16 @@ class Parser:
             return self._check_int_range(negative, token)
         operand = self._unary()
         return Neg(operand, _join(minus.span, operand.span))
+
+    def _power(self) -> Expr:
+        """``primary ["^" unary]``: right-associative, and its exponent may be negated."""
+        token = self._peek()
+        base = self._check_int_range(self._primary(), token)
+        if not self._at("^"):
+            return base
+        self._advance()
+        exponent = self._unary()
+        return BinOp("^", base, exponent, _join(base.span, exponent.span))
 
     def _check_int_range(self, node: Expr, token: Token) -> Expr:
         if isinstance(node, NumberLit) and not INT64_MIN <= node.value <= INT64_MAX:
@@ -576,11 +793,12 @@ class Parser:
         if (
             dot.is_punct(".")
             and dot.start == token.end
+            and token.text.isdigit()
             and following.kind not in (Kind.EOF, Kind.IDENT, Kind.DIRECTIVE)
         ):
             self._advance()
             return FloatLit(float(token.text), self._span(token, dot))
-        return NumberLit(int(token.text), token.span)
+        return NumberLit(int_value(token.text), token.span)
 
     def _float(self, token: Token) -> FloatLit:
         value = float(token.text)
@@ -609,6 +827,18 @@ class Parser:
 
     def _name_expr(self) -> Expr:
         name = self._peek()
+        if name.text in RESERVED_WORDS:
+            what = "a constraint" if name.text in CONSTRAINT_FUNCS else "an operator"
+            self._report(f"`{name.text}` is {what}, not a value", name.span, "rename the variable")
+            raise _Abort()
+        if name.text in CONSTRAINT_FUNCS:
+            self._report(
+                f"`{name.text}` is a constraint, not a function",
+                name.span,
+                CONSTRAINTS_NOTE,
+                f"write it as a body literal: `..., {name.text}(a, b), ...`",
+            )
+            raise _Abort()
         if self._at("(", ahead=1) and name.text not in BUILTIN_FUNCS:
             self._report(
                 f"`{name.text}` is not a built-in function",
@@ -617,6 +847,8 @@ class Parser:
                 "a relation is used as an atom of the body, not inside an expression",
             )
             raise _Abort()
+        if self._starts_sub_aggregate():
+            return self._sub_aggregate()
         self._advance()
         if self._at("[") and name.text in AGGREGATE_FUNCS:
             return self._aggregate(name)  # type: ignore[return-value]  # callers reject it
@@ -629,9 +861,43 @@ class Parser:
         self._check_arity(call)
         return call
 
+    def _starts_sub_aggregate(self) -> bool:
+        """``count :`` or ``min|max|sum|mean <expr> :`` (a name followed by the start of
+        an expression would otherwise be a syntax error; ``min(`` stays a call)."""
+        name, after = self._peek(), self._peek(1)
+        if name.text not in AGGREGATE_FUNCS:
+            return False
+        if name.text == "count":
+            return after.is_punct(":")
+        return not after.is_punct("(", "-") and self._can_start_expr(after)
+
+    def _sub_aggregate(self) -> SubAggregate:
+        """Soufflé's body aggregate: ``func [target] : { literal, ... }`` or ``: atom``."""
+        func = self._advance()
+        target = None if func.text == "count" else self._expr()
+        self._expect(":", f"expected `:` after `{func.text}` and its target", SUBAGG_NOTE)
+        if self._at("{"):
+            self._advance()
+            body = self._body()
+            end = self._expect("}", "expected `}` to close the aggregate's body", SUBAGG_NOTE)
+            span = self._span(func, end)
+        elif self._peek().kind is Kind.IDENT and self._at("(", ahead=1):
+            atom = self._atom()
+            body = Body((atom,), atom.span)
+            span = _join(func.span, atom.span)
+        else:
+            raise self._fail(f"expected `{{` or an atom after `{func.text} ... :`", SUBAGG_NOTE)
+        return SubAggregate(cast(AggregateFunc, func.text), target, body, span)
+
     def _check_arity(self, call: Call) -> None:
         expected = BUILTIN_FUNCS[call.func]
-        if len(call.args) != expected:
+        if expected < 0 and len(call.args) < -expected:
+            self._report(
+                f"`{call.func}` takes at least {-expected} arguments, found {len(call.args)}",
+                call.span,
+                BUILTINS_NOTE,
+            )
+        elif expected >= 0 and len(call.args) != expected:
             plural = "argument" if expected == 1 else "arguments"
             self._report(
                 f"`{call.func}` takes {expected} {plural}, found {len(call.args)}",

@@ -9,6 +9,7 @@ clauses use ``Δ``.
 from __future__ import annotations
 
 import math
+import re
 
 from fixflow.checker.ast import (
     Aggregate,
@@ -18,18 +19,25 @@ from fixflow.checker.ast import (
     Body,
     Call,
     Comparison,
+    Constraint,
     Declaration,
     FloatLit,
     Head,
     InputDirective,
+    IOOptions,
+    Item,
     Neg,
     Negation,
     NumberLit,
     OutputDirective,
+    Pragma,
+    PrintSizeDirective,
     Program,
     Rule,
     StringLit,
+    SubAggregate,
     Termination,
+    TypeDeclaration,
     Var,
     Wildcard,
 )
@@ -38,10 +46,28 @@ from fixflow.checker.lexer import LINE_BREAKS
 INDENT = "    "
 MAX_LINE = 100
 """A one-body rule longer than this is laid out like a rule with several bodies."""
-# Binding strength; higher binds tighter. Unary minus and atoms of expressions sit above.
-PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
-UNARY_PRECEDENCE = 3
-ATOMIC_PRECEDENCE = 4
+# Binding strength; higher binds tighter (Soufflé's order). Prefix operators (`-`, `bnot`,
+# `lnot`) bind tighter than every binary operator but `^`; atoms of expressions sit above.
+PRECEDENCE = {
+    "lor": 1,
+    "lxor": 2,
+    "land": 3,
+    "bor": 4,
+    "bxor": 5,
+    "band": 6,
+    "bshl": 7,
+    "bshr": 7,
+    "+": 8,
+    "-": 8,
+    "*": 9,
+    "/": 9,
+    "%": 9,
+    "^": 11,
+}
+UNARY_PRECEDENCE = 10
+ATOMIC_PRECEDENCE = 12
+BARE_VALUE = re.compile(r"[A-Za-z][A-Za-z0-9_']*|[0-9]+")
+"""An I/O option value that reads back unquoted: a name or digits."""
 NAMED_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
@@ -51,14 +77,16 @@ def pretty(node: object) -> str:
     match node:
         case Program():
             return _program(node)
-        case Declaration(relation=relation, attributes=attributes):
-            return f".decl {relation}({', '.join(pretty(a) for a in attributes)})"
-        case Attribute(name=name, type=type_name):
-            return f"{name}: {type_name}"
-        case InputDirective(relation=relation):
-            return f".input {relation}"
-        case OutputDirective(relation=relation):
-            return f".output {relation}"
+        case (
+            Declaration()
+            | Attribute()
+            | TypeDeclaration()
+            | InputDirective()
+            | OutputDirective()
+            | PrintSizeDirective()
+            | Pragma()
+        ):
+            return _declaration_item(node)
         case Rule():
             return _rule(node)
         case Head(relation=relation, args=args) | Atom(relation=relation, args=args):
@@ -69,11 +97,42 @@ def pretty(node: object) -> str:
             return f"!{pretty(atom)}"
         case Comparison(op=op, left=left, right=right):
             return f"{pretty(left)} {op} {pretty(right)}"
+        case Constraint(func=func, args=args, negated=negated):
+            call = f"{func}({', '.join(_expr(a) for a in args)})" if args else func
+            return f"!{call}" if negated else call
         case Termination(func=func, var=var, op=op, bound=bound):
             return f"{{{func}[Δ{var}] {op} {pretty(bound)}}}"
         case Aggregate(func=func, arg=arg):
             return f"{func}[{'*' if arg is None else pretty(arg)}]"
     return _expr(node)
+
+
+def _declaration_item(node: Item | Attribute) -> str:
+    """A directive or declaration; an attribute prints the type name as written."""
+    match node:
+        case Declaration(relation=relation, attributes=attributes):
+            return f".decl {relation}({', '.join(pretty(a) for a in attributes)})"
+        case Attribute(name=name, type=type_name, declared=declared):
+            return f"{name}: {declared or type_name}"
+        case TypeDeclaration(name=name, op=op, members=members):
+            return f".type {name} {op} {' | '.join(members)}"
+        case InputDirective(relation=relation, options=options):
+            return f".input {relation}{_io_options(options)}"
+        case OutputDirective(relation=relation, options=options):
+            return f".output {relation}{_io_options(options)}"
+        case PrintSizeDirective(relation=relation):
+            return f".printsize {relation}"
+        case Pragma(key=key, value=value):
+            return f".pragma {quote(key)} {quote(value)}" if value else f".pragma {quote(key)}"
+    raise TypeError(f"not a declaration or directive: {node!r}")
+
+
+def _io_options(options: IOOptions) -> str:
+    """``(IO=file, filename="e.tsv")``: names and integers bare, anything else quoted."""
+    if not options:
+        return ""
+    shown = (f"{k}={v if BARE_VALUE.fullmatch(v) else quote(v)}" for k, v in options)
+    return f"({', '.join(shown)})"
 
 
 def _program(program: Program) -> str:
@@ -121,7 +180,7 @@ def _precedence(node: object) -> int:
     match node:
         case BinOp(op=op):
             return PRECEDENCE[op]
-        case Neg():
+        case Neg() | Call(func="bnot" | "lnot"):
             return UNARY_PRECEDENCE
         case NumberLit(value=value) | FloatLit(value=value) if value < 0 or _is_negative_zero(
             value
@@ -146,10 +205,17 @@ def _expr(node: object) -> str:
             return format_float(value)
         case StringLit(value=value):
             return quote(value)
+        case Call(func="bnot" | "lnot" as func, args=(operand,)):
+            return f"{func} {_wrap(operand, _precedence(operand) < UNARY_PRECEDENCE)}"
         case Call(func=func, args=args):
             return f"{func}({', '.join(_expr(a) for a in args)})"
         case Neg(operand=operand):
             return _negation(operand)
+        case BinOp(op="^", left=left, right=right):
+            # Right-associative, and its exponent may be any prefix expression.
+            left_text = _wrap(left, _precedence(left) <= PRECEDENCE["^"])
+            right_text = _wrap(right, _precedence(right) < UNARY_PRECEDENCE)
+            return f"{left_text} ^ {right_text}"
         case BinOp(op=op, left=left, right=right):
             own = PRECEDENCE[op]
             # Left-associative: the right operand needs parentheses at equal precedence.
@@ -158,6 +224,9 @@ def _expr(node: object) -> str:
             return f"{left_text} {op} {right_text}"
         case Aggregate():
             return pretty(node)
+        case SubAggregate(func=func, target=target, body=body):
+            head = func if target is None else f"{func} {_expr(target)}"
+            return f"{head} : {{ {pretty(body)} }}"
     raise TypeError(f"not an AST node: {node!r}")
 
 

@@ -6,6 +6,7 @@ from fixflow.checker.ast import Declaration, Program, Rule
 from fixflow.checker.diagnostics import Diagnostic
 from fixflow.checker.model import PROPERTY_NAMES, Report, RuleVerdict, Stratum
 from fixflow.checker.printer import pretty
+from fixflow.checker.subaggregates import is_hidden
 
 PROPERTY_LABELS = {
     "commutativity": "Property 1, commutative",
@@ -78,7 +79,16 @@ def human(report: Report) -> str:
 
 def _stratum_title(stratum: Stratum) -> str:
     kind = "recursive" if stratum.recursive else "non-recursive"
-    return f"stratum {stratum.index} ({kind}): {', '.join(stratum.relations)}"
+    names = ", ".join(_shown_name(stratum, relation) for relation in stratum.relations)
+    return f"stratum {stratum.index} ({kind}): {names}"
+
+
+def _shown_name(stratum: Stratum, relation: str) -> str:
+    """A body aggregate's hidden relation is shown by where the user wrote the aggregate."""
+    if not is_hidden(relation):
+        return relation
+    span = next(r.head.span for r in stratum.rules if r.head.relation == relation)
+    return f"body aggregate at {span.line}:{span.col}"
 
 
 def _verdict_lines(verdict: RuleVerdict, file: str, stratum_reason: str) -> list[str]:

@@ -4,7 +4,12 @@ Every verb builds ``¬property`` over universally quantified values and asks Z3 
 model: ``unsat`` ⇒ the property holds; ``sat`` ⇒ it fails and the model is the
 counterexample; ``unknown`` ⇒ unknown (never treated as holds). ``exp`` and ``log`` are
 uninterpreted functions with ground monotonicity axioms (and ``exp > 0``), so a ``sat``
-answer that involves them is only "not proven" and reported as unknown.
+answer that involves them is only "not proven" and reported as unknown. Every other
+operator and functor (``%``, ``^``, bitwise and logical operators, conversions, string
+functors) is opaque: an uninterpreted function of its translated arguments, and a string
+literal an unconstrained constant named after its text. That over-approximates the real
+function, so ``unsat`` is still a proof (``holds``), while ``sat`` is only "not proven"
+(``unknown``), never ``fails``.
 
 Each verb takes a ``Budget``: Z3's resource limit for that one query, counted in solver
 steps rather than seconds, and solves in a fresh Z3 context. So a query's answer depends
@@ -31,6 +36,7 @@ from fixflow.checker.ast import (
     FloatLit,
     Neg,
     NumberLit,
+    StringLit,
     Var,
 )
 from fixflow.checker.conditions import Sort, ValueMap
@@ -83,9 +89,21 @@ class _Translation:
     env: dict[str, z3.ArithRef]
     side: list[z3.BoolRef] = field(default_factory=list)
     uf_calls: list[tuple[str, z3.ArithRef, z3.ArithRef]] = field(default_factory=list)
+    opaque: list[str] = field(default_factory=list)
+    """What was left unmodelled, by operator or functor name (see the module doc)."""
 
     def expr(self, expr: Expr) -> z3.ArithRef:
         match expr:
+            case StringLit(value=value):
+                self.opaque.append("strings")
+                return z3.Const(f"string {value!r}", z3.IntSort(self.ctx))
+            case BinOp(op=op, left=left, right=right) if op not in MODELLED_OPS:
+                args = [self.expr(left), self.expr(right)]
+                real = op == "^" and not all(a.is_int() for a in args)
+                return self._opaque(op, args, real)
+            case Call(func=func, args=args) if func not in MODELLED_FUNCS:
+                real = func in ("itof", "to_float")
+                return self._opaque(func, [self.expr(a) for a in args], real)
             case NumberLit(value=value):
                 return z3.IntVal(value, self.ctx)
             case FloatLit(value=value):
@@ -100,6 +118,15 @@ class _Translation:
             case Call(func=func, args=args):
                 return self._call(func, [self.expr(a) for a in args])
         raise ValueError(f"cannot translate {expr!r}")
+
+    def _opaque(self, name: str, args: list[z3.ArithRef], real: bool) -> z3.ArithRef:
+        """An unmodelled operator applied as an uninterpreted function (symbols are opaque
+        integers; the result is real or integer like the operator's Fixflow type)."""
+        self.opaque.append(f"`{name}`")
+        result = z3.RealSort(self.ctx) if real else z3.IntSort(self.ctx)
+        sorts = [a.sort() for a in args]
+        function = z3.Function(f"{name}/{'/'.join(map(str, sorts))}", *sorts, result)
+        return function(*args)
 
     def _binop(self, op: str, left: z3.ArithRef, right: z3.ArithRef) -> z3.ArithRef:
         if op == "+":
@@ -153,6 +180,10 @@ class _Translation:
                 if func == other_func and result is not other_result:
                     facts.append(z3.Implies(arg < other_arg, result < other_result))
         return facts
+
+
+MODELLED_OPS = frozenset(("+", "-", "*", "/"))
+MODELLED_FUNCS = frozenset(("min", "max", "abs", "relu", "exp", "log"))
 
 
 def _real(term: z3.ArithRef) -> z3.ArithRef:
@@ -212,6 +243,7 @@ class _Applier:
         value = translation.expr(self.map.output)
         guards = [translation.comparison(c) for c in self.map.constraints] + translation.side
         self.shared.uf_calls.extend(translation.uf_calls)
+        self.shared.opaque.extend(translation.opaque)
         if self.map.output_sort == "real":
             value = _real(value)
         return _Partial(z3.And(*guards) if guards else z3.BoolVal(True, self.shared.ctx), value)
@@ -244,6 +276,9 @@ def _solve(
         return Verdict("unknown", note=_unknown_note(solver.reason_unknown(), budget))
     model = _simplest_model(solver, simple, budget)
     witness = {n: _value(model.eval(term, model_completion=True)) for n, term in named.items()}
+    if shared.opaque:
+        names = ", ".join(sorted(set(shared.opaque)))
+        return Verdict("unknown", witness, f"not proven: {names} not modelled (opaque)")
     if shared.uf_calls:
         return Verdict(
             "unknown", witness, "not proven: exp/log are modelled only by their monotonicity"

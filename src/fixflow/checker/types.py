@@ -4,6 +4,8 @@ Types are ``number`` (int64), ``float`` and ``symbol``. ``number`` widens to ``f
 (an int literal or an integer value may land in a float column); the reverse is a
 narrowing and an error, and mixing ``symbol`` with either numeric type is an error.
 Division always yields ``float`` (it does in Spark, where the engine evaluates it).
+``%``, the bitwise and the logical operators take ``number`` operands only (as in Soufflé,
+where they are integer operators): a float operand is an error, not a truncation.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fixflow.checker.ast import (
     Body,
     Call,
     Comparison,
+    Constraint,
     Expr,
     FloatLit,
     Neg,
@@ -32,6 +35,63 @@ from fixflow.checker.ast import (
 from fixflow.checker.diagnostics import Diagnostic
 
 NUMERIC = ("number", "float")
+INTEGER_OPS = frozenset(
+    ("%", "band", "bor", "bxor", "bshl", "bshr", "land", "lor", "lxor", "bnot", "lnot")
+)
+"""Operators defined on ``number`` only; they yield a ``number``."""
+ArgKind = str
+"""What a function argument accepts: a type name, ``numeric`` or ``any``."""
+FUNCTION_SIGNATURES: dict[str, tuple[tuple[ArgKind, ...], str]] = {
+    "min": (("numeric", "numeric"), "join"),
+    "max": (("numeric", "numeric"), "join"),
+    "abs": (("numeric",), "join"),
+    "relu": (("numeric",), "join"),
+    "exp": (("numeric",), "float"),
+    "log": (("numeric",), "float"),
+    "bnot": (("number",), "number"),
+    "lnot": (("number",), "number"),
+    "itof": (("number",), "float"),
+    "ftoi": (("numeric",), "number"),
+    "to_float": (("any",), "float"),
+    "to_number": (("any",), "number"),
+    "to_string": (("any",), "symbol"),
+    "cat": (("symbol",), "symbol"),  # variadic: every argument is a symbol
+    "strlen": (("symbol",), "number"),
+    "substr": (("symbol", "number", "number"), "symbol"),
+    "contains": (("symbol", "symbol"), "number"),
+    "match": (("symbol", "symbol"), "number"),
+}
+"""Argument kinds and result of each built-in (``join``: the numeric join of the
+arguments); ``contains`` and ``match`` are constraints, typed like functions."""
+
+
+def arith_result(op: str, left: TypeName, right: TypeName) -> TypeName:
+    """The type of ``left op right`` on well-typed operands."""
+    if op == "/":
+        return "float"
+    if op in INTEGER_OPS:
+        return "number"
+    return join_numeric(left, right)  # `^` included: number ^ number is a number
+
+
+def call_result(func: str, arg_types: list[TypeName]) -> TypeName:
+    """The type of a built-in call on well-typed arguments."""
+    result = FUNCTION_SIGNATURES[func][1]
+    if result != "join":
+        return result  # type: ignore[return-value]  # a type name
+    joined: TypeName = "number"
+    for t in arg_types:
+        joined = join_numeric(joined, t)
+    return joined
+
+
+def accepts(kind: ArgKind, type_: TypeName) -> bool:
+    """Whether an argument of ``type_`` fits ``kind`` (``number`` widens to ``float``)."""
+    if kind == "any":
+        return True
+    if kind == "numeric":
+        return type_ in NUMERIC
+    return assignable(type_, kind)  # type: ignore[arg-type]  # a type name
 
 
 def join_numeric(left: TypeName, right: TypeName) -> TypeName:
@@ -123,23 +183,40 @@ class BodyTypes:
         return type_
 
     def _arith(self, op: str, left: Expr, right: Expr) -> TypeName | None:
-        left_type = self._numeric(left, f"`{op}`")
-        right_type = self._numeric(right, f"`{op}`")
+        kind = "number" if op in INTEGER_OPS else "numeric"
+        left_type = self._argument(left, kind, f"`{op}`")
+        right_type = self._argument(right, kind, f"`{op}`")
         if left_type is None or right_type is None:
             return None
-        return "float" if op == "/" else join_numeric(left_type, right_type)
+        return arith_result(op, left_type, right_type)
+
+    def _argument(self, expr: Expr, kind: ArgKind, what: str) -> TypeName | None:
+        """The type of an operand or argument that must fit ``kind``; None if it does not."""
+        type_ = self.expr_type(expr)
+        if type_ is None or accepts(kind, type_):
+            return type_
+        wanted = {"numeric": "a number", "number": "a `number`", "float": "a number"}
+        self.error(
+            f"type mismatch: {what} needs {wanted.get(kind, f'a {kind}')}, found a {type_}",
+            expr.span,
+            *(("convert it with `ftoi(x)`",) if kind == "number" and type_ == "float" else ()),
+        )
+        return None
 
     def _call(self, func: str, args: tuple[Expr, ...]) -> TypeName | None:
-        arg_types = [self._numeric(a, f"`{func}`") for a in args]
+        kinds = FUNCTION_SIGNATURES[func][0]
+        arg_types = [
+            self._argument(a, kinds[min(i, len(kinds) - 1)], f"`{func}`")
+            for i, a in enumerate(args)
+        ]
         known = [t for t in arg_types if t is not None]
         if len(known) < len(arg_types):
             return None
-        if func in ("exp", "log"):
-            return "float"
-        result: TypeName = "number"
-        for t in known:
-            result = join_numeric(result, t)
-        return result
+        return call_result(func, known)
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        if constraint.args:
+            self._call(constraint.func, constraint.args)
 
     # ------------------------------------------------------------ checks
 
@@ -213,6 +290,8 @@ def infer_body(
         elif isinstance(literal, Negation):
             types.check_atom_expressions(literal.atom)
             _check_negated_vars(types, literal.atom)
+        elif isinstance(literal, Constraint):
+            types.check_constraint(literal)
         elif literal not in assignments:
             types.check_comparison(literal)
     return types

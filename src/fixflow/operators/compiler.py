@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 )
 
 from fixflow.checker import ast
+from fixflow.checker.types import arith_result, call_result
 from fixflow.operators.plan import (
     Aggregate,
     AntiJoin,
@@ -143,21 +144,14 @@ class RuleCompiler:
                 return Const(value, "symbol")
             case ast.BinOp(op=op, left=left, right=right):
                 lhs, rhs = self.expr(left, types), self.expr(right, types)
-                # As in the checker's typing: division always yields a float.
-                result_type = "float" if op == "/" else _numeric_join(lhs.type, rhs.type)
-                return Arith(op, lhs, rhs, result_type)
+                # As in the checker's typing (division always yields a float, ...).
+                return Arith(op, lhs, rhs, arith_result(op, lhs.type, rhs.type))
             case ast.Neg(operand=operand):
                 inner = self.expr(operand, types)
                 return Negate(inner, inner.type)
             case ast.Call(func=func, args=args):
                 compiled = tuple(self.expr(a, types) for a in args)
-                if func in ("exp", "log"):
-                    result: TypeName = "float"
-                elif func in ("min", "max"):
-                    result = _numeric_join(compiled[0].type, compiled[1].type)
-                else:
-                    result = compiled[0].type
-                return Func(func, compiled, result)
+                return Func(func, compiled, call_result(func, [c.type for c in compiled]))
             case ast.Wildcard():
                 raise CompileError("`_` is only allowed as an atom argument")
         raise CompileError(f"not an expression: {expr!r}")
@@ -301,6 +295,10 @@ class RuleCompiler:
     ) -> Plan | None:
         if isinstance(lit, ast.Negation):
             return self._negation(plan, types, lit.atom)
+        if isinstance(lit, ast.Constraint):
+            if not _literal_vars(lit) <= set(types):
+                return None
+            return Filter(plan, self.constraint(lit, types))
         assert isinstance(lit, ast.Comparison)
         target = _assignment_target(lit, types, atom_vars)
         if target is not None:
@@ -310,11 +308,25 @@ class RuleCompiler:
             value = self.expr(source, types)
             types[name] = value.type
             keep = tuple((n, Col(n, t)) for n, t in plan.schema)
-            return Project(plan, (*keep, (name, value)))
+            assigned: Plan = Project(plan, (*keep, (name, value)))
+            if _may_have_no_value(source):
+                # `v = to_number(s)` with s not a number: drop the binding (null = null
+                # is not true), rather than store a null in the head.
+                itself = Col(name, value.type)
+                assigned = Filter(assigned, Compare("=", itself, itself))
+            return assigned
         if not _literal_vars(lit) <= set(types):
             return None
         left, right = self.expr(lit.left, types), self.expr(lit.right, types)
         return Filter(plan, Compare(lit.op, left, right))
+
+    def constraint(self, lit: ast.Constraint, types: Mapping[str, TypeName]) -> Compare:
+        """A constraint as a test: its functor yields 1 when it holds (``true`` is 1)."""
+        holds = Const(0 if lit.negated else 1, "number")
+        if not lit.args:
+            return Compare("=", Const(int(lit.func == "true"), "number"), holds)
+        args = tuple(self.expr(a, types) for a in lit.args)
+        return Compare("=", Func(lit.func, args, "number"), holds)
 
     def _negation(self, plan: Plan, types: dict[str, TypeName], atom: ast.Atom) -> Plan | None:
         names = {a.name for a in atom.args if isinstance(a, ast.Var)}
@@ -400,9 +412,26 @@ def _literal_vars(lit: ast.BodyLiteral) -> set[str]:
             return ast.expr_vars(left) | ast.expr_vars(right)
         case ast.Negation(atom=atom):
             return set().union(*(ast.expr_vars(a) for a in atom.args))
-        case ast.Atom(args=args):
+        case ast.Atom(args=args) | ast.Constraint(args=args):
             return set().union(*(ast.expr_vars(a) for a in args))
     return set()
+
+
+PARTIAL_OPS = frozenset(("%", "^"))
+PARTIAL_FUNCS = frozenset(("ftoi", "to_number", "to_float"))
+
+
+def _may_have_no_value(expr: ast.Expr) -> bool:
+    """Whether one of Soufflé's partial operators occurs in ``expr`` (``x % 0``,
+    ``to_number("a")``, a float out of range)."""
+    match expr:
+        case ast.BinOp(op=op, left=left, right=right):
+            return op in PARTIAL_OPS or _may_have_no_value(left) or _may_have_no_value(right)
+        case ast.Neg(operand=operand):
+            return _may_have_no_value(operand)
+        case ast.Call(func=func, args=args):
+            return func in PARTIAL_FUNCS or any(_may_have_no_value(a) for a in args)
+    return False
 
 
 def _assignment_target(
@@ -451,7 +480,7 @@ class SparkBackend:
             case Join(left=left, right=right, on=on):
                 lhs, rhs = self.run(left), self.run(right)
                 if not on:
-                    return lhs.crossJoin(rhs)
+                    return cross_join(lhs, rhs)
                 return lhs.join(rhs, [column_name(n) for n in on], "inner")
             case AntiJoin(left=left, right=right, on=on):
                 lhs, rhs = self.run(left), self.run(right)
@@ -489,6 +518,35 @@ class SparkBackend:
         return frame, {n: F.col(column_name(n)) for n, _ in plan.schema}, []
 
 
+def join_on(left: DataFrame, right: DataFrame, columns: Sequence[str], how: str) -> DataFrame:
+    """``left.join(right, columns, how)``, also on no columns: the rows of a nullary
+    relation (and its keys) are empty tuples, and PySpark's ``join`` rejects an empty list.
+    On no columns every row matches every row: a semi/anti join asks whether ``right`` has
+    a row at all."""
+    return left.join(right, list(columns) if columns else None, how)
+
+
+def minus(left: DataFrame, right: DataFrame) -> DataFrame:
+    """``left.subtract(right)`` (EXCEPT DISTINCT, null-safe), also on frames without
+    columns (a nullary relation's rows, or keys of no columns), where Spark's EXCEPT keeps
+    ``left``'s rows whatever ``right`` holds (Spark 4.2): one empty tuple unless ``right``
+    has one too."""
+    if left.columns:
+        return left.subtract(right)
+    return left.limit(1).join(right, None, "left_anti")
+
+
+def cross_join(left: DataFrame, right: DataFrame) -> DataFrame:
+    """A join on no shared columns. With a nullary side (``go()`` in ``r(x) :- go(), e(x).``)
+    it is a semi join: the other side's rows, kept if the nullary relation holds — one
+    existence test against a broadcast row, no product and no duplicated rows."""
+    if not right.columns:
+        return left.join(F.broadcast(right.limit(1)), None, "left_semi")
+    if not left.columns:
+        return right.join(F.broadcast(left.limit(1)), None, "left_semi")
+    return left.crossJoin(right)
+
+
 def aggregate_column(func: str, arg: str | None) -> Column:
     if arg is None or func == "count":
         return F.count(F.lit(1)) if arg is None else F.count(F.col(column_name(arg)))
@@ -507,6 +565,8 @@ def column(expr: PExpr, env: Mapping[str, Column] | None = None) -> Column:
             return _arith(op, column(left, env), column(right, env), type_)
         case Negate(operand=operand):
             return -column(operand, env)
+        case Func(name=name, args=(arg,), type=type_) if name in CONVERSIONS:
+            return _conversion(column(arg, env), arg.type, type_)
         case Func(name=name, args=args, type=type_):
             return _builtin(name, [column(a, env) for a in args], type_)
         case Compare(op=op, left=left, right=right):
@@ -524,8 +584,60 @@ def _arith(op: str, left: Column, right: Column, type_: TypeName) -> Column:
         return left - right
     if op == "*":
         return left * right
-    # Division is float division (the checker types it so); x/0 yields no value.
-    return F.try_divide(left.cast(DoubleType()), right)
+    if op == "/":
+        # Division is float division (the checker types it so); x/0 yields no value.
+        return F.try_divide(left.cast(DoubleType()), right)
+    if op == "%":
+        # Java's remainder truncates toward zero, like C's (Soufflé's); x % 0: no value.
+        return F.try_mod(left, right)
+    if op == "^":
+        power = F.pow(left, right)  # a double; number ^ number truncates toward zero
+        return power.try_cast(LongType()) if type_ == "number" else _finite(power)
+    return _integer_op(op, left, right)
+
+
+def _integer_op(op: str, left: Column, right: Column) -> Column:
+    """The bitwise and logical operators on ``number`` (logical ones yield 0 or 1)."""
+    if op in ("bshl", "bshr"):
+        shift = F.pmod(right, F.lit(64)).cast("int")  # Java's shift count: the low 6 bits
+        return F.call_function("shiftleft" if op == "bshl" else "shiftright", left, shift)
+    if op == "band":
+        return left.bitwiseAND(right)
+    if op == "bor":
+        return left.bitwiseOR(right)
+    if op == "bxor":
+        return left.bitwiseXOR(right)
+    truth = {"land": (left != 0) & (right != 0), "lor": (left != 0) | (right != 0)}
+    truth["lxor"] = (left != 0) != (right != 0)
+    if op not in truth:
+        raise CompileError(f"unknown operator `{op}`")
+    return truth[op].cast(LongType())
+
+
+def _finite(value: Column) -> Column:
+    """``value`` where it is a finite double, else no value (Fixflow floats are finite)."""
+    infinite = F.abs(value) == F.lit(float("inf"))
+    return F.when(~F.isnan(value) & ~infinite, value)
+
+
+CONVERSIONS = frozenset(("itof", "ftoi", "to_float", "to_number", "to_string"))
+INTEGER_TEXT = r"^[+-]?[0-9]+$"
+FLOAT_TEXT = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"
+"""What ``to_number`` / ``to_float`` accept in a symbol; anything else yields no value."""
+
+
+def _conversion(value: Column, source: TypeName, target: TypeName) -> Column:
+    """A conversion between the three types; a symbol that does not spell a value, or a
+    float out of ``number``'s range, yields no value."""
+    if source == target:
+        return value
+    if target == "symbol":
+        return value.cast(StringType())  # floats as Java's Double.toString writes them
+    if source == "symbol":
+        pattern = INTEGER_TEXT if target == "number" else FLOAT_TEXT
+        parsed = F.when(value.rlike(pattern), value.try_cast(spark_type(target)))
+        return parsed if target == "number" else _finite(parsed)
+    return value.try_cast(spark_type(target))  # float → number truncates toward zero
 
 
 def _builtin(name: str, args: list[Column], type_: TypeName) -> Column:
@@ -542,7 +654,40 @@ def _builtin(name: str, args: list[Column], type_: TypeName) -> Column:
         return F.ln(args[0])
     if name == "relu":
         return F.greatest(args[0], F.lit(0).cast(spark_type(type_)))
+    if name == "bnot":
+        return F.bitwise_not(args[0])
+    if name == "lnot":
+        return (args[0] == 0).cast(LongType())
+    return _string_functor(name, args)
+
+
+def _string_functor(name: str, args: list[Column]) -> Column:
+    """String functors and the tests of ``contains``/``match`` (1 when they hold)."""
+    if name == "cat":
+        return F.concat(*args)
+    if name == "strlen":
+        return F.char_length(args[0]).cast(LongType())
+    if name == "substr":
+        return _substr(*args)
+    if name == "contains":
+        return F.contains(args[1], args[0]).cast(LongType())
+    if name == "match":
+        # Soufflé matches the whole string (std::regex_match): anchor the Java regex; `\z`
+        # is the very end (`$` would also match before a final line break).
+        whole = F.concat(F.lit("^(?:"), args[0], F.lit(")\\z"))
+        return F.regexp_like(args[1], whole).cast(LongType())
     raise CompileError(f"unknown built-in `{name}`")
+
+
+def _substr(text: Column, start: Column, length: Column) -> Column:
+    """``substr(s, i, n)``: ``n`` characters from 0-based ``i`` (fewer at the end); as in
+    Soufflé, an ``i`` outside ``0..strlen(s)`` yields "" and a negative ``n`` the rest."""
+    size = F.char_length(text).cast(LongType())
+    count = F.when(length < 0, size).otherwise(F.least(length, size))
+    inside = (start >= 0) & (start <= size)
+    position = F.when(inside, start + 1).otherwise(1)
+    piece = F.substr(text, position.cast("int"), count.cast("int"))
+    return F.when(inside, piece).otherwise(F.lit(""))
 
 
 def _compare(op: str, left: Column, right: Column) -> Column:

@@ -356,6 +356,12 @@ def bounded(frame: DataFrame, like: DataFrame) -> DataFrame:
     return frame.coalesce(max(like.rdd.getNumPartitions(), _parallelism(frame)))
 
 
+def bounded_to(frame: DataFrame, partitions: int) -> DataFrame:
+    """``frame`` in no more than ``partitions`` partitions (at least the default
+    parallelism), without planning it: a union stored every round keeps its size."""
+    return frame.coalesce(max(partitions, _parallelism(frame)))
+
+
 def compacted(frame: DataFrame) -> DataFrame:
     """``frame`` in at most the default parallelism's partitions (a small change set
     would otherwise keep the partitions of every relation it was read from)."""

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fixflow.checker import ast
-from fixflow.operators.compiler import positional, spark_type
+from fixflow.operators.compiler import join_on, minus, positional, spark_type
 from fixflow.operators.core import StratumRun, atoms_over, compacted
 from fixflow.operators.engines.base import MraState, RoundInfo
 from fixflow.operators.materialize import Materializer
@@ -87,7 +87,7 @@ def stored_delta(materializer: Materializer, added: DataFrame, removed: DataFram
 
 def changes_between(materializer: Materializer, old: DataFrame, new: DataFrame) -> Delta:
     """Rows only in ``new`` (added) and only in ``old`` (removed), materialized."""
-    return stored_delta(materializer, new.subtract(old), old.subtract(new))
+    return stored_delta(materializer, minus(new, old), minus(old, new))
 
 
 @dataclass
@@ -227,7 +227,7 @@ class UpdateContext(StratumRun):
             other = named[f"{rel}@old"] if kind == "add" else self.frames.full[rel]
             columns = [positional(i) for i in range(len(types)) if i not in wild]
             delta = project(named[f"{rel}@{kind}"])
-            named[name] = delta.join(project(other), columns, "left_anti")
+            named[name] = join_on(delta, project(other), columns, "left_anti")
         return name
 
 

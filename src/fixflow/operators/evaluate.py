@@ -167,12 +167,13 @@ class Bootstrap:
         return Evaluation({rel: self.declared(rel) for rel in idb}, stats, dict(self.states))
 
     def load(self, edb: Mapping[str, DataFrame]) -> int:
-        """Store the input relations (typed, deduplicated); their number of rows."""
+        """Store the input relations (typed, deduplicated), keyed by the ``.input`` names,
+        as their EDB relations (``Analysis.loaded``); their number of rows."""
         rows = 0
-        for relation in self.report.analysis.edb:
+        for relation, stored in self.report.analysis.loaded.items():
             if relation in edb:
                 normalized = self._normalized(relation, edb[relation])
-                self.frames.full[relation], n = self.materializer.keep_counted(normalized)
+                self.frames.full[stored], n = self.materializer.keep_counted(normalized)
                 rows += n
         return rows
 

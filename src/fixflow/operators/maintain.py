@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,7 +31,7 @@ from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker import ast
 from fixflow.checker.model import Report, Stratum
-from fixflow.operators.compiler import positional, spark_type
+from fixflow.operators.compiler import join_on, minus, positional, spark_type
 from fixflow.operators.core import EvalOptions, Frames, StratumRun, appended
 from fixflow.operators.engines import engine_for
 from fixflow.operators.engines.base import MraState
@@ -48,6 +49,8 @@ from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.strategies import aggregate_seminaive, dred, mra, nonrecursive, seminaive
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,8 @@ class Maintainer:
 
     @property
     def edb(self) -> dict[str, DataFrame]:
-        return {rel: self.relation(rel) for rel in self._inputs()}
+        """Every input relation's loaded facts, by its ``.input`` name."""
+        return {rel: self.relation(stored) for rel, stored in self._loaded().items()}
 
     @property
     def relations(self) -> dict[str, DataFrame]:
@@ -198,8 +202,8 @@ class Maintainer:
         a full evaluation. ``published`` is what the consumer already holds of each output
         relation (e.g. the result tables); the next ``apply`` (or ``pending_changes``)
         reports changes relative to it. Without ``published`` the consumer holds nothing."""
-        for rel in self._inputs():
-            rows = self._positional_input(rel, edb.get(rel)).distinct()
+        for user, rel in self._loaded().items():
+            rows = self._positional_input(rel, edb.get(user)).distinct()
             self.frames[rel], self.edb_rows[rel] = self.materializer.keep_counted(rows)
         self.published = dict(published or {})
         self._published_rows = {}
@@ -232,6 +236,8 @@ class Maintainer:
         With no change at all it only carries pending deltas on (async consistency)."""
         started = time.monotonic()
         self._collect_garbage()
+        inserts, deletes = self._stored(inserts), self._stored(deletes)
+        net_counts = None if net_counts is None else self._stored(net_counts)
         old: dict[str, DataFrame] = {}
         deltas: dict[str, Delta] = {}
         for rel in {r for r in (*inserts, *deletes) if r in self._inputs()}:
@@ -318,7 +324,8 @@ class Maintainer:
             size = delta.n_added + delta.n_removed
             before = self.edb_rows[rel] - delta.n_added + delta.n_removed
             if size > self.switch_fraction * max(before, 1):
-                return f"the change of {rel} ({size} facts) outgrows its {before} facts before"
+                name = self.report.analysis.input_relation(rel)
+                return f"the change of {name} ({size} facts) outgrows its {before} facts before"
         return ""
 
     def _context(
@@ -478,7 +485,9 @@ class Maintainer:
         self._garbage += self.witnessed.values()
         self.witnessed = {}
         driver = self._driver()
-        evaluation = driver.run({rel: self.frames[rel] for rel in self._inputs()})
+        evaluation = driver.run(
+            {rel: self.frames[stored] for rel, stored in self._loaded().items()}
+        )
         for rel in evaluation.relations:
             if rel in self.frames:
                 self._garbage.append(self.frames[rel])
@@ -522,12 +531,12 @@ class Maintainer:
         names = [a.name for a in self.catalog[relation].result]
         keys = self.key_columns(relation)
         added, removed = delta.added.toDF(*names), delta.removed.toDF(*names)
-        gone = removed.select(*keys).subtract(added.select(*keys))
+        gone = minus(removed.select(*keys), added.select(*keys))
         if len(keys) < len(names):
             return RelationChange(relation, keys, added, gone)
         # A set relation: a row both removed and added stays, so it is neither appended
         # nor deleted, and what is appended is surely new.
-        return RelationChange(relation, keys, added.subtract(removed), gone)
+        return RelationChange(relation, keys, minus(added, removed), gone)
 
     @staticmethod
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
@@ -548,8 +557,18 @@ class Maintainer:
 
     # ------------------------------------------------------------ helpers
 
+    def _loaded(self) -> dict[str, str]:
+        """``.input`` name → the EDB relation holding its facts (``Analysis.loaded``)."""
+        return self.report.analysis.loaded
+
     def _inputs(self) -> tuple[str, ...]:
-        return tuple(self.report.analysis.program.inputs)
+        """The EDB relations (for an input relation also defined by rules, its hidden
+        loaded part)."""
+        return tuple(self._loaded().values())
+
+    def _stored(self, by_input: Mapping[str, _T]) -> dict[str, _T]:
+        """``by_input`` keyed by EDB relations instead of ``.input`` names."""
+        return {self.report.analysis.edb_relation(rel): v for rel, v in by_input.items()}
 
     def _reads_indexed_relation(self) -> bool:
         """A stratum reading another stratum's iteration-indexed relation needs its index
@@ -572,11 +591,11 @@ class Maintainer:
         # A batch is small beside the relation: it is broadcast, so finding which of its
         # facts are present streams the relation once and shuffles nothing.
         if inserts is not None:  # no join with the whole relation for an absent side
-            present = current.join(F.broadcast(added.distinct()), columns, "left_semi")
-            added = added.distinct().join(present, columns, "left_anti")
+            present = join_on(current, F.broadcast(added.distinct()), columns, "left_semi")
+            added = join_on(added.distinct(), present, columns, "left_anti")
         removed = self._positional_input(relation, deletes)
         if deletes is not None:
-            removed = current.join(F.broadcast(removed.distinct()), columns, "left_semi")
+            removed = join_on(current, F.broadcast(removed.distinct()), columns, "left_semi")
         return stored_delta(self.materializer, added, removed)
 
     def _positional_input(self, relation: str, frame: DataFrame | None) -> DataFrame:
@@ -600,8 +619,8 @@ class Maintainer:
         if old is None:
             empty = new.select(*keys).limit(0)
             return RelationChange(relation, keys, new, empty)
-        changed_or_new = new.subtract(old)
-        gone = old.select(*keys).subtract(new.select(*keys))
+        changed_or_new = minus(new, old)
+        gone = minus(old.select(*keys), new.select(*keys))
         return RelationChange(relation, keys, changed_or_new, gone)
 
     def _collect_garbage(self) -> None:
@@ -619,7 +638,7 @@ def _changed(rows: DataFrame, delta: Delta) -> DataFrame:
     anti join (no shuffle of the relation), added rows appended."""
     if not delta.n_removed:
         return appended(rows, delta.added)
-    kept = rows.join(F.broadcast(delta.removed), rows.columns, "left_anti")
+    kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")
     return appended(kept.select(*rows.columns), delta.added)
 
 

@@ -8,6 +8,15 @@ rounds). Round statistics (pending deltas, the termination measure) are collecte
 Blocks of a round that is no longer needed are unpersisted at once rather than left to the
 JVM's garbage-collection-driven cleaner.
 
+A stored frame is estimated by the optimizer at its real size (``exact_size``). Spark keeps,
+in a checkpoint, the optimizer's estimate of the plan that computed it (SPARK-39834), and
+without cost-based optimization a join is estimated at the product of its sides' sizes: with
+two atoms of a recursive relation in one body (``n(x+1) :- n(x), n(0).``) every round
+squared the estimate of the last, its number of digits doubled per round and planning a
+round took exponentially long (a minute at round 22, nothing after; with one such atom the
+digits only grow linearly). Every store therefore counts its rows (in the same job) and
+the stored frame carries the size of those rows.
+
 Every local checkpoint of ``operators`` goes through a ``Materializer``, so the jobs a
 bootstrap or an update runs are counted (``StratumStats.jobs``, ``StratumEpoch.jobs``).
 """
@@ -23,6 +32,9 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 log = logging.getLogger(__name__)
+
+ROWS = "stored_rows"
+"""The metric every store collects: the rows it stored."""
 
 JavaObject = Any
 """A py4j handle to a JVM object (here: the RDD holding checkpointed blocks)."""
@@ -51,14 +63,14 @@ class Materializer:
         self.jobs = 0
 
     def store(self, frame: DataFrame, metrics: list[Column] | None = None) -> Stored:
-        """Run ``frame`` once (one job), keep its rows, and collect ``metrics`` over them."""
-        observation = None
-        if metrics:
-            observation = Observation()
-            frame = frame.observe(observation, *metrics)
-        stored = frame.localCheckpoint(eager=True)
+        """Run ``frame`` once (one job), keep its rows, and collect ``metrics`` over them
+        (and ``ROWS``)."""
+        observation = Observation()
+        counted = frame.observe(observation, F.count(F.lit(1)).alias(ROWS), *(metrics or []))
+        stored = counted.localCheckpoint(eager=True)
         self.jobs += 1
-        values = dict(observation.get) if observation is not None else {}
+        values = dict(observation.get)
+        stored = exact_size(stored, int(values[ROWS]))
         return Stored(stored, checkpoint_rdd(stored), values)
 
     def keep(self, frame: DataFrame) -> DataFrame:
@@ -67,8 +79,8 @@ class Materializer:
 
     def keep_counted(self, frame: DataFrame) -> tuple[DataFrame, int]:
         """``frame`` materialized and its rows counted, in one job."""
-        stored = self.store(frame, [F.count(F.lit(1)).alias("n")])
-        return stored.frame, int(stored.metric("n"))
+        stored = self.store(frame)
+        return stored.frame, int(stored.metric(ROWS))
 
     def release(self, stored: Stored | None) -> None:
         """Free the blocks of a round nobody reads any more."""
@@ -76,6 +88,41 @@ class Materializer:
             return
         stored.rdd.unpersist(False)
         stored.rdd = None
+
+
+def exact_size(stored: DataFrame, rows: int) -> DataFrame:
+    """A local checkpoint of ``rows`` rows whose statistics are those of ``rows`` rows of its
+    schema, instead of the estimate of the plan that computed it (module docstring).
+
+    PySpark has no API for a plan's statistics, and py4j turns Scala's ``BigInt`` into a
+    Python number, so the statistics are taken from a plan Spark estimates exactly: ``rows``
+    rows of the same columns (``spark.range`` projected to typed nulls). The checkpoint is
+    returned as it is when Spark's internals differ (a warning: planning may slow down)."""
+    spark = stored.sparkSession
+    like = spark.range(rows).select(
+        *(F.lit(None).cast(field.dataType).alias(field.name) for field in stored.schema.fields)
+    )
+    try:
+        jvm: JavaObject = spark._jvm
+        plan = stored._jdf.queryExecution().logical()
+        session = spark._jsparkSession
+        stats = like._jdf.queryExecution().optimizedPlan().stats()
+        sized = plan.copy(
+            plan.output(),
+            plan.rdd(),
+            plan.outputPartitioning(),
+            plan.outputOrdering(),
+            plan.isStreaming(),
+            getattr(plan, "copy$default$6")(),  # the streaming source (none)
+            session,
+            jvm.scala.Option.apply(stats),
+            jvm.scala.Option.apply(plan.constraints()),
+        )
+        frame = jvm.org.apache.spark.sql.classic.Dataset.ofRows(session, sized)
+    except Exception:  # another Spark version: keep the checkpoint's own estimate
+        log.warning("cannot set the statistics of a stored frame", exc_info=True)
+        return stored
+    return DataFrame(frame, spark)
 
 
 def checkpoint_rdd(frame: DataFrame) -> JavaObject | None:

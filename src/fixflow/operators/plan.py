@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from fixflow.checker.ast import TypeName
+from fixflow.checker.ast import ArithOp, TypeName
 
 Version: TypeAlias = Literal["full", "delta", "aux"]
 """Which state of a relation a scan reads: all rows so far, the last round's new rows
@@ -39,7 +39,7 @@ class Const:
 
 @dataclass(frozen=True, slots=True)
 class Arith:
-    op: Literal["+", "-", "*", "/"]
+    op: ArithOp
     left: PExpr
     right: PExpr
     type: TypeName
@@ -53,7 +53,8 @@ class Negate:
 
 @dataclass(frozen=True, slots=True)
 class Func:
-    """A built-in: ``min``/``max`` (two arguments), ``abs``, ``exp``, ``log``, ``relu``."""
+    """A built-in function or prefix operator of ``ast.BUILTIN_FUNCS``/``PREFIX_OPS``, or
+    the test of a ``contains``/``match`` constraint (a ``number``: 1 when it holds)."""
 
     name: str
     args: tuple[PExpr, ...]

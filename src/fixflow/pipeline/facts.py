@@ -1,5 +1,9 @@
 """Reading input facts: ``<relation>.facts`` (tab-separated, no header; Soufflé) or
-``<relation>.csv`` (comma-separated with a header row of attribute names).
+``<relation>.csv`` (comma-separated with a header row of attribute names), UTF-8 text.
+
+Any of them may be gzip-compressed, as Soufflé reads them: ``edge.facts.gz`` is found
+like ``edge.facts``, and a file whose content is gzip is decompressed whatever its name
+(the gzip magic bytes decide, not the suffix).
 
 Errors are one line, ``file:line: what is wrong``, raised as ``FactsError``; the CLI
 prints them and exits 1.
@@ -8,8 +12,10 @@ prints them and exits 1.
 from __future__ import annotations
 
 import csv
+import gzip
 import logging
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +26,12 @@ from fixflow.pipeline.lake import rows_to_arrow
 log = logging.getLogger(__name__)
 
 Value = int | float | str
+UNSIGNED_MAX = 2**63 - 1
+"""The largest ``unsigned`` value: ``unsigned`` columns are int64 like ``number``."""
+
+SUFFIXES = (".facts", ".csv", ".facts.gz", ".csv.gz")
+"""The facts file names of a relation, in order of preference."""
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 class FactsError(Exception):
@@ -27,48 +39,94 @@ class FactsError(Exception):
 
 
 def input_path(directory: Path, relation: str) -> Path:
-    """The facts file of ``relation`` in ``directory`` (``.facts`` preferred over ``.csv``)."""
-    for suffix in (".facts", ".csv"):
+    """The facts file of ``relation`` in ``directory`` (first of ``SUFFIXES`` present)."""
+    for suffix in SUFFIXES:
         path = directory / f"{relation}{suffix}"
         if path.is_file():
             return path
     raise FactsError(
         f"{directory}: no input file for relation `{relation}` "
-        f"(expected {relation}.facts or {relation}.csv)"
+        f"(expected {relation}.facts or {relation}.csv, optionally gzip-compressed .gz)"
     )
+
+
+def _is_csv(path: Path) -> bool:
+    return path.name.endswith((".csv", ".csv.gz"))
 
 
 def _convert(text: str, attribute: Attribute, where: str) -> Value:
     if attribute.type == "symbol":
         return text
     try:
-        return int(text.strip()) if attribute.type == "number" else float(text.strip())
+        value = int(text.strip()) if attribute.type == "number" else float(text.strip())
     except ValueError:
         raise FactsError(
             f"{where}: column `{attribute.name}` expects a {attribute.type}, found {text!r}"
         ) from None
+    if attribute.declared == "unsigned" and not 0 <= value <= UNSIGNED_MAX:
+        # `unsigned` is stored as int64: only the values both types hold are accepted.
+        raise FactsError(
+            f"{where}: column `{attribute.name}` is unsigned (0 to {UNSIGNED_MAX}), found {text!r}"
+        )
+    return value
 
 
-def _records(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """(line number, fields) of every non-empty record."""
-    with path.open(newline="", encoding="utf-8") as handle:
-        if path.suffix == ".csv":
-            reader = csv.reader(handle)
-            for fields in reader:
-                if fields and any(f.strip() for f in fields):
-                    yield reader.line_num, fields
-        else:
-            for number, line in enumerate(handle, start=1):
-                line = line.rstrip("\r\n")
-                if line.strip():
-                    yield number, line.split("\t")
+def _lines(path: Path) -> Iterator[str]:
+    """The file's lines as text, line endings kept: gzip content decompressed, UTF-8
+    decoded (a byte-order mark dropped). Anything else is a one-line ``FactsError``."""
+    number, compressed = 0, False
+    try:
+        with path.open("rb") as raw:
+            compressed = raw.read(2) == GZIP_MAGIC
+            raw.seek(0)
+            stream: Iterable[bytes] = gzip.GzipFile(fileobj=raw) if compressed else raw
+            for number, data in enumerate(stream, start=1):
+                yield _decoded(path, number, data)
+    except (OSError, EOFError, zlib.error) as exc:
+        what = "not a readable gzip file" if compressed else "cannot read"
+        where = f"{path}:{number + 1}" if number else str(path)
+        raise FactsError(f"{where}: {what} ({exc})") from None
 
 
-def read_rows(path: Path, attributes: Sequence[Attribute]) -> list[tuple[Value, ...]]:
-    """Typed rows of one facts file, in declared column order."""
-    records = _records(path)
+def _decoded(path: Path, number: int, data: bytes) -> str:
+    try:
+        return data.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise FactsError(
+            f"{path}:{number}: not UTF-8 text (byte 0x{data[exc.start]:02x} at column "
+            f"{exc.start + 1}); facts files are UTF-8 text (.facts tab-separated or .csv), "
+            "optionally gzip-compressed"
+        ) from None
+
+
+def _records(path: Path, delimiter: str | None = None) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of every non-empty record; with a ``delimiter`` (Soufflé's
+    ``IO=file`` input) every line is split at it, whatever the file's name."""
+    if delimiter is not None:
+        for number, line in enumerate(_lines(path), start=1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield number, line.split(delimiter)
+    elif _is_csv(path):
+        reader = csv.reader(_lines(path))
+        for fields in reader:
+            if fields and any(f.strip() for f in fields):
+                yield reader.line_num, fields
+    else:
+        for number, line in enumerate(_lines(path), start=1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield number, line.split("\t")
+
+
+def read_rows(
+    path: Path, attributes: Sequence[Attribute], delimiter: str | None = None
+) -> list[tuple[Value, ...]]:
+    """Typed rows of one facts file, in declared column order (``delimiter``: see
+    ``_records``; such a file has no header)."""
+    records = _records(path, delimiter)
     order = list(range(len(attributes)))
-    if path.suffix == ".csv":
+    if delimiter is None and _is_csv(path):
         header = next(records, None)
         if header is None:
             return []
@@ -99,20 +157,40 @@ def _header_order(
     return [names.index(name) for name in declared]
 
 
-def read_table(path: Path, attributes: Sequence[Attribute]) -> pa.Table:
+def read_table(
+    path: Path, attributes: Sequence[Attribute], delimiter: str | None = None
+) -> pa.Table:
     """One facts file as a pyarrow table with the declared schema."""
-    rows = read_rows(path, attributes)
+    rows = read_rows(path, attributes, delimiter)
     log.info("read %d facts from %s", len(rows), path)
     return rows_to_arrow(rows, attributes)
 
 
 def load_inputs(
-    directory: Path, relations: dict[str, tuple[Attribute, ...]]
+    directory: Path,
+    relations: dict[str, tuple[Attribute, ...]],
+    options: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, pa.Table]:
-    """Every input relation's facts from ``directory``; a missing file is an error."""
+    """Every input relation's facts from ``directory``; a missing file is an error.
+    ``options`` are the relations' ``.input`` options (see ``input_file``)."""
     if not directory.is_dir():
         raise FactsError(f"{directory}: facts directory does not exist")
-    return {
-        relation: read_table(input_path(directory, relation), attributes)
-        for relation, attributes in relations.items()
-    }
+    tables = {}
+    for relation, attributes in relations.items():
+        path, delimiter = input_file(directory, relation, (options or {}).get(relation, {}))
+        tables[relation] = read_table(path, attributes, delimiter)
+    return tables
+
+
+def input_file(
+    directory: Path, relation: str, options: Mapping[str, str]
+) -> tuple[Path, str | None]:
+    """The facts file of ``relation`` and the delimiter to split it at (None: by its
+    suffix). With ``.input`` options it is Soufflé's ``IO=file``: ``filename`` relative to
+    ``directory`` (default ``<relation>.facts``), ``delimiter`` (default tab), no header."""
+    if not options:
+        return input_path(directory, relation), None
+    path = directory / options.get("filename", f"{relation}.facts")
+    if not path.is_file():
+        raise FactsError(f"{path}: no input file for relation `{relation}`")
+    return path, options.get("delimiter", "\t")

@@ -4,6 +4,14 @@ A relation table has exactly its ``.decl`` schema: ``number`` → int64, ``float
 float64, ``symbol`` → string, with the declared attribute names (an iteration-indexed
 relation's result drops its index column before it gets here). The streaming pipeline
 reuses these helpers for its EDB, state and result tables.
+
+A nullary relation (``.decl q()``) holds or not: its rows are empty tuples, at most one.
+Delta has no table without columns (nor Arrow or Spark a reliable count of rows without
+any), so its *table* has one column instead, ``holds`` (boolean, never null), and a row
+(``holds = true``) when the relation holds; no row when it does not. This module is the
+one place that maps between the two: ``table_schema``, ``to_arrow``/``write_table`` on the
+way out, ``declared_rows`` on the way back, ``write_csv`` for the CSV form (an empty
+header line, then one empty line when it holds).
 """
 
 from __future__ import annotations
@@ -15,8 +23,10 @@ from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from fixflow.checker.ast import Attribute, TypeName
 from fixflow.pipeline.datafusion_sql import read_delta
@@ -39,8 +49,57 @@ def arrow_schema(attributes: Sequence[Attribute]) -> pa.Schema:
     return pa.schema([pa.field(a.name, arrow_type(a.type)) for a in attributes])
 
 
+HOLDS = "holds"
+"""The one column of a nullary relation's table (module docstring)."""
+
+
+def table_schema(attributes: Sequence[Attribute]) -> pa.Schema:
+    """The Delta table schema of a relation: its ``arrow_schema``, or for a nullary
+    relation the one non-null boolean column ``holds``."""
+    if attributes:
+        return arrow_schema(attributes)
+    return pa.schema([pa.field(HOLDS, pa.bool_(), nullable=False)])
+
+
+def with_table_columns(frame: DataFrame, attributes: Sequence[Attribute]) -> DataFrame:
+    """A Spark frame of a relation's rows with its table's columns: a nullary relation's
+    empty tuples, which ``toArrow`` would not count, become ``holds = true`` rows."""
+    return frame if attributes else frame.withColumn(HOLDS, F.lit(True))
+
+
+def table_keys(keys: Sequence[str], attributes: Sequence[Attribute]) -> tuple[str, ...]:
+    """The columns a relation's table rows are matched on (merges): its key columns, or
+    ``holds`` for a nullary relation (whose key is the empty tuple)."""
+    return tuple(keys) if attributes else (HOLDS,)
+
+
+def nullary_table(holds: bool) -> pa.Table:
+    """A nullary relation's table: one ``holds`` row if it holds, none otherwise."""
+    return pa.table({HOLDS: pa.array([True] if holds else [], pa.bool_())}, table_schema(()))
+
+
+def declared_rows(table: pa.Table, attributes: Sequence[Attribute]) -> pa.Table:
+    """A relation's table back as its declared rows: for a nullary relation a table of no
+    columns and one row (``spark.createDataFrame`` makes it one empty tuple) if it holds."""
+    if attributes:
+        return table
+    holds = table.num_rows > 0 and bool(pc.any(table.column(HOLDS)).as_py())
+    return nullary_table(holds).select([])
+
+
+def in_table_schema(table: pa.Table, attributes: Sequence[Attribute]) -> pa.Table:
+    """``table`` (declared rows, or rows in the table's schema already) in the table's
+    schema."""
+    if not attributes and HOLDS not in table.column_names:
+        table = nullary_table(table.num_rows > 0)
+    return table.cast(table_schema(attributes))
+
+
 def to_arrow(frame: DataFrame, attributes: Sequence[Attribute]) -> pa.Table:
-    """A Spark DataFrame with the relation's columns (by position) as a pyarrow table."""
+    """A Spark DataFrame with the relation's columns (by position) as a pyarrow table,
+    in its table's schema (``table_schema``)."""
+    if not attributes:
+        return nullary_table(not frame.isEmpty())
     schema = arrow_schema(attributes)
     table = frame.toArrow()
     if table.num_columns != len(schema):
@@ -66,8 +125,9 @@ def write_table(
     attributes: Sequence[Attribute],
     mode: Literal["overwrite", "append"] = "overwrite",
 ) -> None:
-    """Write ``table`` as a Delta table with the exact declared schema."""
-    data = table.cast(arrow_schema(attributes))
+    """Write ``table`` (declared rows or already in the table's schema) as a Delta table
+    with exactly the table's schema (``table_schema``)."""
+    data = in_table_schema(table, attributes)
     if mode == "overwrite":
         write_deltalake(str(path), data, mode="overwrite", schema_mode="overwrite")
     else:
@@ -90,12 +150,16 @@ def _csv_value(value: object) -> object:
 
 
 def write_csv(path: str | Path, table: pa.Table, attributes: Sequence[Attribute]) -> None:
-    """``<relation>.csv``: a header of the declared attribute names, rows sorted."""
-    rows = (
-        sorted(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True))
-        if table.num_columns
-        else []
-    )
+    """``<relation>.csv``: a header of the declared attribute names, rows sorted. A nullary
+    relation's file is an empty header line, then one empty line if it holds."""
+    rows: list[tuple[object, ...]]
+    if not attributes:
+        rows = [()] * declared_rows(in_table_schema(table, attributes), attributes).num_rows
+    elif table.num_columns:
+        columns = (table.column(i).to_pylist() for i in range(table.num_columns))
+        rows = sorted(zip(*columns, strict=True))
+    else:
+        rows = []
     with Path(path).open("w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow([a.name for a in attributes])

@@ -473,6 +473,8 @@ def _records(rows: pa.Table) -> Iterable[tuple[Any, ...]]:
 def _cell(value: Any) -> str:
     if value is None:
         return "NULL"
+    if isinstance(value, bool):  # a nullary relation's ``holds``: SQL's spelling, not Python's
+        return "true" if value else "false"
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else str(value)
     if isinstance(value, datetime):

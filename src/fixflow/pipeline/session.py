@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from types import TracebackType
 
+from fixflow.checker.ast import Program
 from fixflow.pipeline.broker import start_broker
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.metrics import Metrics, MetricsServer, serve_configured
@@ -54,6 +55,12 @@ class Session:
         ]
         if self.server is not None:
             lines.append(f"metrics      http://127.0.0.1:{self.server.port}/metrics")
+        eval_only = eval_only_directives(self.stream.program)
+        if eval_only:
+            lines.append(
+                f"note         {', '.join(eval_only)}: for `fixflow eval` only; the stream "
+                "reads the topics and writes the results above"
+            )
         return "\n".join(lines)
 
     @staticmethod
@@ -89,3 +96,11 @@ def format_batch(report: BatchReport) -> str:
         f"batch {report.batch_id}: {report.records} records{dead}: {changes}{strategies}"
         f"{flag} [{report.seconds:.2f} s]"
     )
+
+
+def eval_only_directives(program: Program) -> list[str]:
+    """The program's Soufflé I/O options and ``.printsize`` directives, which only
+    `fixflow eval` honours (said at start-up rather than ignored in silence)."""
+    found = [f".input {r}(...)" for r in program.inputs if program.input_options(r)]
+    found += [f".output {r}(...)" for r in program.outputs if program.output_options(r)]
+    return found + [f".printsize {r}" for r in program.printsizes]

@@ -46,7 +46,13 @@ from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.ingest import IngestResult, Phases, start_ingest_query
 from fixflow.pipeline.kafka_source import lag_from_progress, next_batch_limit, write_limit_file
-from fixflow.pipeline.lake import arrow_schema
+from fixflow.pipeline.lake import (
+    arrow_schema,
+    declared_rows,
+    table_keys,
+    table_schema,
+    with_table_columns,
+)
 from fixflow.pipeline.lakehouse import (
     BatchCommit,
     ProgramLake,
@@ -224,14 +230,22 @@ class ProgramStream:
         for relation in relations:
             table = read_before_batch(path_of(relation), result.commit.query_id, result.batch_id)
             if table is not None:
-                tables[relation] = self._frame(table)
+                rows = declared_rows(table, self.report.catalog[relation].result)
+                tables[relation] = self._frame(rows)
         return tables
 
     # ------------------------------------------------------------ results
 
     def result_schema(self, relation: str) -> pa.Schema:
-        """A result table's schema: the declared attributes, minus any iteration index."""
-        return arrow_schema(self.report.catalog[relation].result)
+        """A result table's schema: the declared attributes, minus any iteration index
+        (a nullary relation's: ``lake.table_schema``)."""
+        return table_schema(self.report.catalog[relation].result)
+
+    def _table_columns(self, relation: str, frame: DataFrame) -> DataFrame:
+        return with_table_columns(frame, self.report.catalog[relation].result)
+
+    def _table_keys(self, relation: str, change: RelationChange) -> list[str]:
+        return list(table_keys(change.key_columns, self.report.catalog[relation].result))
 
     def ensure_result_tables(self) -> None:
         """Empty result tables with exactly the output relations' schemas, so analysts can
@@ -252,13 +266,14 @@ class ProgramStream:
             if not (upserts.num_rows or deletes.num_rows):
                 # Only the flag changes (e.g. the last pending delta changed no row): commit
                 # one unchanged row again so the newest commit tells the truth.
+                one = self.maintainer.relation(relation).limit(1)
                 upserts = _to_arrow(
-                    self.maintainer.relation(relation).limit(1), self.result_schema(relation)
+                    self._table_columns(relation, one), self.result_schema(relation)
                 )
                 new_rows = False
             if merge_changes(
                 self.lake.results(relation),
-                list(change.key_columns),
+                self._table_keys(relation, change),
                 upserts,
                 deletes,
                 commit,
@@ -336,13 +351,15 @@ class ProgramStream:
 
     def _arrow_change(self, relation: str, change: RelationChange) -> tuple[pa.Table, pa.Table]:
         schema = self.result_schema(relation)
-        key_schema = pa.schema([schema.field(c) for c in change.key_columns])
+        keys = self._table_keys(relation, change)
+        key_schema = pa.schema([schema.field(c) for c in keys])
         if change.unchanged:
             return schema.empty_table(), key_schema.empty_table()  # no job to collect nothing
-        both = _to_arrow(_tagged_union(change), schema.append(pa.field(UPSERT, pa.bool_())))
+        tagged = self._table_columns(relation, _tagged_union(change))
+        both = _to_arrow(tagged, schema.append(pa.field(UPSERT, pa.bool_())))
         is_upsert = both.column(UPSERT)
         upserts = both.filter(is_upsert).drop_columns([UPSERT])
-        deletes = both.filter(pc.invert(is_upsert)).select(list(change.key_columns))
+        deletes = both.filter(pc.invert(is_upsert)).select(keys)
         return upserts, deletes
 
     # ------------------------------------------------------------ metrics and β

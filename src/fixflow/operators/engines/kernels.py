@@ -92,10 +92,38 @@ def unsupported(plan: Plan) -> str | None:
     """Why ``plan`` cannot run as a kernel, or None when it can."""
     if not isinstance(plan, Scan | Unit | Filter | Project | Join | Union):
         return f"{type(plan).__name__} is not supported by the vectorized backend"
+    expressions: list[PExpr] = [plan.condition] if isinstance(plan, Filter) else []
+    if isinstance(plan, Project):
+        expressions = [e for _, e in plan.outputs]
+    for expr in expressions:
+        reason = _expr_unsupported(expr)
+        if reason is not None:
+            return reason
     for child in children(plan):
         reason = unsupported(child)
         if reason is not None:
             return reason
+    return None
+
+
+KERNEL_OPS = frozenset(("+", "-", "*", "/"))
+KERNEL_FUNCS = frozenset(("min", "max", "abs", "exp", "log", "relu"))
+
+
+def _expr_unsupported(expr: PExpr) -> str | None:
+    """Why an expression has no kernel (Soufflé's operators and functors have none yet:
+    their programs run on the sync engine), or None."""
+    match expr:
+        case Arith(op=op) if op not in KERNEL_OPS:
+            return f"operator `{op}` is not supported by the vectorized backend"
+        case Func(name=name) if name not in KERNEL_FUNCS:
+            return f"`{name}` is not supported by the vectorized backend"
+        case Arith(left=left, right=right) | Compare(left=left, right=right):
+            return _expr_unsupported(left) or _expr_unsupported(right)
+        case Func(args=args):
+            return next((r for r in map(_expr_unsupported, args) if r is not None), None)
+        case Negate(operand=operand) | Cast(operand=operand):
+            return _expr_unsupported(operand)
     return None
 
 

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fixflow.checker.catalog import RelationEntry
-from fixflow.operators.compiler import positional
+from fixflow.operators.compiler import join_on, minus, positional
 from fixflow.operators.core import Bootstrapped, StratumRun
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
@@ -51,10 +51,11 @@ class ImprovingGrowth(SetGrowth):
         improved = joined.where(better).select(*keys, new.alias(value))
         return improved.select(*current.columns)
 
-    def merged(self, run: StratumRun, relation: str, delta: DataFrame) -> DataFrame:
+    def merged(
+        self, run: StratumRun, relation: str, older: DataFrame, newer: DataFrame
+    ) -> DataFrame:
         keys = _keys(run.entry(relation))
-        current = run.frames.full[relation]
-        return current.join(delta.select(*keys), keys, "left_anti").unionByName(delta)
+        return join_on(older, newer.select(*keys), keys, "left_anti").unionByName(newer)
 
     def changes(
         self, ctx: UpdateContext, relation: str, original: DataFrame, touched: list[DataFrame]
@@ -68,7 +69,7 @@ class ImprovingGrowth(SetGrowth):
         changed = changed.distinct()
         now = ctx.frames.full[relation].join(changed, keys, "left_semi")
         before = original.join(changed, keys, "left_semi")
-        return ctx.delta(now.subtract(before), before.subtract(now))
+        return ctx.delta(minus(now, before), minus(before, now))
 
 
 class RecomputingGrowth(ImprovingGrowth):

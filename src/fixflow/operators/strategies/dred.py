@@ -54,7 +54,7 @@ from pyspark.sql import DataFrame
 
 from fixflow.checker import ast
 from fixflow.checker.catalog import RelationEntry
-from fixflow.operators.compiler import positional
+from fixflow.operators.compiler import join_on, minus, positional
 from fixflow.operators.core import StratumRun, atoms_over, union_by_name
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Col, Plan, Project, Scan, Union
@@ -153,7 +153,7 @@ class OverDeletion(SetGrowth):
         reached = derived.select(*keys).distinct()
         known = run.frames.full[relation].select(*keys)
         old = run.frames.named[f"{relation}@old"]
-        return old.join(reached, keys, "left_semi").join(known, keys, "left_anti")
+        return join_on(join_on(old, reached, keys, "left_semi"), known, keys, "left_anti")
 
 
 class Regrouping(RecomputingGrowth):
@@ -172,7 +172,7 @@ class Regrouping(RecomputingGrowth):
         groups = run.frames.named.get(groups_name(relation))
         if groups is not None and not binds_every_key(run, relation):
             # Drop groups derived without all their rules (they are not complete).
-            derived = derived.join(groups, key_columns(run.entry(relation)), "left_semi")
+            derived = join_on(derived, groups, key_columns(run.entry(relation)), "left_semi")
         return super().new_rows(run, relation, derived)
 
 
@@ -273,7 +273,7 @@ def update(ctx: UpdateContext) -> Outcome:
         keys = key_columns(ctx.entry(relation))
         remaining = old[relation]
         if rows is not None:
-            remaining = ctx.keep(remaining.join(rows.select(*keys), keys, "left_anti"))
+            remaining = ctx.keep(join_on(remaining, rows.select(*keys), keys, "left_anti"))
         ctx.frames.full[relation] = remaining
     seeds = {r: rederive_seeds(ctx, r, deleted[r]) for r in ctx.relations}
     grown = continuation(ctx, seeds, {r: growth_of(ctx.entry(r)) for r in ctx.relations})
@@ -291,9 +291,9 @@ def changes(ctx: UpdateContext, relation: str, old: DataFrame, touched: list[Dat
         return ctx.no_change(relation)
     keys = key_columns(ctx.entry(relation))
     groups = union_by_name([frame.select(*keys) for frame in touched]).distinct()
-    now = ctx.frames.full[relation].join(groups, keys, "left_semi")
-    before = old.join(groups, keys, "left_semi")
-    return ctx.delta(now.subtract(before), before.subtract(now))
+    now = join_on(ctx.frames.full[relation], groups, keys, "left_semi")
+    before = join_on(old, groups, keys, "left_semi")
+    return ctx.delta(minus(now, before), minus(before, now))
 
 
 def _present(frame: DataFrame | None) -> list[DataFrame]:

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from fixflow.checker import ast
 from fixflow.checker.catalog import index_var
-from fixflow.operators.compiler import positional
+from fixflow.operators.compiler import join_on, positional
 from fixflow.operators.core import Bootstrapped, EvaluationError, StratumRun
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.materialize import Stored
@@ -106,8 +106,8 @@ def _difference(
     entry = run.entry(relation)
     if entry.aggregate is None or entry.value_pos is None:
         columns = old.columns
-        gone = old.join(new, columns, "left_anti").count()
-        added = new.join(old, columns, "left_anti").count()
+        gone = join_on(old, new, columns, "left_anti").count()
+        added = join_on(new, old, columns, "left_anti").count()
         return gone + added, float(gone + added)
     keys = [positional(i) for i in entry.key_positions]
     value = positional(entry.value_pos)

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame
 
 from fixflow.checker import ast
 from fixflow.checker.catalog import RelationEntry
-from fixflow.operators.compiler import positional
+from fixflow.operators.compiler import join_on, minus, positional
 from fixflow.operators.core import Bootstrapped, StratumRun, appended, atoms_over
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan, Scan, Union
@@ -50,7 +50,7 @@ def delta_rules(ctx: UpdateContext) -> Outcome:
     for relation in ctx.relations:
         current = ctx.frames.full[relation]
         derived = ctx.combine(relation, ctx.inserted_rows(relation))
-        added = derived.join(current, current.columns, "left_anti")
+        added = join_on(derived, current, current.columns, "left_anti")
         delta = ctx.delta(added, ctx.frames.empty(relation))
         frames[relation] = ctx.keep(appended(current, delta.added)) if delta.n_added else current
         deltas[relation] = delta
@@ -92,7 +92,7 @@ def affected_groups(ctx: UpdateContext) -> Outcome:
             new_rows, old_rows = _affected_rows(ctx, entry, touched)
         else:  # one group (e.g. ``n(count[X])``): re-derive it
             new_rows, old_rows = ctx.derive(relation), current
-        delta = ctx.delta(new_rows.subtract(old_rows), old_rows.subtract(new_rows))
+        delta = ctx.delta(minus(new_rows, old_rows), minus(old_rows, new_rows))
         frames[relation] = _replaced(ctx, current, delta)
         deltas[relation] = delta
     return Outcome(frames, deltas)
@@ -116,7 +116,7 @@ def _affected_rows(
         for body in rule.bodies
     ]
     new_rows = ctx.keep(ctx.combine(entry.name, plans))
-    return new_rows, ctx.frames.full[entry.name].join(affected, keys, "left_semi")
+    return new_rows, join_on(ctx.frames.full[entry.name], affected, keys, "left_semi")
 
 
 def _keys_start(entry: RelationEntry, rule: ast.Rule) -> tuple[Plan, dict[str, ast.TypeName]]:
@@ -134,5 +134,5 @@ def _replaced(ctx: UpdateContext, current: DataFrame, delta: Delta) -> DataFrame
     """``current`` with the delta applied (rows removed, rows added), materialized."""
     if delta.empty:
         return current
-    kept = current.subtract(delta.removed)  # null-safe, unlike an equi-join
+    kept = minus(current, delta.removed)  # null-safe, unlike an equi-join
     return ctx.keep(appended(kept, delta.added))

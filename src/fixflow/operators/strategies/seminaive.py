@@ -4,9 +4,19 @@
 current rows: round 1 derives the ``seeds`` (head-row plans per relation); every later
 round derives each relation's ``Growth.step`` (one delta rule per occurrence of a stratum
 relation in a body, reading the previous round's new rows). Per round and relation one job
-materializes the new rows (and counts them); the full relation is merged lazily and
-materialized every ``COMPACT_EVERY`` rounds. ``aggregate_seminaive`` runs the same
-loop with growths that keep only improved groups.
+stores the new rows (and counts them) together with the relation's *recent* rows, those
+changed since the last compaction; the full relation is its compacted rows overlaid with the
+recent ones, and is compacted every ``COMPACT_EVERY`` rounds. ``aggregate_seminaive`` runs
+the same loop with growths that keep only improved groups.
+
+Why recent rows are stored again every round: the full relation is read by every delta rule
+with a second atom of the stratum (``n(x+1) :- n(x), n(0).``: one rule reads ``n``'s delta
+and its full rows, the other the reverse) and by the test of what is new. Merged lazily, one
+union (min/max: one anti-join) per round since the last compaction, every such read became a
+join per merged delta, so a round's stages, tasks and plan grew with its number until the
+next compaction. Overlaid on one stored frame, every read is two scans, whatever the round:
+a round costs the same job and the same plan, and copies only the rows of the last few
+rounds (``test_round_cost_does_not_grow_with_rounds``).
 
 - bootstrap = the continuation from empty relations, seeded by the exit rules (bodies
   without an atom of the stratum): what semi-naive evaluation is;
@@ -22,15 +32,20 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from fixflow.operators.core import Bootstrapped, StratumRun, bounded, union_by_name
+from fixflow.operators.compiler import join_on
+from fixflow.operators.core import Bootstrapped, StratumRun, bounded, bounded_to, union_by_name
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
 
 COMPACT_EVERY = 8
-"""Rounds between materializations of the (lazily merged) full relations, bootstrap and
-update alike."""
+"""Rounds between compactions of the full relations (their compacted rows overlaid with the
+recent ones stored as one), bootstrap and update alike."""
+
+NEW = "new_this_round"
+"""The column that marks a round's new rows among the recent rows stored with them."""
 
 
 class Growth(Protocol):
@@ -44,8 +59,11 @@ class Growth(Protocol):
         """Of the rows derived this round, those that change the relation (its delta)."""
         ...
 
-    def merged(self, run: StratumRun, relation: str, delta: DataFrame) -> DataFrame:
-        """The relation's rows with this round's delta."""
+    def merged(
+        self, run: StratumRun, relation: str, older: DataFrame, newer: DataFrame
+    ) -> DataFrame:
+        """The relation's rows ``older`` overlaid with later changed rows ``newer`` (a
+        round's delta, or those of several rounds overlaid in order)."""
         ...
 
     def changes(
@@ -63,10 +81,12 @@ class SetGrowth:
 
     def new_rows(self, run: StratumRun, relation: str, derived: DataFrame) -> DataFrame:
         current = run.frames.full[relation]
-        return derived.join(current, current.columns, "left_anti")
+        return join_on(derived, current, current.columns, "left_anti")
 
-    def merged(self, run: StratumRun, relation: str, delta: DataFrame) -> DataFrame:
-        return run.frames.full[relation].unionByName(delta)
+    def merged(
+        self, run: StratumRun, relation: str, older: DataFrame, newer: DataFrame
+    ) -> DataFrame:
+        return older.unionByName(newer)
 
     def changes(
         self, ctx: UpdateContext, relation: str, original: DataFrame, touched: list[DataFrame]
@@ -111,8 +131,11 @@ class Grown:
     touched: dict[str, list[DataFrame]]
     rounds: int = 0
     capped: bool = False
-    dirty: set[str] = field(default_factory=set)
-    """Relations merged since their last materialization."""
+    compacted: dict[str, DataFrame] = field(default_factory=dict)
+    """Every relation's rows at its last compaction (stored)."""
+    recent: dict[str, DataFrame] = field(default_factory=dict)
+    """The rows changed since then, of the relations that changed (one stored frame each):
+    the full relation is its compacted rows overlaid with them."""
 
 
 def continuation(
@@ -124,6 +147,7 @@ def continuation(
     for relation in relations:
         full.setdefault(relation, run.frames.empty(relation))
     grown = Grown({r: full[r] for r in relations}, {r: [] for r in relations})
+    grown.compacted = dict(grown.original)
     plans, pending = dict(seeds), 1
     while pending and grown.rounds < run.max_iterations:
         # Every relation's derivation reads the previous round: build all, then update.
@@ -142,23 +166,38 @@ def continuation(
 
 
 def _advance(run: StratumRun, growth: Growth, relation: str, new: DataFrame, grown: Grown) -> int:
-    """Store one relation's new rows as its delta and merge them; their number."""
-    delta, count = run.materializer.keep_counted(new)
+    """Store one relation's new rows (its delta) with its recent rows, in one job, and
+    overlay the relation with them; the number of new rows."""
+    recent = grown.recent.get(relation)
+    stored = new.withColumn(NEW, F.lit(True))
+    if recent is not None:
+        earlier = recent.withColumn(NEW, F.lit(False))
+        stored = bounded_to(earlier.unionByName(stored), run.partitions)
+    kept = run.materializer.store(stored, [F.count(F.when(F.col(NEW), 1)).alias("n")])
+    count = int(kept.metric("n"))
+    if not count:  # nothing changes: the stored copy is not read
+        run.materializer.release(kept)
+        run.frames.delta[relation] = run.frames.empty(relation)
+        return 0
+    delta = kept.frame.where(F.col(NEW)).drop(NEW)
     run.frames.delta[relation] = delta
-    if count:
-        grown.touched[relation].append(delta)
-        run.frames.full[relation] = growth.merged(run, relation, delta)
-        grown.dirty.add(relation)
+    grown.touched[relation].append(delta)
+    if recent is not None:
+        earlier = kept.frame.where(~F.col(NEW)).drop(NEW)
+        delta = growth.merged(run, relation, earlier, delta)
+    grown.recent[relation] = delta
+    run.frames.full[relation] = growth.merged(run, relation, grown.compacted[relation], delta)
     return count
 
 
 def _compact(run: StratumRun, grown: Grown) -> None:
-    """Materialize the relations merged since the last time, cutting their lineage (in no
-    more partitions than they started with: each merge adds its delta's)."""
-    for relation in sorted(grown.dirty):
+    """Store the relations changed since their last compaction, in no more partitions than
+    they started with (each overlay adds the recent rows'); their recent rows start over."""
+    for relation in sorted(grown.recent):
         merged = run.frames.full[relation]
-        run.frames.full[relation] = run.keep(bounded(merged, grown.original[relation]))
-    grown.dirty.clear()
+        stored = run.keep(bounded(merged, grown.original[relation]))
+        run.frames.full[relation] = grown.compacted[relation] = stored
+    grown.recent.clear()
 
 
 def bootstrap_with(run: StratumRun, growth: Mapping[str, Growth]) -> Bootstrapped:

@@ -3,6 +3,11 @@
 Inputs: ``<relation>.facts`` (tab-separated) or ``<relation>.csv`` (header) per ``.input``
 relation. Outputs: one Delta table per ``.output`` relation in OUT_DIR (exact declared
 schema, iteration index dropped), and ``<relation>.csv`` with ``--csv``.
+
+Soufflé's I/O options are honoured here (and only here: a stream uses the Kafka topic
+named after the relation): ``.input r(filename="f", delimiter=",")`` reads FACTS_DIR/f,
+``.output r(IO=file, filename="f", delimiter=",")`` also writes OUT_DIR/f (Soufflé's
+headerless format), ``IO=stdout`` prints the rows; ``.printsize r`` prints ``r<TAB>rows``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from fixflow.checker.ast import Attribute
 
 if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command needs them
     import pyarrow as pa
+    from pyspark.sql import DataFrame
 
     from fixflow.checker.model import Report
     from fixflow.operators.evaluate import Progress
@@ -160,7 +166,11 @@ def run(args: argparse.Namespace) -> int:
     schemas = report.analysis.schemas
     program = report.analysis.program
     try:
-        inputs = load_inputs(args.facts, {rel: schemas[rel] for rel in program.inputs})
+        inputs = load_inputs(
+            args.facts,
+            {rel: schemas[rel] for rel in program.inputs},
+            {rel: program.input_options(rel) for rel in program.inputs},
+        )
     except FactsError as exc:
         return _error(str(exc))
     return _evaluate_and_write(args, report, inputs)
@@ -172,7 +182,6 @@ def _evaluate_and_write(
     from fixflow.operators.compiler import relation_struct
     from fixflow.operators.engines.base import EngineOptions
     from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
-    from fixflow.pipeline.lake import to_arrow, write_csv, write_table
     from fixflow.pipeline.spark import make_session
 
     analysis = report.analysis
@@ -195,17 +204,7 @@ def _evaluate_and_write(
         evaluation = evaluate_with_stats(report, edb, spark, options)
     except EvaluationError as exc:
         return _error(str(exc))
-    args.output.mkdir(parents=True, exist_ok=True)
-    for relation in analysis.program.outputs:
-        attributes = _result_attributes(report, relation)
-        frame = evaluation.relations.get(relation)
-        if frame is None:  # an output that is also an input
-            frame = edb[relation]
-        table = to_arrow(frame, attributes)
-        write_table(args.output / relation, table, attributes)
-        if args.csv:
-            write_csv(args.output / f"{relation}.csv", table, attributes)
-        print(f"{relation}: {table.num_rows} rows -> {args.output / relation}")
+    _write_outputs(args, report, {**edb, **evaluation.relations})
     printer = options.progress
     for stats in evaluation.stats:
         last = printer.last.get(stats.stratum) if isinstance(printer, _ProgressPrinter) else None
@@ -223,6 +222,54 @@ def _evaluate_and_write(
         )
     log.info("evaluated in %.1f s", time.monotonic() - started)
     return 0
+
+
+def _write_outputs(
+    args: argparse.Namespace, report: Report, relations: Mapping[str, DataFrame]
+) -> None:
+    """The Delta table (and files) of every ``.output``, then every ``.printsize`` line."""
+    from fixflow.pipeline.lake import to_arrow, write_csv, write_table
+
+    args.output.mkdir(parents=True, exist_ok=True)
+    program = report.analysis.program
+    for relation in dict.fromkeys(program.outputs):
+        attributes = _result_attributes(report, relation)
+        table = to_arrow(relations[relation], attributes)
+        write_table(args.output / relation, table, attributes)
+        if args.csv:
+            write_csv(args.output / f"{relation}.csv", table, attributes)
+        print(f"{relation}: {table.num_rows} rows -> {args.output / relation}")
+        options = program.output_options(relation)
+        if options:
+            _write_souffle_output(args.output, relation, table, options)
+    for relation in program.printsizes:
+        frame = relations.get(relation)
+        print(f"{relation}\t{0 if frame is None else frame.count()}")  # Soufflé's format
+
+
+def _write_souffle_output(
+    directory: Path, relation: str, table: pa.Table, options: Mapping[str, str]
+) -> None:
+    """Soufflé's ``.output r(IO=file, filename=..., delimiter=...)``: one line per row,
+    sorted, no header, into ``filename`` relative to ``directory`` (default ``r.csv``,
+    tab-separated); with ``IO=stdout`` the rows between Soufflé's banner lines instead."""
+    delimiter = options.get("delimiter", "\t")
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    rows = sorted(zip(*columns, strict=True)) if columns else [()] * table.num_rows
+    lines = [delimiter.join(_souffle_value(v) for v in row) if row else "()" for row in rows]
+    if options.get("IO") == "stdout":
+        print(
+            "\n".join(["---------------", relation, "===============", *lines, "==============="])
+        )
+        return
+    path = directory / options.get("filename", f"{relation}.csv")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    print(f"{relation}: {table.num_rows} rows -> {path}")
+
+
+def _souffle_value(value: object) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _result_attributes(report: Report, relation: str) -> tuple[Attribute, ...]:

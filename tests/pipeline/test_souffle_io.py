@@ -1,0 +1,93 @@
+"""Soufflé's I/O options in ``fixflow eval``: ``.input r(filename=..., delimiter=...)``
+files, ``unsigned`` columns, and the files and stdout of ``.output r(IO=...)``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from fixflow.checker.ast import Attribute
+from fixflow.pipeline.commands.eval import _write_souffle_output
+from fixflow.pipeline.facts import FactsError, input_file, load_inputs
+
+EDGE = (Attribute("src", "number"), Attribute("dst", "number"))
+STOCK = (Attribute("item", "symbol"), Attribute("n", "number", declared="unsigned"))
+
+
+def test_filename_is_relative_to_the_facts_directory_and_split_at_the_delimiter(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "graph").mkdir()
+    (tmp_path / "graph" / "e.csv").write_text("1,2\n2,3\n")  # no header, whatever the suffix
+    options = {"edge": {"IO": "file", "filename": "graph/e.csv", "delimiter": ","}}
+    tables = load_inputs(tmp_path, {"edge": EDGE}, options)
+    assert tables["edge"].to_pylist() == [{"src": 1, "dst": 2}, {"src": 2, "dst": 3}]
+
+
+def test_options_without_filename_read_a_tab_separated_relation_facts(tmp_path: Path) -> None:
+    (tmp_path / "edge.facts").write_text("1\t2\n")
+    (tmp_path / "edge.csv").write_text("src,dst\n7,8\n")
+    assert input_file(tmp_path, "edge", {"IO": "file"}) == (tmp_path / "edge.facts", "\t")
+    assert input_file(tmp_path, "edge", {}) == (tmp_path / "edge.facts", None)
+
+
+def test_a_missing_named_file_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(FactsError, match=r"nope\.tsv: no input file for relation `edge`"):
+        load_inputs(tmp_path, {"edge": EDGE}, {"edge": {"filename": "nope.tsv"}})
+
+
+def test_unsigned_columns_reject_negative_facts(tmp_path: Path) -> None:
+    (tmp_path / "stock.facts").write_text("apple\t0\npear\t-1\n")
+    with pytest.raises(FactsError, match=r"stock\.facts:2: column `n` is unsigned"):
+        load_inputs(tmp_path, {"stock": STOCK})
+
+
+def test_unsigned_columns_accept_zero_and_int64_max(tmp_path: Path) -> None:
+    (tmp_path / "stock.facts").write_text(f"apple\t0\npear\t{2**63 - 1}\n")
+    rows = load_inputs(tmp_path, {"stock": STOCK})["stock"].to_pylist()
+    assert [r["n"] for r in rows] == [0, 2**63 - 1]
+
+
+def test_output_file_is_sorted_headerless_and_delimited(tmp_path: Path) -> None:
+    table = pa.table({"a": [3, 1], "b": ["x", "y"], "w": [0.5, 1e-3]})
+    options = {"IO": "file", "filename": "sub/r.txt", "delimiter": "|"}
+    _write_souffle_output(tmp_path, "r", table, options)
+    assert (tmp_path / "sub" / "r.txt").read_text() == "1|y|0.001\n3|x|0.5\n"
+
+
+def test_output_file_defaults_to_relation_csv_with_tabs(tmp_path: Path) -> None:
+    _write_souffle_output(tmp_path, "r", pa.table({"a": [2, 1]}), {"IO": "file"})
+    assert (tmp_path / "r.csv").read_text() == "1\n2\n"
+
+
+def test_stdout_output_prints_souffle_banners(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = pa.table({"a": [2, 1], "b": ["q", "p"]})
+    _write_souffle_output(tmp_path, "r", table, {"IO": "stdout", "delimiter": ","})
+    assert capsys.readouterr().out == (
+        "---------------\nr\n===============\n1,p\n2,q\n===============\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_nullary_fact_prints_as_parentheses(capsys: pytest.CaptureFixture[str]) -> None:
+    holds = pa.table({"x": [None]}).drop_columns(["x"])
+    _write_souffle_output(Path("."), "done", holds, {"IO": "stdout"})
+    assert "===============\n()\n===============" in capsys.readouterr().out
+
+
+def test_the_stream_names_the_directives_only_eval_honours() -> None:
+    from fixflow.checker.parser import parse
+    from fixflow.pipeline.session import eval_only_directives
+
+    program = parse(
+        '.decl e(x: number)\n.input e(IO=file, filename="e.tsv")\n.decl o(x: number)\n'
+        ".output o\n.decl p(x: number)\n.output p(IO=stdout)\n.printsize o\n"
+        "o(x) :- e(x).\np(x) :- e(x).\n",
+        "prog.dl",
+    )
+    assert eval_only_directives(program) == [".input e(...)", ".output p(...)", ".printsize o"]
+    assert eval_only_directives(parse(".decl e(x: number)\n.input e\n", "p.dl")) == []
