@@ -101,3 +101,9 @@ def test_a_utf8_byte_order_mark_is_not_part_of_the_header(tmp_path: Path) -> Non
     path = tmp_path / "name.csv"
     path.write_bytes(b"\xef\xbb\xbfid,label\n1,a\n")
     assert read_rows(path, NAME) == [(1, "a")]
+
+
+def test_a_program_without_inputs_needs_no_facts_directory(tmp_path: Path) -> None:
+    assert load_inputs(tmp_path / "missing", {}) == {}
+    with pytest.raises(FactsError, match="facts directory does not exist"):
+        load_inputs(tmp_path / "missing", {"edge": (Attribute("x", "number"),)})

@@ -71,3 +71,13 @@ def _check_files_and_stdout(meta: dict, directory: Path, out: Path, stdout: str)
         assert (out / name).read_text() == expected, f"file {name}"
     for line in meta.get("stdout", []):
         assert line in stdout.splitlines(), f"{line!r} not in stdout:\n{stdout}"
+
+
+def test_facts_and_output_directories_default_to_the_current_one(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in Soufflé, `fixflow eval prog.dl` reads facts from and writes results to `.`."""
+    (tmp_path / "prog.dl").write_text(".decl n(x: number)\n.output n\nn(1).\nn(2).\n")
+    monkeypatch.chdir(tmp_path)
+    assert fixflow(["eval", "prog.dl"]) == 0
+    assert sorted(_table_rows(tmp_path / "n", ["x"])) == [(1,), (2,)]

@@ -173,7 +173,7 @@ def load_inputs(
 ) -> dict[str, pa.Table]:
     """Every input relation's facts from ``directory``; a missing file is an error.
     ``options`` are the relations' ``.input`` options (see ``input_file``)."""
-    if not directory.is_dir():
+    if relations and not directory.is_dir():  # a program without inputs needs no facts
         raise FactsError(f"{directory}: facts directory does not exist")
     tables = {}
     for relation, attributes in relations.items():

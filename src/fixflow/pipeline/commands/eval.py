@@ -44,17 +44,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-F",
         "--facts",
         type=Path,
-        required=True,
+        default=Path("."),
         metavar="FACTS_DIR",
-        help="directory of <relation>.facts (tab-separated) or <relation>.csv (header) files",
+        help="directory of <relation>.facts (tab-separated) or <relation>.csv (header) files, "
+        "optionally gzip-compressed (default: the current directory, as in Soufflé)",
     )
     parser.add_argument(
         "-D",
         "--output",
         type=Path,
-        required=True,
+        default=Path("."),
         metavar="OUT_DIR",
-        help="directory for one Delta table per .output relation",
+        help="directory for one Delta table per .output relation "
+        "(default: the current directory, as in Soufflé)",
     )
     parser.add_argument("--csv", action="store_true", help="also write <relation>.csv files")
     parser.add_argument(
