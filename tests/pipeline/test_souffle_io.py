@@ -11,6 +11,7 @@ import pytest
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.commands.eval import _write_souffle_output
 from fixflow.pipeline.facts import FactsError, input_file, load_inputs
+from fixflow.pipeline.lake import nullary_table
 
 EDGE = (Attribute("src", "number"), Attribute("dst", "number"))
 STOCK = (Attribute("item", "symbol"), Attribute("n", "number", declared="unsigned"))
@@ -50,15 +51,21 @@ def test_unsigned_columns_accept_zero_and_int64_max(tmp_path: Path) -> None:
     assert [r["n"] for r in rows] == [0, 2**63 - 1]
 
 
+def _attributes(table: pa.Table) -> tuple[Attribute, ...]:
+    kinds = {pa.int64(): "number", pa.float64(): "float", pa.string(): "symbol"}
+    return tuple(Attribute(f.name, kinds[f.type]) for f in table.schema)
+
+
 def test_output_file_is_sorted_headerless_and_delimited(tmp_path: Path) -> None:
     table = pa.table({"a": [3, 1], "b": ["x", "y"], "w": [0.5, 1e-3]})
     options = {"IO": "file", "filename": "sub/r.txt", "delimiter": "|"}
-    _write_souffle_output(tmp_path, "r", table, options)
+    _write_souffle_output(tmp_path, "r", table, _attributes(table), options)
     assert (tmp_path / "sub" / "r.txt").read_text() == "1|y|0.001\n3|x|0.5\n"
 
 
 def test_output_file_defaults_to_relation_csv_with_tabs(tmp_path: Path) -> None:
-    _write_souffle_output(tmp_path, "r", pa.table({"a": [2, 1]}), {"IO": "file"})
+    table = pa.table({"a": [2, 1]})
+    _write_souffle_output(tmp_path, "r", table, _attributes(table), {"IO": "file"})
     assert (tmp_path / "r.csv").read_text() == "1\n2\n"
 
 
@@ -66,7 +73,8 @@ def test_stdout_output_prints_souffle_banners(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     table = pa.table({"a": [2, 1], "b": ["q", "p"]})
-    _write_souffle_output(tmp_path, "r", table, {"IO": "stdout", "delimiter": ","})
+    options = {"IO": "stdout", "delimiter": ","}
+    _write_souffle_output(tmp_path, "r", table, _attributes(table), options)
     assert capsys.readouterr().out == (
         "---------------\nr\n===============\n1,p\n2,q\n===============\n"
     )
@@ -74,8 +82,8 @@ def test_stdout_output_prints_souffle_banners(
 
 
 def test_a_nullary_fact_prints_as_parentheses(capsys: pytest.CaptureFixture[str]) -> None:
-    holds = pa.table({"x": [None]}).drop_columns(["x"])
-    _write_souffle_output(Path("."), "done", holds, {"IO": "stdout"})
+    holds = nullary_table(True)  # a nullary relation's table, as `to_arrow` makes it
+    _write_souffle_output(Path("."), "done", holds, (), {"IO": "stdout"})
     assert "===============\n()\n===============" in capsys.readouterr().out
 
 

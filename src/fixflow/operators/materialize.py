@@ -11,7 +11,7 @@ JVM's garbage-collection-driven cleaner.
 A stored frame is estimated by the optimizer at its real size (``exact_size``). Spark keeps,
 in a checkpoint, the optimizer's estimate of the plan that computed it (SPARK-39834), and
 without cost-based optimization a join is estimated at the product of its sides' sizes: with
-two atoms of a recursive relation in one body (``n(x+1) :- n(x), n(0).``) every round
+two atoms of a recursive relation in one body (``n(x+1) :- n(x), n(y), y = 0.``) every round
 squared the estimate of the last, its number of digits doubled per round and planning a
 round took exponentially long (a minute at round 22, nothing after; with one such atom the
 digits only grow linearly). Every store therefore counts its rows (in the same job) and

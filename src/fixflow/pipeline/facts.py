@@ -102,21 +102,17 @@ def _decoded(path: Path, number: int, data: bytes) -> str:
 def _records(path: Path, delimiter: str | None = None) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) of every non-empty record; with a ``delimiter`` (Soufflé's
     ``IO=file`` input) every line is split at it, whatever the file's name."""
-    if delimiter is not None:
-        for number, line in enumerate(_lines(path), start=1):
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield number, line.split(delimiter)
-    elif _is_csv(path):
+    if delimiter is None and _is_csv(path):
         reader = csv.reader(_lines(path))
         for fields in reader:
             if fields and any(f.strip() for f in fields):
                 yield reader.line_num, fields
-    else:
-        for number, line in enumerate(_lines(path), start=1):
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield number, line.split("\t")
+        return
+    separator = "\t" if delimiter is None else delimiter
+    for number, line in enumerate(_lines(path), start=1):
+        line = line.rstrip("\r\n")
+        if line.strip():
+            yield number, line.split(separator)
 
 
 def read_rows(

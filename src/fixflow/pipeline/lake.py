@@ -144,24 +144,26 @@ def table_exists(path: str | Path) -> bool:
     return (Path(path) / "_delta_log").is_dir()
 
 
-def _csv_value(value: object) -> object:
-    # repr() keeps every float digit (str() would too in Python 3, but be explicit).
-    return repr(value) if isinstance(value, float) else value
+def text_value(value: object) -> str:
+    """A value as result files write it: repr() keeps every float digit."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def sorted_rows(table: pa.Table, attributes: Sequence[Attribute]) -> list[tuple[object, ...]]:
+    """``table``'s rows as declared tuples, sorted (a nullary relation: one empty tuple if
+    it holds)."""
+    if not attributes:
+        return [()] * in_table_schema(table, attributes).num_rows  # only `holds = true` rows
+    columns = (table.column(i).to_pylist() for i in range(table.num_columns))
+    return sorted(zip(*columns, strict=True))
 
 
 def write_csv(path: str | Path, table: pa.Table, attributes: Sequence[Attribute]) -> None:
     """``<relation>.csv``: a header of the declared attribute names, rows sorted. A nullary
     relation's file is an empty header line, then one empty line if it holds."""
-    rows: list[tuple[object, ...]]
-    if not attributes:
-        rows = [()] * declared_rows(in_table_schema(table, attributes), attributes).num_rows
-    elif table.num_columns:
-        columns = (table.column(i).to_pylist() for i in range(table.num_columns))
-        rows = sorted(zip(*columns, strict=True))
-    else:
-        rows = []
+    rows = sorted_rows(table, attributes) if table.num_columns or not attributes else []
     with Path(path).open("w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow([a.name for a in attributes])
         for row in rows:
-            writer.writerow([_csv_value(v) for v in row])
+            writer.writerow([text_value(v) for v in row])

@@ -67,8 +67,8 @@ class ImprovingGrowth(SetGrowth):
         for other in touched[1:]:
             changed = changed.unionByName(other.select(*keys))
         changed = changed.distinct()
-        now = ctx.frames.full[relation].join(changed, keys, "left_semi")
-        before = original.join(changed, keys, "left_semi")
+        now = join_on(ctx.frames.full[relation], changed, keys, "left_semi")
+        before = join_on(original, changed, keys, "left_semi")
         return ctx.delta(minus(now, before), minus(before, now))
 
 

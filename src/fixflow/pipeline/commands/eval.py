@@ -16,7 +16,7 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -243,22 +243,27 @@ def _write_outputs(
         print(f"{relation}: {table.num_rows} rows -> {args.output / relation}")
         options = program.output_options(relation)
         if options:
-            _write_souffle_output(args.output, relation, table, options)
+            _write_souffle_output(args.output, relation, table, attributes, options)
     for relation in program.printsizes:
         frame = relations.get(relation)
         print(f"{relation}\t{0 if frame is None else frame.count()}")  # Soufflé's format
 
 
 def _write_souffle_output(
-    directory: Path, relation: str, table: pa.Table, options: Mapping[str, str]
+    directory: Path,
+    relation: str,
+    table: pa.Table,
+    attributes: Sequence[Attribute],
+    options: Mapping[str, str],
 ) -> None:
-    """Soufflé's ``.output r(IO=file, filename=..., delimiter=...)``: one line per row,
-    sorted, no header, into ``filename`` relative to ``directory`` (default ``r.csv``,
+    """Soufflé's ``.output r(IO=file, filename=..., delimiter=...)``: one line per (sorted)
+    row, no header, into ``filename`` relative to ``directory`` (default ``r.csv``,
     tab-separated); with ``IO=stdout`` the rows between Soufflé's banner lines instead."""
+    from fixflow.pipeline.lake import sorted_rows, text_value
+
+    rows = sorted_rows(table, attributes)
     delimiter = options.get("delimiter", "\t")
-    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    rows = sorted(zip(*columns, strict=True)) if columns else [()] * table.num_rows
-    lines = [delimiter.join(_souffle_value(v) for v in row) if row else "()" for row in rows]
+    lines = [delimiter.join(text_value(v) for v in row) if row else "()" for row in rows]
     if options.get("IO") == "stdout":
         print(
             "\n".join(["---------------", relation, "===============", *lines, "==============="])
@@ -267,11 +272,7 @@ def _write_souffle_output(
     path = directory / options.get("filename", f"{relation}.csv")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    print(f"{relation}: {table.num_rows} rows -> {path}")
-
-
-def _souffle_value(value: object) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
+    print(f"{relation}: {len(rows)} rows -> {path}")
 
 
 def _result_attributes(report: Report, relation: str) -> tuple[Attribute, ...]:
