@@ -14,8 +14,8 @@ without cost-based optimization a join is estimated at the product of its sides'
 two atoms of a recursive relation in one body (``n(x+1) :- n(x), n(y), y = 0.``) every round
 squared the estimate of the last, its number of digits doubled per round and planning a
 round took exponentially long (a minute at round 22, nothing after; with one such atom the
-digits only grow linearly). Every store therefore counts its rows (in the same job) and
-the stored frame carries the size of those rows.
+digits only grow linearly). A store whose estimate is implausible therefore counts its rows
+(in the same job) and the stored frame carries the size of those rows.
 
 Every local checkpoint of ``operators`` goes through a ``Materializer``, so the jobs a
 bootstrap or an update runs are counted (``StratumStats.jobs``, ``StratumEpoch.jobs``).
@@ -34,7 +34,14 @@ from pyspark.sql import functions as F
 log = logging.getLogger(__name__)
 
 ROWS = "stored_rows"
-"""The metric every store collects: the rows it stored."""
+"""The rows a store stored: collected whenever the store observes anything."""
+
+PLAUSIBLE_BITS = 40
+"""Size estimates up to 2**40 bytes (1 TiB) are left as the optimizer made them; a larger
+one on this engine is a product of join estimates (module docstring), and a stored frame
+gets its exact size instead. Reading the estimate is one call on a plan the store plans
+anyway; counting rows and replacing the statistics cost a store about twice as much on
+small frames, so only implausible estimates pay for it."""
 
 JavaObject = Any
 """A py4j handle to a JVM object (here: the RDD holding checkpointed blocks)."""
@@ -62,15 +69,24 @@ class Materializer:
         self.spark = spark
         self.jobs = 0
 
-    def store(self, frame: DataFrame, metrics: list[Column] | None = None) -> Stored:
+    def store(
+        self, frame: DataFrame, metrics: list[Column] | None = None, *, count: bool = False
+    ) -> Stored:
         """Run ``frame`` once (one job), keep its rows, and collect ``metrics`` over them
-        (and ``ROWS``)."""
-        observation = Observation()
-        counted = frame.observe(observation, F.count(F.lit(1)).alias(ROWS), *(metrics or []))
-        stored = counted.localCheckpoint(eager=True)
+        (and ``ROWS`` with ``count``, or whenever anything is observed). An implausible size
+        estimate (``overestimated``) is replaced by the exact one."""
+        wanted = list(metrics or [])
+        if count or wanted or overestimated(frame):  # observed anyway: a count costs nothing
+            wanted.append(F.count(F.lit(1)).alias(ROWS))
+        observation = Observation() if wanted else None
+        if observation is not None:
+            frame = frame.observe(observation, *wanted)
+        corrected = observation is not None and overestimated(frame)
+        stored = frame.localCheckpoint(eager=True)
         self.jobs += 1
-        values = dict(observation.get)
-        stored = exact_size(stored, int(values[ROWS]))
+        values = dict(observation.get) if observation is not None else {}
+        if corrected:
+            stored = exact_size(stored, int(values[ROWS]))
         return Stored(stored, checkpoint_rdd(stored), values)
 
     def keep(self, frame: DataFrame) -> DataFrame:
@@ -79,7 +95,7 @@ class Materializer:
 
     def keep_counted(self, frame: DataFrame) -> tuple[DataFrame, int]:
         """``frame`` materialized and its rows counted, in one job."""
-        stored = self.store(frame)
+        stored = self.store(frame, count=True)
         return stored.frame, int(stored.metric(ROWS))
 
     def release(self, stored: Stored | None) -> None:
@@ -88,6 +104,16 @@ class Materializer:
             return
         stored.rdd.unpersist(False)
         stored.rdd = None
+
+
+def overestimated(frame: DataFrame) -> bool:
+    """Whether the optimizer's size estimate of ``frame`` is implausible (``PLAUSIBLE_BITS``;
+    also when it cannot be read)."""
+    try:
+        estimate = int(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+    except Exception:  # a number too long for Python's int parsing, or another Spark
+        return True
+    return estimate.bit_length() > PLAUSIBLE_BITS
 
 
 def exact_size(stored: DataFrame, rows: int) -> DataFrame:
