@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install constraints test test-fast lint typecheck demo bench clean
+.PHONY: install constraints test test-deep test-fast lint typecheck demo bench clean
 
 install: $(STAMP)
 
@@ -32,6 +32,11 @@ typecheck: install
 
 test: install lint typecheck
 	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
+
+# The deep run: the deletion property test with 18 random sequences per program instead of
+# 2 (about an hour more than `make test`); run it before changing the update strategies.
+test-deep: install lint typecheck
+	FIXFLOW_DELETION_EXAMPLES=18 $(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 # The inner loop: no SparkSession, no broker, none of the slowest tests (markers applied
 # in tests/conftest.py). `make test` still runs everything.

@@ -11,6 +11,10 @@ Programs are generated here (deterministic) so the bench needs nothing outside t
   per source (a non-recursive aggregate, an output).
 - ``tc_small``: the transitive closure of the same edges (one recursive stratum).
 - ``nonlinear45``: ``n(x+1) :- n(x), n(0), x < 45.`` (45 rounds, two recursive atoms).
+
+Each program runs twice per repeat, in the same run: ``spark`` (``--local-rows 0``: every
+stratum on Spark, as before the driver path existed) and ``driver`` (the default: strata of
+up to ``--local-rows`` rows run in the driver, ``fixflow.operators.local``).
 """
 
 from __future__ import annotations
@@ -101,10 +105,17 @@ def write_case(directory: Path, name: str) -> Path:
     return directory / "program.dl"
 
 
-def wall_time(program: Path, out: Path, timeout: float) -> float:
+MODES = {"spark": ["--local-rows", "0"], "driver": []}
+"""How each program is evaluated: every stratum on Spark, or small strata in the driver."""
+
+
+def eval_args(program: Path, out: Path, mode: str) -> list[str]:
+    return ["eval", str(program), "-F", str(program.parent / "facts"), "-D", str(out), *MODES[mode]]
+
+
+def wall_time(program: Path, out: Path, timeout: float, mode: str) -> float:
     """One whole `fixflow eval` process, JVM start included (infinity when it times out)."""
-    command = [sys.executable, "-m", "fixflow.pipeline.cli", "eval", str(program)]
-    command += ["-F", str(program.parent / "facts"), "-D", str(out)]
+    command = [sys.executable, "-m", "fixflow.pipeline.cli", *eval_args(program, out, mode)]
     started = time.perf_counter()
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
@@ -116,16 +127,18 @@ def wall_time(program: Path, out: Path, timeout: float) -> float:
     return elapsed
 
 
-def spark_jobs(spark: SparkSession, program: Path, out: Path, timeout: float) -> int | None:
+def spark_jobs(
+    spark: SparkSession, program: Path, out: Path, timeout: float, mode: str
+) -> int | None:
     """The Spark jobs one evaluation runs (in this process, on a warm session); None when
     a whole-process run did not finish within ``timeout``."""
     from fixflow.pipeline.cli import main as fixflow
 
-    if wall_time(program, out, timeout) == float("inf"):
+    if wall_time(program, out, timeout, mode) == float("inf"):
         return None
     group = f"bench-small-{program.parent.name}-{time.monotonic_ns()}"
     spark.sparkContext.setJobGroup(group, group)
-    code = fixflow(["eval", str(program), "-F", str(program.parent / "facts"), "-D", str(out)])
+    code = fixflow(eval_args(program, out, mode))
     if code != 0:
         raise SystemExit(f"{program}: in-process eval failed with exit code {code}")
     jobs = len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
@@ -148,27 +161,30 @@ def main() -> None:
     rows = []
     for name in args.programs.split(","):
         program = write_case(args.work / name, name)
-        jobs = spark_jobs(spark, program, args.work / name / "out-jobs", args.timeout)
-        times = []
-        for repeat in range(args.repeats if jobs is not None else 0):
-            times.append(wall_time(program, args.work / name / f"out-{repeat}", args.timeout))
-            log(f"{name}: run {repeat + 1}/{args.repeats} {times[-1]:.1f} s")
-        load = Path("/proc/loadavg").read_text().split()[0]
-        rows.append((name, times, jobs, load))
+        for mode in MODES:
+            out = args.work / name / f"out-{mode}"
+            jobs = spark_jobs(spark, program, out / "jobs", args.timeout, mode)
+            times = []
+            for repeat in range(args.repeats if jobs is not None else 0):
+                times.append(wall_time(program, out / str(repeat), args.timeout, mode))
+                log(f"{name} ({mode}): run {repeat + 1}/{args.repeats} {times[-1]:.1f} s")
+            load = Path("/proc/loadavg").read_text().split()[0]
+            rows.append((name, mode, times, jobs, load))
     report = [
         "# Small programs: `fixflow eval` wall time (whole process) and Spark jobs",
         "",
         f"Machine: {machine()}",
         "",
-        "| program | median wall | min–max | Spark jobs | load (1 min) |",
-        "|---|---|---|---|---|",
+        "| program | strata on | median wall | min–max | Spark jobs | load (1 min) |",
+        "|---|---|---|---|---|---|",
     ]
-    for name, times, jobs, load in rows:
+    for name, mode, times, jobs, load in rows:
         if jobs is None:
-            report.append(f"| {name} | > {args.timeout:.0f} s (timed out) | | | {load} |")
+            report.append(f"| {name} | {mode} | > {args.timeout:.0f} s (timed out) | | | {load} |")
             continue
         span = f"{min(times):.1f}–{max(times):.1f} s"
-        report.append(f"| {name} | {statistics.median(times):.1f} s | {span} | {jobs} | {load} |")
+        median = statistics.median(times)
+        report.append(f"| {name} | {mode} | {median:.1f} s | {span} | {jobs} | {load} |")
     write_report("\n".join(report) + "\n", args)
 
 

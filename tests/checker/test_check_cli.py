@@ -104,3 +104,20 @@ def test_checking_is_fast(tmp_path: Path) -> None:
     result = fixflow_check(str(write(tmp_path, SSSP)), "--json")
     assert result.returncode == 0
     assert time.monotonic() - started < 3.0  # interpreter start included; solving is ~0.2 s
+
+
+def test_json_shows_body_aggregates_by_position_not_hidden_names(tmp_path: Path) -> None:
+    program = """
+.decl e(a: number, b: number)
+.input e
+.decl p(a: number, c: number)
+.output p
+p(x, c) :- e(x, _), c = count : { e(y, z), z > x ; e(z, y), z < x }.
+"""
+    result = fixflow_check("--json", str(write(tmp_path, program)))
+    assert result.returncode == 0, result.stderr
+    strata = json.loads(result.stdout)["strata"]
+    relations = [r for s in strata for r in s["relations"]]
+    assert relations == ["p"]
+    assert {a for s in strata for a in s["body_aggregates"]} == {"6:25"}
+    assert '"_agg' not in result.stdout

@@ -43,14 +43,14 @@ def test_braced_count_is_a_sub_aggregate() -> None:
     aggregate = literal.right
     assert isinstance(aggregate, SubAggregate)
     assert aggregate.func == "count" and aggregate.target is None
-    assert aggregate.body.literals[0] == Atom("e", (Var("x"), Wildcard()))
+    assert aggregate.bodies[0].literals[0] == Atom("e", (Var("x"), Wildcard()))
 
 
 def test_atom_form_and_expression_target() -> None:
     literal = _literal("k(x), c = sum y * 2 : e(x, y)")
     assert isinstance(literal, Comparison) and isinstance(literal.right, SubAggregate)
     assert literal.right.target == BinOp("*", Var("y"), NumberLit(2))
-    assert literal.right.body.literals == (Atom("e", (Var("x"), Var("y"))),)
+    assert literal.right.bodies[0].literals == (Atom("e", (Var("x"), Var("y"))),)
 
 
 def test_aggregate_on_the_left_of_a_test() -> None:
@@ -155,3 +155,76 @@ def test_the_check_report_names_aggregates_by_position() -> None:
     report = load(DECLS + "p(x, c) :- k(x), c = count : { e(x, _) }.", "f.dl")
     text = human(report)
     assert "body aggregate at 8:22" in text and "_agg" not in text
+
+
+# ---------------------------------------------------------------- `;` inside the braces
+
+
+def test_a_disjunction_gives_the_aggregate_several_bodies() -> None:
+    literal = _literal("k(x), c = count : { e(x, y), y > 1 ; e(y, x) }")
+    assert isinstance(literal, Comparison) and isinstance(literal.right, SubAggregate)
+    first, second = literal.right.bodies
+    assert len(first.literals) == 2
+    assert second.literals == (Atom("e", (Var("y"), Var("x"))),)
+
+
+def test_a_disjunctive_aggregate_ranges_over_the_set_of_the_union() -> None:
+    source = DECLS + "p(x, c) :- k(x), c = sum y : { e(x, y) ; e(y, x) ; e(x, y), y > 5 }."
+    program = parse(source)
+    analysis = analyze(program)
+    assert not analysis.errors
+    facts = {"e": [(1, 5), (5, 1), (1, 7), (2, 3)], "k": [(1,), (2,), (9,)]}
+    # x = 1: y in {5, 7} ∪ {5} ∪ {7} = {5, 7}; x = 2: {3}; x = 9: empty, so 0.
+    assert evaluate(program, facts)["p"] == {(1, 12), (2, 3), (9, 0)}
+    hidden = {r for s in analysis.strata for r in s.relations if is_hidden(r)}
+    assert len(hidden) == 2  # _aggN_set (the union, a set) and _aggN (the sum over it)
+
+
+def test_variables_of_one_alternative_only_are_existential() -> None:
+    source = DECLS + "p(x, c) :- k(x), c = count : { e(x, y), y > 1 ; e(x, _), k(x) }."
+    program = parse(source)
+    assert not analyze(program).errors
+    facts = {"e": [(1, 5), (1, 7), (2, 0)], "k": [(1,), (2,)]}
+    # The set of x: y is not in every alternative, so it is not a column.
+    assert evaluate(program, facts)["p"] == {(1, 1), (2, 1)}
+
+
+def test_an_unbound_target_is_reported_without_hidden_names() -> None:
+    source = DECLS + "p(x, c) :- k(x), c = sum z : { e(x, y) ; e(y, x) }."
+    errors = [d for d in diagnose(source, "f.dl") if d.severity == "error"]
+    assert [e.message for e in errors] == ["unsafe variable `z` in a body aggregate"]
+
+
+# ---------------------------------------------------------------- targets with `(` and `-`
+
+
+def test_targets_may_start_with_a_parenthesis_or_a_minus() -> None:
+    literal = _literal("k(x), c = sum (y + 1) * 2 : e(x, y)")
+    assert isinstance(literal, Comparison) and isinstance(literal.right, SubAggregate)
+    assert literal.right.target == BinOp("*", BinOp("+", Var("y"), NumberLit(1)), NumberLit(2))
+    literal = _literal("k(x), min -y : { e(x, y) } < c")
+    assert isinstance(literal, Comparison) and isinstance(literal.left, SubAggregate)
+    assert literal.left.func == "min"
+
+
+def test_calls_subtractions_and_atoms_keep_their_meaning() -> None:
+    decls = DECLS + ".decl sum(a: number)\n"
+    program = parse(decls + "p(x, c) :- e(sum, x), sum(x), c = min(sum, x) + (sum - x).")
+    body = program.rules[0].bodies[0]
+    assert body.literals[1] == Atom("sum", (Var("x"),))
+    assert pretty(body.literals[2]) == "c = min(sum, x) + (sum - x)"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "p(x, c) :- k(x), c = sum (x + y) * 2 : { e(x, y) }.",
+        "p(x, c) :- k(x), c = min -y : { e(x, y) ; e(y, x) }.",
+        "p(x, c) :- e(x, sum), c = max (sum - x) : { e(x, sum) }.",
+        "p(x, c) :- k(x), c = count : { e(x, _) ; e(_, x), !k(x) ; e(x, x) }.",
+    ],
+)
+def test_new_aggregate_forms_round_trip(text: str) -> None:
+    program = parse(DECLS + text)
+    assert parse(pretty(program)) == program
+    assert pretty(parse(pretty(program))) == pretty(program)

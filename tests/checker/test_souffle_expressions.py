@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from fixflow.checker import load
+from fixflow.checker import diagnose, load
 from fixflow.checker.analysis import analyze
-from fixflow.checker.ast import BinOp, Call, Comparison, Constraint, Neg, NumberLit, Var
+from fixflow.checker.ast import BinOp, Call, Cast, Comparison, Constraint, Neg, NumberLit, Var
 from fixflow.checker.diagnostics import CheckError
 from fixflow.checker.model import Report
 from fixflow.checker.parser import parse
@@ -141,3 +141,65 @@ def test_expressions_without_a_kernel_make_the_plan_unsupported() -> None:
         assert found is not None and reason in found
     body = parse("p(Y) :- q(X), Y = X * 2.").rules[0].bodies[0]
     assert kernels.unsupported(compiler.body(body).plan) is None
+
+
+# ---------------------------------------------------------------- `5u` and `as(x, T)`
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("5u", 5), ("0x1Fu", 31), ("0b101u", 5), ("0u", 0), ("9223372036854775807u", 2**63 - 1)],
+)
+def test_unsigned_literals_are_numbers(text: str, value: int) -> None:
+    program = parse(f"p(Y) :- q(X), Y = X + {text}.")
+    comparison = program.rules[0].bodies[0].literals[1]
+    assert isinstance(comparison, Comparison)
+    assert comparison.right == BinOp("+", Var("X"), NumberLit(value))
+    assert pretty(program).count(str(value)) == 1  # printed back without the suffix
+
+
+def test_a_u_starting_a_name_is_no_suffix() -> None:
+    with pytest.raises(CheckError):
+        parse("p(Y) :- q(X), Y = 5ux.")  # the number 5, then a name: a syntax error
+    with pytest.raises(CheckError, match="invalid hexadecimal literal `0xu`"):
+        parse("p(Y) :- q(X), Y = 0xu.")
+
+
+def test_a_cast_keeps_the_value_and_names_the_type() -> None:
+    program = parse(".type Id <: number\np(Y) :- q(X), Y = as(X, Id) + 1.")
+    comparison = program.rules[0].bodies[0].literals[1]
+    assert isinstance(comparison, Comparison)
+    assert comparison.right == BinOp("+", Cast(Var("X"), "Id", "number"), NumberLit(1))
+    assert "as(X, Id) + 1" in pretty(program)
+    assert parse(pretty(program)) == program
+
+
+def test_a_cast_to_a_type_declared_later_is_resolved() -> None:
+    program = parse("p(Y) :- q(X), Y = as(X, Name).\n.type Name <: symbol")
+    comparison = program.rules[0].bodies[0].literals[1]
+    assert isinstance(comparison, Comparison)
+    assert comparison.right == Cast(Var("X"), "Name", "symbol")
+
+
+def test_a_cast_to_an_unknown_type_is_an_error() -> None:
+    with pytest.raises(CheckError) as raised:
+        parse("p(Y) :- q(X), Y = as(X, Nope).", "f.dl")
+    [error] = raised.value.diagnostics
+    assert error.message == "unknown type `Nope` in `as`"
+    assert (error.span.line, error.span.col) == (1, 25)
+
+
+def test_a_cast_that_would_convert_is_one_error() -> None:
+    source = ".decl q(x: number)\n.decl p(y: float)\np(Y) :- q(X), Y = as(X, float)."
+    [error] = [d for d in diagnose(source, "f.dl") if d.severity == "error"]
+    assert error.message.startswith("cannot cast a number to `float` with `as`")
+    assert "`itof(...)`" in error.message
+    assert (error.span.line, error.span.col) == (3, 19)
+
+
+def test_casts_are_gone_after_the_analysis() -> None:
+    source = ".type Id <: number\n.decl q(x: Id)\n.decl p(y: number)\np(as(X, number)) :- q(X)."
+    analysis = analyze(parse(source))
+    assert not analysis.errors
+    [rule] = analysis.program.rules
+    assert rule.head.args == (Var("X"),)

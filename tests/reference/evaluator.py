@@ -40,6 +40,7 @@ from fixflow.checker.ast import (
     BinOp,
     Body,
     Call,
+    Cast,
     Comparison,
     Constraint,
     Expr,
@@ -272,6 +273,8 @@ def eval_expr(expr: Expr, binding: Mapping[str, Value]) -> Value:
             return _arith(op, eval_expr(left, binding), eval_expr(right, binding))
         case Neg(operand=operand):
             return -eval_expr(operand, binding)  # type: ignore[operator]
+        case Cast(operand=operand):
+            return eval_expr(operand, binding)  # `as` retypes; it never converts
         case Call(func="bnot", args=(operand,)):
             return ~eval_expr(operand, binding)  # type: ignore[operator]
         case Call(func="lnot", args=(operand,)):
@@ -333,13 +336,16 @@ def _is_bound(expr: Expr, binding: Mapping[str, Value]) -> bool:
 class _AggregateLiteral:
     """A Soufflé body aggregate, evaluated in place: its body is solved with its
     correlation variables (``keys``: those also used outside it) bound, and the result
-    bound to ``var``, which replaces the aggregate in the literal that used it."""
+    bound to ``var``, which replaces the aggregate in the literal that used it. With
+    several alternatives (``{ a ; b }``) it ranges over the set of their solutions projected
+    on ``columns`` (keys, target variables, variables every alternative names)."""
 
     func: str
     target: Expr | None
-    body: Body
+    bodies: tuple[Body, ...]
     var: str
     keys: frozenset[str]
+    columns: frozenset[str]
 
 
 def _outermost_aggregates(node: object) -> list[SubAggregate]:
@@ -353,6 +359,7 @@ def _outermost_aggregates(node: object) -> list[SubAggregate]:
         Comparison: lambda n: (n.left, n.right),
         BinOp: lambda n: (n.left, n.right),
         Neg: lambda n: (n.operand,),
+        Cast: lambda n: (n.operand,),
     }.get(type(node))
     found = (_outermost_aggregates(child) for child in (children(node) if children else ()))
     return [a for aggregates in found for a in aggregates]
@@ -403,9 +410,16 @@ def _expand_body(body: Body, outer: set[str], fresh: Iterator[int]) -> Body:
         for aggregate in _outermost_aggregates(literal):
             by[id(aggregate)] = var = f"?agg{next(fresh)}"
             inside = _names_anywhere(aggregate)
-            inner = _expand_body(_named_wildcards(aggregate.body, fresh), outer | inside, fresh)
+            inner = tuple(
+                _expand_body(_named_wildcards(b, fresh), outer | inside, fresh)
+                for b in aggregate.bodies
+            )
             keys = frozenset(inside & outer)
-            literals.append(_AggregateLiteral(aggregate.func, aggregate.target, inner, var, keys))
+            shared = set.intersection(*(_names_outside(b.literals) for b in aggregate.bodies))
+            columns = keys | shared | expr_vars(aggregate.target)
+            literals.append(
+                _AggregateLiteral(aggregate.func, aggregate.target, inner, var, keys, columns)
+            )
         literals.append(_replace_aggregates(literal, by) if by else literal)
     return Body(tuple(literals), body.span)  # type: ignore[arg-type]
 
@@ -451,7 +465,15 @@ def _aggregate_value(
     literal: _AggregateLiteral, binding: Binding, indexes: _Indexes
 ) -> Value | None:
     initial = {k: binding[k] for k in literal.keys}
-    rows = solve_body(literal.body, indexes, initial)
+    if len(literal.bodies) == 1:
+        rows = solve_body(literal.bodies[0], indexes, initial)
+    else:
+        projected = {
+            tuple(sorted((k, v) for k, v in row.items() if k in literal.columns))
+            for body in literal.bodies
+            for row in solve_body(body, indexes, initial)
+        }
+        rows = [dict(row) for row in projected]
     if literal.func == "count":
         return len(rows)
     assert literal.target is not None
@@ -610,7 +632,7 @@ def _body_relations(rule: Rule) -> set[str]:
             elif isinstance(literal, Negation):
                 names.add(literal.atom.relation)
             elif isinstance(literal, _AggregateLiteral):
-                names |= _body_relations(Rule(Head("", ()), (literal.body,)))
+                names |= _body_relations(Rule(Head("", ()), literal.bodies))
     return names
 
 

@@ -18,6 +18,7 @@ from fixflow.checker.ast import (
     BinOp,
     Body,
     Call,
+    Cast,
     Comparison,
     Constraint,
     Declaration,
@@ -37,6 +38,7 @@ from fixflow.checker.ast import (
     Wildcard,
     body_atoms,
     expr_vars,
+    without_casts,
 )
 from fixflow.checker.catalog import index_var
 from fixflow.checker.diagnostics import Diagnostic
@@ -104,7 +106,7 @@ def _var_occurrences(expr: Expr | Aggregate | None) -> Iterator[Var]:
             yield from _var_occurrences(right)
         case Aggregate(arg=arg):
             yield from _var_occurrences(arg)
-        case Neg(operand=operand):
+        case Neg(operand=operand) | Cast(operand=operand):
             yield from _var_occurrences(operand)
         case Call(args=args):
             for arg in args:
@@ -268,9 +270,11 @@ class _Analyzer:
                     sides = [*_var_occurrences(literal.left), *_var_occurrences(literal.right)]
                 for var in sides:
                     report(var, "a comparison")
+        # A hidden relation's head holds a body aggregate's target (docs/language.md).
+        head = "a body aggregate" if is_hidden(rule.head.relation) else None
         for head_arg in rule.head.args:
             for var in _var_occurrences(head_arg):
-                report(var, f"the head of `{rule.head.relation}`")
+                report(var, head or f"the head of `{rule.head.relation}`")
 
     def _head_types(self, head: Head, types: BodyTypes) -> None:
         schema = self.schemas.get(head.relation)
@@ -686,6 +690,8 @@ def analyze(program: Program, source: str | None = None) -> Analysis:
     analyzer = _Analyzer(program)
     analyzer.declarations()
     analyzer.rules()
+    # Types are checked: `as(x, T)` is `x` from here on, for the strata and the engine.
+    program = analyzer.program = without_casts(program)
     loaded, bridges = _split_inputs(analyzer)
     rules = program.rules + bridges
     defined = frozenset(r.head.relation for r in rules)
@@ -695,7 +701,10 @@ def analyze(program: Program, source: str | None = None) -> Analysis:
     _termination_checks(analyzer, strata)
     _aggregates_in_recursion(analyzer, strata, lifted)
     _empty_relations(analyzer, idb)
-    diagnostics = sorted(analyzer.diagnostics, key=_diagnostic_order)
+    # A body with count/sum aggregates becomes several alternatives (subaggregates), each
+    # checked on its own: report a problem of the user's body once.
+    unique = list(dict.fromkeys(analyzer.diagnostics))
+    diagnostics = sorted(unique, key=_diagnostic_order)
     log.debug("analyzed %s: %d strata, %d diagnostics", program.file, len(strata), len(diagnostics))
     return Analysis(
         program=program,

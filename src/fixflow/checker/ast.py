@@ -8,9 +8,10 @@ reused as operators.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, TypeVar
 
 TypeName: TypeAlias = Literal["number", "float", "symbol"]
 AggregateFunc: TypeAlias = Literal["min", "max", "sum", "count", "mean"]
@@ -151,21 +152,36 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
+class Cast:
+    """Soufflé's ``as(operand, T)``. Fixflow types are structural, so a cast only checks
+    that the operand's base type is ``base``, the base type of ``type_name`` (as written);
+    ``base`` is None until the parser resolves it, or when ``type_name`` is unknown. The
+    analysis replaces every cast by its operand once types are checked (``without_casts``)."""
+
+    operand: Expr
+    type_name: str
+    base: TypeName | None = None
+    span: Span = _span()
+
+
+@dataclass(frozen=True, slots=True)
 class SubAggregate:
     """Soufflé's body aggregate ``min y : { body }`` (``count : atom``, ...): ``target`` is
-    None for ``count``. The checker lifts it into a hidden head-aggregate relation
-    (``checker.subaggregates``) before the analysis."""
+    None for ``count``; ``bodies`` has one entry per alternative of ``{ b1 ; b2 }``. The
+    checker lifts it into a hidden head-aggregate relation (``checker.subaggregates``)
+    before the analysis."""
 
     func: AggregateFunc
     target: Expr | None
-    body: Body
+    bodies: tuple[Body, ...]
     span: Span = _span()
 
 
 Expr: TypeAlias = (
-    Var | Wildcard | NumberLit | FloatLit | StringLit | BinOp | Neg | Call | SubAggregate
+    Var | Wildcard | NumberLit | FloatLit | StringLit | BinOp | Neg | Call | Cast | SubAggregate
 )
 Literal_: TypeAlias = NumberLit | FloatLit | StringLit
+NodeT = TypeVar("NodeT")
 
 
 # ---------------------------------------------------------------- heads
@@ -411,7 +427,7 @@ def expr_vars(expr: Expr | Aggregate | None) -> set[str]:
             return {name}
         case BinOp(left=left, right=right):
             return expr_vars(left) | expr_vars(right)
-        case Neg(operand=operand):
+        case Neg(operand=operand) | Cast(operand=operand):
             return expr_vars(operand)
         case Call(args=args):
             return set().union(*(expr_vars(a) for a in args))
@@ -420,6 +436,28 @@ def expr_vars(expr: Expr | Aggregate | None) -> set[str]:
         case SubAggregate():
             return set()  # its variables are local to it or bound elsewhere in the rule
     raise TypeError(f"not an expression: {expr!r}")
+
+
+def map_casts(node: NodeT, replace: Callable[[Cast], Expr]) -> NodeT:
+    """``node`` (any AST node, a tuple of them or a Program) with every ``Cast`` replaced
+    by ``replace(cast)``, innermost first. Parts without casts stay the same objects."""
+    if isinstance(node, tuple):
+        parts = tuple(map_casts(n, replace) for n in node)
+        unchanged = all(new is old for new, old in zip(parts, node, strict=True))
+        return node if unchanged else parts  # type: ignore[return-value]
+    if not dataclasses.is_dataclass(node) or isinstance(node, Span | type):
+        return node
+    fields = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
+    changes = {name: map_casts(value, replace) for name, value in fields.items()}
+    if any(changes[name] is not value for name, value in fields.items()):
+        node = dataclasses.replace(node, **changes)
+    return replace(node) if isinstance(node, Cast) else node  # type: ignore[return-value]
+
+
+def without_casts(node: NodeT) -> NodeT:
+    """``node`` with every ``as(x, T)`` replaced by ``x``: once types are checked, a cast
+    means nothing more (``Cast``)."""
+    return map_casts(node, lambda cast: cast.operand)
 
 
 def body_atoms(body: Body) -> tuple[Atom, ...]:

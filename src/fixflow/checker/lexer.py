@@ -83,8 +83,15 @@ DIGITS = frozenset("0123456789")
 RADIX_DIGITS = {"0x": frozenset("0123456789abcdefABCDEF"), "0b": frozenset("01")}
 
 
+UNSIGNED_SUFFIX = "u"
+"""Soufflé's unsigned literal suffix (``5u``, ``0x1Fu``): the value is an ordinary
+``number``, since ``unsigned`` is stored as int64 (docs/language.md)."""
+
+
 def int_value(text: str) -> int:
-    """The value of an INT token: decimal, ``0x`` hexadecimal or ``0b`` binary."""
+    """The value of an INT token: decimal, ``0x`` hexadecimal or ``0b`` binary, with an
+    optional ``u`` suffix."""
+    text = text.removesuffix(UNSIGNED_SUFFIX)
     base = {"0x": 16, "0b": 2}.get(text[:2].lower(), 10)
     return int(text[2:] if base != 10 else text, base)
 
@@ -246,6 +253,8 @@ class Lexer:
         while end < len(self.text) and self.text[end] in NAME_CHARS:
             end += 1
         digits = self.text[self.pos + 2 : end]
+        if len(digits) > 1:
+            digits = digits.removesuffix(UNSIGNED_SUFFIX)
         if digits and all(c in RADIX_DIGITS[prefix] for c in digits):
             self._emit(Kind.INT, self.pos, end)
         else:
@@ -254,7 +263,7 @@ class Lexer:
         return True
 
     def _lex_number(self) -> None:
-        """``12`` is an INT; ``0.15``, ``1e-3``, ``2.5e3``, ``2.e3`` are FLOATs.
+        """``12`` and ``12u`` are INTs; ``0.15``, ``1e-3``, ``2.5e3``, ``2.e3`` are FLOATs.
 
         A dot followed by a digit belongs to the number. A bare trailing dot (``2.``) is
         left as a separate ``.`` token: whether it makes ``2.`` a float or ends the rule is
@@ -274,7 +283,16 @@ class Lexer:
                 is_float = True
         exponent_end = self._scan_exponent(end)
         is_float = is_float or exponent_end > end
+        if not is_float and self._unsigned_suffix_at(end):
+            exponent_end = end + 1
         self._emit(Kind.FLOAT if is_float else Kind.INT, start, exponent_end)
+
+    def _unsigned_suffix_at(self, index: int) -> bool:
+        """``5u``: a ``u`` right after an integer's digits and not starting a longer name
+        (``5ux`` stays the number 5 followed by the name ``ux``)."""
+        return (
+            self._char_at(index) == UNSIGNED_SUFFIX and self._char_at(index + 1) not in NAME_CHARS
+        )
 
     def _char_at(self, index: int) -> str:
         return self.text[index] if index < len(self.text) else ""

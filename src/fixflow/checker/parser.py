@@ -37,6 +37,7 @@ from fixflow.checker.ast import (
     BodyLiteral,
     BuiltinFunc,
     Call,
+    Cast,
     CompareOp,
     Comparison,
     Constraint,
@@ -65,6 +66,7 @@ from fixflow.checker.ast import (
     TypeName,
     Var,
     Wildcard,
+    map_casts,
 )
 from fixflow.checker.diagnostics import CheckError, Diagnostic
 from fixflow.checker.directives import (
@@ -93,7 +95,9 @@ BINARY_LEVELS: tuple[tuple[str, ...], ...] = (
 )
 """Left-associative binary operators, loosest first (Soufflé's precedence); below them
 come the prefix operators (``-``, ``bnot``, ``lnot``) and then ``^`` (right-associative)."""
-FUNCTION_WORDS = frozenset(BUILTIN_FUNCS) | frozenset(PREFIX_OPS)
+CAST_WORD = "as"
+"""Soufflé's cast ``as(x, T)``: a word that starts an expression when ``(`` follows."""
+FUNCTION_WORDS = frozenset(BUILTIN_FUNCS) | frozenset(PREFIX_OPS) | {CAST_WORD}
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 BUILTINS_NOTE = (
@@ -109,9 +113,10 @@ LITERAL_NOTE = (
     "or a comparison such as `d = dx + w`"
 )
 SUBAGG_NOTE = (
-    "a body aggregate is `x = min y : { r(y, z), z > 0 }`, `c = count : { r(_) }` "
+    "a body aggregate is `x = min y : { r(y, z), z > 0 }`, `c = count : { r(_) ; q(_) }` "
     "or `s = sum y : r(y)`"
 )
+CAST_NOTE = "a cast is written `as(x, T)` with `T` a type: `as(id, Node)`, `as(n, number)`"
 TERMINATION_NOTE = (
     "a termination clause reads `{sum[Δr] < 0.001}` (ASCII: `{sum[delta r] < 0.001}`)"
 )
@@ -148,7 +153,7 @@ def _aggregates_in(node: object) -> list[Aggregate]:
             return [node, *_aggregates_in(arg)]
         case BinOp(left=left, right=right):
             return _aggregates_in(left) + _aggregates_in(right)
-        case Neg(operand=operand):
+        case Neg(operand=operand) | Cast(operand=operand):
             return _aggregates_in(operand)
         case Call(args=args):
             return [a for arg in args for a in _aggregates_in(arg)]
@@ -166,6 +171,9 @@ class Parser:
         self.diagnostics: list[Diagnostic] = [t.error for t in self.tokens if t.error]
         self._member_spans: dict[tuple[str, str], Span] = {}
         """Where each ``(type, member)`` of a ``.type`` declaration was written."""
+        self._target_then_colon: dict[int, bool] = {}
+        """Memo of ``_starts_sub_aggregate`` by token position: nested parentheses would
+        otherwise be parsed ahead again at every level."""
 
     # ------------------------------------------------------------ program and recovery
 
@@ -399,8 +407,18 @@ class Parser:
             if isinstance(item, Declaration):
                 attributes = tuple(self._resolve_attribute(a, resolver) for a in item.attributes)
                 item = dataclasses.replace(item, attributes=attributes)
+            elif isinstance(item, Rule):
+                item = map_casts(item, lambda cast: self._resolve_cast(cast, resolver))
             resolved.append(item)
         return resolved
+
+    def _resolve_cast(self, cast: Cast, resolver: TypeResolver) -> Cast:
+        if not resolver.known(cast.type_name):
+            end = cast.span  # it ends with `T)`: point at `T` when written without spaces
+            col = max(end.end_col - 1 - len(cast.type_name), end.col)
+            span = Span(end.file, end.end_line, col, end.end_line, end.end_col - 1)
+            self._report(f"unknown type `{cast.type_name}` in `as`", span, TYPES_NOTE)
+        return dataclasses.replace(cast, base=resolver.base(cast.type_name))
 
     def _resolve_attribute(self, attribute: Attribute, resolver: TypeResolver) -> Attribute:
         if attribute.declared is None:
@@ -583,6 +601,8 @@ class Parser:
             return Negation(atom, _join(token.span, atom.span))
         if token.kind is Kind.IDENT and token.text in CONSTRAINT_FUNCS:
             return self._constraint()
+        if token.kind is Kind.IDENT and self._starts_sub_aggregate():
+            return self._comparison()  # `sum (x + y) : {...} > 3` is no atom `sum(x + y)`
         starts_atom = token.kind is Kind.IDENT and self._at("(", ahead=1)
         if starts_atom and (token.text not in FUNCTION_WORDS or self._builtin_used_as_atom()):
             return self._atom()
@@ -839,6 +859,10 @@ class Parser:
                 f"write it as a body literal: `..., {name.text}(a, b), ...`",
             )
             raise _Abort()
+        if name.text == CAST_WORD and self._at("(", ahead=1):
+            return self._cast()
+        if self._starts_sub_aggregate():
+            return self._sub_aggregate()
         if self._at("(", ahead=1) and name.text not in BUILTIN_FUNCS:
             self._report(
                 f"`{name.text}` is not a built-in function",
@@ -847,8 +871,6 @@ class Parser:
                 "a relation is used as an atom of the body, not inside an expression",
             )
             raise _Abort()
-        if self._starts_sub_aggregate():
-            return self._sub_aggregate()
         self._advance()
         if self._at("[") and name.text in AGGREGATE_FUNCS:
             return self._aggregate(name)  # type: ignore[return-value]  # callers reject it
@@ -862,32 +884,68 @@ class Parser:
         return call
 
     def _starts_sub_aggregate(self) -> bool:
-        """``count :`` or ``min|max|sum|mean <expr> :`` (a name followed by the start of
-        an expression would otherwise be a syntax error; ``min(`` stays a call)."""
+        """``count :`` or ``min|max|sum|mean <expr> :``. A name followed by a name or a
+        literal would otherwise be a syntax error. After ``(`` or ``-`` the name may also
+        be a call (``min(a, b)``), a variable (``sum - x``) or an atom (``sum(x)``): it
+        starts an aggregate only when an expression and then ``:`` follow."""
         name, after = self._peek(), self._peek(1)
-        if name.text not in AGGREGATE_FUNCS:
+        if name.kind is not Kind.IDENT or name.text not in AGGREGATE_FUNCS:
             return False
         if name.text == "count":
             return after.is_punct(":")
-        return not after.is_punct("(", "-") and self._can_start_expr(after)
+        if not self._can_start_expr(after):
+            return False
+        if not after.is_punct("(", "-"):
+            return True
+        if self.pos not in self._target_then_colon:
+            self._target_then_colon[self.pos] = self._expression_then_colon(self.pos + 1)
+        return self._target_then_colon[self.pos]
+
+    def _expression_then_colon(self, start: int) -> bool:
+        """Whether an expression starting at token ``start`` is followed by ``:``. Parses
+        ahead and then forgets it: position and diagnostics are restored."""
+        saved_pos, saved_diagnostics = self.pos, len(self.diagnostics)
+        self.pos = start
+        try:
+            self._expr()
+            return self._at(":")
+        except _Abort:
+            return False
+        finally:
+            self.pos = saved_pos
+            del self.diagnostics[saved_diagnostics:]
 
     def _sub_aggregate(self) -> SubAggregate:
-        """Soufflé's body aggregate: ``func [target] : { literal, ... }`` or ``: atom``."""
+        """Soufflé's body aggregate: ``func [target] : { body ; body ... }`` or ``: atom``."""
         func = self._advance()
         target = None if func.text == "count" else self._expr()
         self._expect(":", f"expected `:` after `{func.text}` and its target", SUBAGG_NOTE)
         if self._at("{"):
             self._advance()
-            body = self._body()
+            bodies = [self._body()]
+            while self._at(";"):
+                self._advance()
+                bodies.append(self._body())
             end = self._expect("}", "expected `}` to close the aggregate's body", SUBAGG_NOTE)
             span = self._span(func, end)
         elif self._peek().kind is Kind.IDENT and self._at("(", ahead=1):
             atom = self._atom()
-            body = Body((atom,), atom.span)
+            bodies = [Body((atom,), atom.span)]
             span = _join(func.span, atom.span)
         else:
             raise self._fail(f"expected `{{` or an atom after `{func.text} ... :`", SUBAGG_NOTE)
-        return SubAggregate(cast(AggregateFunc, func.text), target, body, span)
+        return SubAggregate(cast(AggregateFunc, func.text), target, tuple(bodies), span)
+
+    def _cast(self) -> Cast:
+        """Soufflé's ``as(expr, T)``; the parser resolves ``T`` once it has read every
+        ``.type`` (``_resolve_types``), the analysis checks the operand's type."""
+        word = self._advance()
+        self._advance()  # `(`
+        operand = self._expr()
+        self._expect(",", "expected `,` and a type after the expression of `as(`", CAST_NOTE)
+        type_token = self._ident("expected a type name in `as(x, T)`", CAST_NOTE)
+        end = self._expect(")", "expected `)` to close `as(`", CAST_NOTE)
+        return Cast(operand, type_token.text, None, self._span(word, end))
 
     def _check_arity(self, call: Call) -> None:
         expected = BUILTIN_FUNCS[call.func]

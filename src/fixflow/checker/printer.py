@@ -12,12 +12,14 @@ import math
 import re
 
 from fixflow.checker.ast import (
+    AGGREGATE_FUNCS,
     Aggregate,
     Atom,
     Attribute,
     BinOp,
     Body,
     Call,
+    Cast,
     Comparison,
     Constraint,
     Declaration,
@@ -222,12 +224,36 @@ def _expr(node: object) -> str:
             left_text = _wrap(left, _precedence(left) < own)
             right_text = _wrap(right, _precedence(right) <= own)
             return f"{left_text} {op} {right_text}"
+        case Cast(operand=operand, type_name=type_name):
+            return f"as({_expr(operand)}, {type_name})"
         case Aggregate():
             return pretty(node)
-        case SubAggregate(func=func, target=target, body=body):
-            head = func if target is None else f"{func} {_expr(target)}"
-            return f"{head} : {{ {pretty(body)} }}"
+        case SubAggregate(func=func, target=target, bodies=bodies):
+            head = func if target is None else f"{func} {_target(target)}"
+            return f"{head} : {{ {' ; '.join(pretty(b) for b in bodies)} }}"
     raise TypeError(f"not an AST node: {node!r}")
+
+
+def _target(target: object) -> str:
+    """A body aggregate's target. A variable named like an aggregate (``sum``) followed
+    by ``-`` or ``(`` and, later, the target's ``:`` would read back as an aggregate of its
+    own, so a target mentioning one is parenthesized: ``min (sum - x) : {...}``."""
+    text = _expr(target)
+    names = _var_names(target)
+    return f"({text})" if names & set(AGGREGATE_FUNCS) else text
+
+
+def _var_names(node: object) -> set[str]:
+    match node:
+        case Var(name=name):
+            return {name}
+        case BinOp(left=left, right=right):
+            return _var_names(left) | _var_names(right)
+        case Neg(operand=operand) | Cast(operand=operand):
+            return _var_names(operand)
+        case Call(args=args):
+            return set().union(*(_var_names(a) for a in args))
+    return set()  # literals, and nested aggregates, which print their own targets
 
 
 def _wrap(node: object, parenthesize: bool) -> str:

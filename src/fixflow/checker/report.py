@@ -32,9 +32,13 @@ def to_json(report: Report | None, diagnostics: list[Diagnostic]) -> dict[str, o
 
 def _stratum_json(stratum: Stratum, report: Report) -> dict[str, object]:
     spec = report.mra.get(stratum.relations[0]) if stratum.relations else None
+    hidden = [r for r in stratum.relations if is_hidden(r)]
     return {
         "index": stratum.index,
-        "relations": list(stratum.relations),
+        # As in the human report, a body aggregate's hidden relations are not the user's:
+        # they are listed by where the aggregate was written.
+        "relations": [r for r in stratum.relations if not is_hidden(r)],
+        "body_aggregates": list(dict.fromkeys(_aggregate_position(stratum, r) for r in hidden)),
         "recursive": stratum.recursive,
         "class": stratum.eval_class,
         "reason": stratum.reason,
@@ -87,8 +91,13 @@ def _shown_name(stratum: Stratum, relation: str) -> str:
     """A body aggregate's hidden relation is shown by where the user wrote the aggregate."""
     if not is_hidden(relation):
         return relation
+    return f"body aggregate at {_aggregate_position(stratum, relation)}"
+
+
+def _aggregate_position(stratum: Stratum, relation: str) -> str:
+    """``line:col`` of the body aggregate a hidden relation was lifted from."""
     span = next(r.head.span for r in stratum.rules if r.head.relation == relation)
-    return f"body aggregate at {span.line}:{span.col}"
+    return f"{span.line}:{span.col}"
 
 
 def _verdict_lines(verdict: RuleVerdict, file: str, stratum_reason: str) -> list[str]:

@@ -29,6 +29,7 @@ from fixflow.checker.ast import (
     Body,
     BodyLiteral,
     Call,
+    Cast,
     Comparison,
     Constraint,
     Declaration,
@@ -108,29 +109,14 @@ class _Lifter:
     ) -> tuple[Var, list[list[BodyLiteral]]]:
         relation = f"{HIDDEN_PREFIX}{next(self.counter)}"
         span = aggregate.span
-        inner = _with_named_wildcards(aggregate.body, relation)
-        inner_names = _body_names(inner) | expr_vars(aggregate.target)
-        keys = sorted(inner_names & outer)
-        types = _infer(inner, self.schemas)
-        unbound = [k for k in keys if k not in types.types]
-        if unbound:
-            inner = self._with_domain(relation, unbound, body, inner, span)
-            types = _infer(inner, self.schemas)
-        # A key still unbound stays a plain variable: the analysis reports it as unsafe
-        # where the user wrote it.
-        keys = [k for k in keys if k in types.types]
-        value_type = _value_type(aggregate, types)
-        head_args: tuple[HeadArg, ...] = (
-            *[Var(k, span) for k in keys],
-            Aggregate(aggregate.func, aggregate.target, span),
-        )
-        for alternative in self._body(inner, outer | inner_names, enclosing):
-            self.items.append(Rule(Head(relation, head_args, span), (alternative,), None, span))
-        attributes = [Attribute(k, types.types[k], span) for k in keys]
-        self._declare(relation, [*attributes, Attribute("value", value_type, span)], span)
+        if len(aggregate.bodies) == 1:
+            keys, value_type = self._aggregate_rules(relation, aggregate, body, outer, enclosing)
+        else:
+            keys, value_type = self._union_rules(relation, aggregate, body, outer, enclosing)
+        self._declare(relation, [*keys, Attribute("value", value_type, span)], span)
         self.lifted.append(Lifted(relation, span, enclosing))
         value = Var(f"{relation}_v", span)
-        key_vars = tuple(Var(k, span) for k in keys)
+        key_vars = tuple(Var(k.name, span) for k in keys)
         options: list[list[BodyLiteral]] = [[Atom(relation, (*key_vars, value), span)]]
         if aggregate.func in ("count", "sum"):
             zero: Expr = FloatLit(0.0, span) if value_type == "float" else NumberLit(0, span)
@@ -138,13 +124,76 @@ class _Lifter:
             options.append([absent, Comparison("=", value, zero, span)])
         return value, options
 
+    def _aggregate_rules(
+        self, relation: str, aggregate: SubAggregate, body: Body, outer: set[str], enclosing: str
+    ) -> tuple[list[Attribute], TypeName]:
+        """``_aggN(keys.., f[target]) :- inner.`` for a body aggregate of one body: its
+        keys (correlation variables) and the type of its value."""
+        span = aggregate.span
+        inner = _with_named_wildcards(aggregate.bodies[0], relation)
+        inner_names = _body_names(inner) | expr_vars(aggregate.target)
+        candidates = sorted(inner_names & outer)
+        inner, types = self._typed_keys(f"{relation}_dom", candidates, body, inner, span)
+        # A key still unbound stays a plain variable: the analysis reports it as unsafe
+        # where the user wrote it.
+        keys = [Attribute(k, types.types[k], span) for k in candidates if k in types.types]
+        head_args: tuple[HeadArg, ...] = (
+            *[Var(k.name, span) for k in keys],
+            Aggregate(aggregate.func, aggregate.target, span),
+        )
+        for alternative in self._body(inner, outer | inner_names, enclosing):
+            self.items.append(Rule(Head(relation, head_args, span), (alternative,), None, span))
+        return keys, _value_type(aggregate, types)
+
+    def _union_rules(
+        self, relation: str, aggregate: SubAggregate, body: Body, outer: set[str], enclosing: str
+    ) -> tuple[list[Attribute], TypeName]:
+        """``f t : { b1 ; b2 }``: a hidden set relation ``_aggN_set(keys.., locals..)`` with
+        one rule per alternative, and ``_aggN(keys.., f[t]) :- _aggN_set(keys.., locals..)``.
+        The set removes tuples found by several alternatives, so the aggregate ranges over
+        the *set* of the union's tuples, as it does over one body's (several bodies of
+        ``_aggN`` itself would each contribute their own). The locals are the target's
+        variables and those every alternative names; the others, and ``_``, are existential."""
+        span = aggregate.span
+        union = f"{relation}_set"
+        names = [_body_names(b) | expr_vars(aggregate.target) for b in aggregate.bodies]
+        keys = sorted(set().union(*names) & outer)
+        columns = [*keys, *_union_locals(aggregate, keys)]
+        head = Head(union, tuple(Var(c, span) for c in columns), span)
+        typed: list[BodyTypes] = []
+        for index, alternative in enumerate(aggregate.bodies, start=1):
+            domain = f"{relation}_dom{index}"
+            inner, types = self._typed_keys(domain, keys, body, alternative, span)
+            typed.append(types)
+            for expanded in self._body(inner, outer | names[index - 1], enclosing):
+                self.items.append(Rule(head, (expanded,), None, span))
+        self._declare(union, [Attribute(c, _column_type(c, typed), span) for c in columns], span)
+        set_body = Body((Atom(union, tuple(Var(c, span) for c in columns), span),), span)
+        head_args: tuple[HeadArg, ...] = (
+            *[Var(k, span) for k in keys],
+            Aggregate(aggregate.func, aggregate.target, span),
+        )
+        self.items.append(Rule(Head(relation, head_args, span), (set_body,), None, span))
+        key_attributes = [Attribute(k, _column_type(k, typed), span) for k in keys]
+        return key_attributes, _value_type(aggregate, _infer(set_body, self.schemas))
+
+    def _typed_keys(
+        self, domain: str, keys: list[str], body: Body, inner: Body, span: Span
+    ) -> tuple[Body, BodyTypes]:
+        """``inner`` with the keys it only tests bound by a domain relation, and its types."""
+        types = _infer(inner, self.schemas)
+        unbound = [k for k in keys if k not in types.types]
+        if unbound:
+            inner = self._with_domain(domain, unbound, body, inner, span)
+            types = _infer(inner, self.schemas)
+        return inner, types
+
     def _with_domain(
-        self, relation: str, unbound: list[str], body: Body, inner: Body, span: Span
+        self, domain: str, unbound: list[str], body: Body, inner: Body, span: Span
     ) -> Body:
-        """``inner`` joined with a hidden ``_aggN_dom(x..)`` holding the values of the
-        correlation variables it only tests (``count : { r(y), y > x }``), projected from
-        the enclosing body's literals without aggregates."""
-        domain = f"{relation}_dom"
+        """``inner`` joined with a hidden ``domain(x..)`` (``_aggN_dom``) holding the values
+        of the correlation variables it only tests (``count : { r(y), y > x }``), projected
+        from the enclosing body's literals without aggregates."""
         outside = Body(tuple(lit for lit in body.literals if not _sub_aggregates(lit)), body.span)
         types = _infer(outside, self.schemas)
         bound = [k for k in unbound if k in types.types]
@@ -195,6 +244,20 @@ def _infer(body: Body, schemas: dict[str, tuple[Attribute, ...]]) -> BodyTypes:
     return types
 
 
+def _union_locals(aggregate: SubAggregate, keys: list[str]) -> list[str]:
+    """A disjunctive aggregate's columns besides its keys: its target's variables and the
+    variables that every alternative names outside nested aggregates."""
+    named = [set().union(*(_names(lit) for lit in b.literals)) for b in aggregate.bodies]
+    shared = set.intersection(*named) | expr_vars(aggregate.target)
+    return sorted(shared - set(keys))
+
+
+def _column_type(name: str, typed: list[BodyTypes]) -> TypeName:
+    """The type of ``name`` in the first alternative that binds it (``number`` if none
+    does: the analysis reports the variable as unsafe)."""
+    return next((t.types[name] for t in typed if name in t.types), "number")
+
+
 def _value_type(aggregate: SubAggregate, types: BodyTypes) -> TypeName:
     if aggregate.func == "count":
         return "number"
@@ -234,7 +297,7 @@ def _sub_aggregates(node: object) -> list[SubAggregate]:
             return _sub_aggregates(atom)
         case Comparison(left=left, right=right) | BinOp(left=left, right=right):
             return _sub_aggregates(left) + _sub_aggregates(right)
-        case Neg(operand=operand):
+        case Neg(operand=operand) | Cast(operand=operand):
             return _sub_aggregates(operand)
     return []
 
@@ -247,6 +310,8 @@ def _replace(expr: Expr, by: dict[int, Var]) -> Expr:
             return BinOp(op, _replace(left, by), _replace(right, by), expr.span)
         case Neg(operand=operand):
             return Neg(_replace(operand, by), expr.span)
+        case Cast(operand=operand):
+            return Cast(_replace(operand, by), expr.type_name, expr.base, expr.span)
         case Call(func=func, args=args):
             return Call(func, tuple(_replace(a, by) for a in args), expr.span)
     return expr
@@ -281,7 +346,7 @@ def _names(node: object) -> set[str]:
             return _names(atom)
         case Comparison(left=left, right=right) | BinOp(left=left, right=right):
             return _names(left) | _names(right)
-        case Neg(operand=operand) | Aggregate(arg=operand):
+        case Neg(operand=operand) | Aggregate(arg=operand) | Cast(operand=operand):
             return _names(operand)
     return set()
 
@@ -291,7 +356,8 @@ def _body_names(body: Body) -> set[str]:
     for literal in body.literals:
         names |= _names(literal)
         for aggregate in _sub_aggregates(literal):
-            names |= _body_names(aggregate.body) | expr_vars(aggregate.target)
+            names |= expr_vars(aggregate.target)
+            names = names.union(*(_body_names(b) for b in aggregate.bodies))
     return names
 
 

@@ -19,6 +19,7 @@ from fixflow.checker.ast import (
     BinOp,
     Body,
     Call,
+    Cast,
     Comparison,
     Constraint,
     Expr,
@@ -63,6 +64,16 @@ FUNCTION_SIGNATURES: dict[str, tuple[tuple[ArgKind, ...], str]] = {
 }
 """Argument kinds and result of each built-in (``join``: the numeric join of the
 arguments); ``contains`` and ``match`` are constraints, typed like functions."""
+CONVERSIONS: dict[tuple[str, str], str] = {
+    ("number", "float"): "itof",
+    ("float", "number"): "ftoi",
+    ("number", "symbol"): "to_string",
+    ("float", "symbol"): "to_string",
+    ("symbol", "number"): "to_number",
+    ("symbol", "float"): "to_float",
+}
+"""The built-in that converts a value of one base type to another: what a rejected
+``as(x, T)`` suggests instead."""
 
 
 def arith_result(op: str, left: TypeName, right: TypeName) -> TypeName:
@@ -173,7 +184,27 @@ class BodyTypes:
                 return self._arith(op, left, right)
             case Call(func=func, args=args):
                 return self._call(func, args)
+            case Cast():
+                return self._cast(expr)
         raise TypeError(f"not an expression: {expr!r}")
+
+    def _cast(self, cast: Cast) -> TypeName | None:
+        """``as(x, T)`` is ``x`` when ``x`` already has ``T``'s base type; any other cast
+        would reinterpret the value, which Fixflow does not do (docs/language.md)."""
+        operand = self.expr_type(cast.operand)
+        if operand is None or cast.base is None or operand == cast.base:
+            return operand if cast.base is None else cast.base
+        conversion = CONVERSIONS.get((operand, cast.base), "to_number")
+        target = f"`{cast.type_name}`"
+        if cast.type_name != cast.base:
+            target += f" (a {cast.base})"
+        self.error(
+            f"cannot cast a {operand} to {target} with `as`: Fixflow does not reinterpret "
+            f"values; convert with `itof`, `ftoi`, `to_string` or `to_number` "
+            f"(here `{conversion}(...)`)",
+            cast.span,
+        )
+        return None
 
     def _numeric(self, expr: Expr, what: str) -> TypeName | None:
         type_ = self.expr_type(expr)

@@ -80,6 +80,10 @@ class EvalOptions:
     progress: Callable[[Progress], None] | None = None
     strategy: Mapping[str, EvalClass] = field(default_factory=dict)
     """Force a strategy for the stratum holding a relation (tests compare MRA and naive)."""
+    local_rows: int = 0
+    """Strata whose inputs the driver holds (at most this many rows each) and that stay that
+    small run there, without Spark jobs (``fixflow.operators.local``; batch evaluation only,
+    ``fixflow eval`` sets ``LOCAL_ROWS``); 0: every stratum runs on Spark."""
     witness: bool = False
     """Keep, for min/max MRA relations, the key of the predecessor that gave each value:
     what the ``mra-retract`` update needs to handle deletions without re-evaluating. The
@@ -318,9 +322,14 @@ class StratumRun:
         self, relation: str, rules: Sequence[ast.Rule] | None = None, iteration: int | None = None
     ) -> DataFrame:
         """G over every body of ``rules`` (default: all the relation's rules), full inputs."""
+        return self.combine(relation, self.body_plans(relation, rules, iteration))
+
+    def body_plans(
+        self, relation: str, rules: Sequence[ast.Rule] | None = None, iteration: int | None = None
+    ) -> list[Plan]:
+        """The head rows of every body of ``rules`` (default: all the relation's rules)."""
         chosen = self.rules(relation) if rules is None else rules
-        rows = [self.rule_rows(r, b, iteration=iteration) for r in chosen for b in r.bodies]
-        return self.combine(relation, rows)
+        return [self.rule_rows(r, b, iteration=iteration) for r in chosen for b in r.bodies]
 
     def keep(self, frame: DataFrame) -> DataFrame:
         return self.materializer.keep(frame)

@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias, TypeVar
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fixflow.checker.catalog import Catalog
 from fixflow.checker.model import Report, Stratum
-from fixflow.operators.compiler import positional, spark_type
+from fixflow.operators.compiler import positional, relation_struct, spark_type
 from fixflow.operators.core import (
     Bootstrapped,
     EvalOptions,
@@ -46,12 +48,27 @@ from fixflow.operators.core import (
 )
 from fixflow.operators.engines import UnknownEngine, engine_for
 from fixflow.operators.engines.base import MraEngine, MraState, RoundInfo
+from fixflow.operators.engines.kernels import Batch, distinct_rows
+from fixflow.operators.local import (
+    LocalUnsupported,
+    local_rows,
+    run_locally,
+    table_rows,
+    to_frame,
+    to_table,
+)
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.plan import Fixpoint, Plan
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.strategies import aggregate_seminaive, mra, naive, nonrecursive, seminaive
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+Input: TypeAlias = DataFrame | pa.Table
+"""An input relation's rows in its declared columns: a Spark frame, or an Arrow table (as
+``fixflow eval`` reads facts files: held in the driver, or given to Spark, by size)."""
 
 BOOTSTRAPS: tuple[
     tuple[str, Callable[[StratumRun], bool], Callable[[StratumRun], Bootstrapped]], ...
@@ -88,14 +105,42 @@ class StratumStats:
     capped: bool = False
     seconds: float = 0.0
     jobs: int = 0
+    local: bool = False
+    """Whether the stratum ran in the driver (``fixflow.operators.local``)."""
+
+
+class Relations(Mapping[str, T]):
+    """Results made when first read: a relation evaluated in the driver becomes a Spark
+    frame only if someone asks for it."""
+
+    def __init__(self, make: Callable[[str], T], names: Sequence[str]) -> None:
+        self._make = make
+        self._names = list(names)
+        self._made: dict[str, T] = {}
+
+    def __getitem__(self, relation: str) -> T:
+        if relation not in self._names:
+            raise KeyError(relation)
+        if relation not in self._made:
+            self._made[relation] = self._make(relation)
+        return self._made[relation]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass
 class Evaluation:
-    relations: dict[str, DataFrame]
+    relations: Mapping[str, DataFrame]
     stats: list[StratumStats]
     states: dict[str, MraState] = field(default_factory=dict)
     """The MRA engine's final state of every MRA relation."""
+    tables: Mapping[str, pa.Table] = field(default_factory=dict)
+    """The relations evaluated in the driver, as Arrow tables of their result rows in
+    positional columns: written out without a Spark job."""
 
     @property
     def capped(self) -> list[StratumStats]:
@@ -110,17 +155,17 @@ class Evaluation:
 
 def evaluate(
     report: Report,
-    edb: Mapping[str, DataFrame],
+    edb: Mapping[str, Input],
     spark: SparkSession,
     options: EvalOptions | None = None,
 ) -> dict[str, DataFrame]:
     """Every IDB relation of ``report``'s program, with its result schema."""
-    return evaluate_with_stats(report, edb, spark, options).relations
+    return dict(evaluate_with_stats(report, edb, spark, options).relations)
 
 
 def evaluate_with_stats(
     report: Report,
-    edb: Mapping[str, DataFrame],
+    edb: Mapping[str, Input],
     spark: SparkSession,
     options: EvalOptions | None = None,
     engine: MraEngine | None = None,
@@ -156,26 +201,45 @@ class Bootstrap:
         self.materializer = materializer or Materializer(spark)
         self.partitions = partitions
         self.states: dict[str, MraState] = {}
+        self.local: dict[str, Batch] | None = None
+        """The relations whose rows are in the driver, when small strata may run there
+        (``run`` with ``EvalOptions.local_rows``; the Maintainer's strata run on Spark)."""
+        self.unshared: set[str] = set()
+        """Relations in the driver that Spark has no frame of yet (``_share``)."""
 
-    def run(self, edb: Mapping[str, DataFrame]) -> Evaluation:
+    def run(self, edb: Mapping[str, Input]) -> Evaluation:
         """Load ``edb`` (input relations, declared columns) and bootstrap every stratum."""
+        self.local = {} if self.options.local_rows > 0 else None
         rows = self.load(edb)
         self.partitions = partitions_for(self.spark, self.options.partitions, rows)
         with session_conf(self.spark, round_conf(self.partitions)):
             stats = [self.stratum(stratum) for stratum in self.report.strata]
         idb = sorted(self.report.analysis.idb)
-        return Evaluation({rel: self.declared(rel) for rel in idb}, stats, dict(self.states))
+        local = [rel for rel in idb if self.local is not None and rel in self.local]
+        return Evaluation(
+            Relations(self.declared, idb), stats, dict(self.states), Relations(self.table, local)
+        )
 
-    def load(self, edb: Mapping[str, DataFrame]) -> int:
+    def load(self, edb: Mapping[str, Input]) -> int:
         """Store the input relations (typed, deduplicated), keyed by the ``.input`` names,
         as their EDB relations (``Analysis.loaded``); their number of rows."""
         rows = 0
         for relation, stored in self.report.analysis.loaded.items():
             if relation in edb:
-                normalized = self._normalized(relation, edb[relation])
-                self.frames.full[stored], n = self.materializer.keep_counted(normalized)
-                rows += n
+                rows += self._load_one(relation, stored, edb[relation])
         return rows
+
+    def _load_one(self, relation: str, stored: str, rows: Input) -> int:
+        batch = self._local_input(relation, rows)
+        if batch is not None and self.local is not None:
+            self.local[stored] = batch
+            self.unshared.add(stored)
+            return batch.n
+        frame = self._spark_input(relation, rows) if isinstance(rows, pa.Table) else rows
+        self.frames.full[stored], n = self.materializer.keep_counted(
+            self._normalized(relation, frame)
+        )
+        return n
 
     def _normalized(self, relation: str, frame: DataFrame) -> DataFrame:
         types = self.report.catalog[relation].types
@@ -189,6 +253,31 @@ class Bootstrap:
                 for i, (name, t) in enumerate(zip(frame.columns, types, strict=True))
             )
         ).distinct()
+
+    def _local_input(self, relation: str, frame: DataFrame | pa.Table) -> Batch | None:
+        """An input's rows, deduplicated, when the driver holds them in the declared types
+        (``local_rows``); None otherwise (``_normalized`` then types them on Spark)."""
+        if self.local is None:
+            return None
+        types = self.report.catalog[relation].types
+        if isinstance(frame, pa.Table):
+            if frame.num_rows > self.options.local_rows or frame.num_columns != len(types):
+                return None
+            return distinct_rows(table_rows(frame, types))
+        declared = [spark_type(t) for t in self.report.catalog[relation].types]
+        if [f.dataType for f in frame.schema.fields] != declared:
+            return None
+        batch = local_rows(frame, self.options.local_rows)
+        return None if batch is None else distinct_rows(batch)
+
+    def _spark_input(self, relation: str, table: pa.Table) -> DataFrame:
+        types = self.report.catalog[relation].types
+        if table.num_columns != len(types):
+            raise EvaluationError(
+                f"input `{relation}` has {table.num_columns} columns, declared {len(types)}"
+            )
+        renamed = table.rename_columns([positional(i) for i in range(len(types))])
+        return self.spark.createDataFrame(renamed, relation_struct(types))
 
     def stratum(self, stratum: Stratum) -> StratumStats:
         """Bootstrap one stratum from the current frames of its inputs."""
@@ -208,7 +297,11 @@ class Bootstrap:
         started, jobs = time.perf_counter(), self.materializer.jobs
         log.info("stratum %d %s: %s", stratum.index, stratum.relations, run.strategy)
         bootstrap = next(method for _, applies, method in BOOTSTRAPS if applies(run))
-        done = bootstrap(run)
+        done = self._in_driver(run)
+        stats.local = done is not None
+        if done is None:
+            self._share(*sorted(self.unshared))
+            done = bootstrap(run)
         self.states.update(done.states)
         stats.rounds, stats.capped = done.rounds, done.capped
         stats.seconds = time.perf_counter() - started
@@ -222,8 +315,56 @@ class Bootstrap:
             )
         return stats
 
+    def _in_driver(self, run: StratumRun) -> Bootstrapped | None:
+        """The stratum bootstrapped in the driver (``fixflow.operators.local``), its rows
+        handed to Spark as local relations; None when it must run on Spark."""
+        if self.local is None:
+            return None
+        try:
+            rows, rounds = run_locally(run, self._in_driver_rows, self.options.local_rows)
+        except LocalUnsupported as why:
+            log.info("stratum %d runs on Spark: %s", run.stratum.index, why)
+            return None
+        self.local.update(rows)
+        self.unshared.update(rows)
+        log.info("stratum %d ran in the driver (%d rounds)", run.stratum.index, rounds)
+        return Bootstrapped(rounds)
+
+    def _in_driver_rows(self, relation: str) -> Batch | None:
+        """A relation's rows for a stratum in the driver: held there, or collected from
+        its Spark frame (one job, at most ``local_rows`` + 1 rows); None when larger."""
+        assert self.local is not None
+        if relation not in self.local:
+            frame = self.frames.source(relation, "full")
+            if not frame.isLocal():
+                self.materializer.jobs += 1  # the collect: counted with the stratum's jobs
+            batch = local_rows(frame, self.options.local_rows)
+            if batch is None:
+                return None
+            self.local[relation] = batch
+        return self.local[relation]
+
+    def _share(self, *relations: str) -> None:
+        """Give Spark a frame (a local relation: no job) of relations held in the driver."""
+        for relation in relations:
+            if relation in self.unshared and self.local is not None:
+                types = self.report.catalog[relation].types
+                self.frames.full[relation] = to_frame(self.spark, self.local[relation], types)
+                self.unshared.discard(relation)
+
+    def table(self, relation: str) -> pa.Table:
+        """A relation held in the driver as an Arrow table of its result rows, in
+        positional columns (iteration index dropped)."""
+        assert self.local is not None and relation in self.local
+        entry = self.report.catalog[relation]
+        table = to_table(self.local[relation], entry.types)
+        return table.select(list(entry.result_positions)).rename_columns(
+            [positional(i) for i in range(len(entry.result_positions))]
+        )
+
     def result(self, relation: str) -> DataFrame:
         """The relation's result rows in positional columns (iteration index dropped)."""
+        self._share(relation)
         entry = self.report.catalog[relation]
         return result_rows(entry, self.frames.source(relation, "full"))
 

@@ -97,15 +97,26 @@ def in_table_schema(table: pa.Table, attributes: Sequence[Attribute]) -> pa.Tabl
 
 def to_arrow(frame: DataFrame, attributes: Sequence[Attribute]) -> pa.Table:
     """A Spark DataFrame with the relation's columns (by position) as a pyarrow table,
-    in its table's schema (``table_schema``)."""
+    in its table's schema (``table_schema``). A local relation (evaluated in the driver) is
+    collected without a Spark job."""
     if not attributes:
         return nullary_table(not frame.isEmpty())
     schema = arrow_schema(attributes)
+    if frame.isLocal():  # rows the driver holds: collect runs no Spark job, toArrow one
+        return rows_to_arrow(frame.collect(), attributes)
     table = frame.toArrow()
     if table.num_columns != len(schema):
         raise ValueError(f"expected {len(schema)} columns, got {table.num_columns}")
     table = table.rename_columns(schema.names)
     return table.cast(schema)
+
+
+def positional_to_arrow(table: pa.Table, attributes: Sequence[Attribute]) -> pa.Table:
+    """An Arrow table with the relation's columns by position, in its table's schema."""
+    if not attributes:
+        return nullary_table(table.num_rows > 0)
+    schema = arrow_schema(attributes)
+    return table.rename_columns(schema.names).cast(schema)
 
 
 def rows_to_arrow(rows: Iterable[Sequence[object]], attributes: Sequence[Attribute]) -> pa.Table:

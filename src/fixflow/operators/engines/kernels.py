@@ -12,9 +12,11 @@ Spark backend runs, over numpy columns instead of DataFrames:
 - a join whose right side is a prepared table (the shard's auxiliary rows) looks keys up in
   a sorted index built once per task (``prepare``), so an iteration costs O(frontier).
 
-Only what round plans contain compiles: scans, filters, projections, joins and unions.
-``unsupported(plan)`` says why a plan cannot run here (the engine then runs it on Spark).
-User expressions become numpy operations on whole columns, never Python ``eval``.
+Round plans contain scans, filters, projections, joins and unions; the driver's local path
+for small strata (``fixflow.operators.local``) also runs anti-joins (stratified negation)
+and group-by aggregates, with Spark SQL's null semantics. ``unsupported(plan)`` says why a
+plan cannot run here (the engine then runs it on Spark). User expressions become numpy
+operations on whole columns, never Python ``eval``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import numpy as np
 import pandas as pd
 
 from fixflow.operators.plan import (
+    Aggregate,
+    AntiJoin,
     Arith,
     Cast,
     Col,
@@ -90,7 +94,7 @@ class KernelUnsupported(Exception):
 
 def unsupported(plan: Plan) -> str | None:
     """Why ``plan`` cannot run as a kernel, or None when it can."""
-    if not isinstance(plan, Scan | Unit | Filter | Project | Join | Union):
+    if not isinstance(plan, Scan | Unit | Filter | Project | Join | AntiJoin | Union | Aggregate):
         return f"{type(plan).__name__} is not supported by the vectorized backend"
     expressions: list[PExpr] = [plan.condition] if isinstance(plan, Filter) else []
     if isinstance(plan, Project):
@@ -280,6 +284,29 @@ class JoinIndex:
         right_rows = self.order[np.arange(total) + starts]
         return left_rows, right_rows
 
+    def matches(self, left: Batch, on: tuple[str, ...]) -> np.ndarray:
+        """Whether each left row has a matching right row (a null key matches nothing)."""
+        found = np.ones(left.n, dtype=bool)
+        codes = np.zeros(left.n, dtype=np.int64)
+        for name, index, size in zip(on, self.uniques, self.radix, strict=True):
+            column_codes = index.get_indexer(left.cols[name])
+            found &= (column_codes >= 0) & left.mask(name)
+            codes = codes * size + column_codes
+        return found & (self.combined.get_indexer(np.where(found, codes, 0)) >= 0)
+
+
+def anti_join(left: Batch, right: Batch, on: tuple[str, ...]) -> Batch:
+    """The rows of ``left`` without a match in ``right`` on ``on`` (Spark's left anti
+    equi-join: a null key matches nothing); on no columns, all of ``left`` when ``right``
+    is empty, else none."""
+    if not on:
+        return left if right.n == 0 else left.take(np.zeros(0, dtype=np.int64))
+    keyed = np.ones(right.n, dtype=bool)
+    for name in on:
+        keyed &= right.mask(name)
+    index = JoinIndex.build(right.take(np.flatnonzero(keyed)), on)
+    return left.take(np.flatnonzero(~index.matches(left, on)))
+
 
 def _join(left: Batch, right: Batch, on: tuple[str, ...], index: JoinIndex | None) -> Batch:
     if on:
@@ -301,7 +328,67 @@ def _join(left: Batch, right: Batch, on: tuple[str, ...], index: JoinIndex | Non
 # ---------------------------------------------------------------- operators
 
 
-def _distinct(batch: Batch) -> Batch:
+def _nullable(batch: Batch, name: str) -> pd.Series:
+    """A column as a pandas Series whose nulls are NA (nullable dtypes keep int64 exact)."""
+    values, valid = batch.cols[name], batch.valid.get(name)
+    if values.dtype == np.int64:
+        return pd.Series(pd.arrays.IntegerArray(values, ~batch.mask(name)))
+    if values.dtype == np.float64:
+        return pd.Series(pd.arrays.FloatingArray(values, ~batch.mask(name)))
+    series = pd.Series(values, dtype=object)
+    return series if valid is None else series.where(valid, None)
+
+
+AGGREGATES = {"min": "min", "max": "max", "sum": "sum", "mean": "mean", "count": "count"}
+
+
+def aggregate(plan: Aggregate, batch: Batch) -> Batch:
+    """Spark's group-by aggregate: nulls are skipped (``count[x]`` counts the others; a
+    group of only nulls has a null min, max, sum or mean), null keys form a group, and
+    without keys there is one row even over no rows (count 0, the others null)."""
+    frame = pd.DataFrame({g: _nullable(batch, g) for g in plan.group_by}, index=range(batch.n))
+    if plan.arg is None:
+        frame["#arg"] = np.ones(batch.n, dtype=np.int64)
+    else:
+        frame["#arg"] = _nullable(batch, plan.arg)
+    func = AGGREGATES[plan.func]
+    if plan.group_by:
+        grouped = frame.groupby(list(plan.group_by), dropna=False, sort=False)["#arg"]
+        result = grouped.agg(func, **({"min_count": 1} if func == "sum" else {}))
+        out = result.reset_index()
+    else:
+        column = frame["#arg"]
+        value = column.sum(min_count=1) if func == "sum" else column.agg(func)
+        out = pd.DataFrame({"#arg": pd.array([value], dtype=_result_dtype(plan, column))})
+    return _batch_of(out, plan)
+
+
+def _result_dtype(plan: Aggregate, column: pd.Series) -> object:
+    if plan.func == "count":
+        return "Int64"
+    if plan.type == "float" or plan.func == "mean":
+        return "Float64"
+    return column.dtype if plan.type != "symbol" else object
+
+
+def _batch_of(frame: pd.DataFrame, plan: Aggregate) -> Batch:
+    """The aggregate's output columns (its group keys, then ``output``) as a batch."""
+    names = [*plan.group_by, plan.output]
+    types = dict(plan.schema)
+    out = Batch(len(frame))
+    for name, series in zip(
+        names, [frame[g] for g in plan.group_by] + [frame["#arg"]], strict=True
+    ):
+        valid = ~series.isna().to_numpy(dtype=bool)
+        dtype = NUMPY_TYPES[types[name]]
+        filler = "" if dtype is object else 0
+        out.cols[name] = series.astype(object).where(valid, filler).to_numpy().astype(dtype)
+        if not valid.all():
+            out.valid[name] = valid
+    return out
+
+
+def distinct_rows(batch: Batch) -> Batch:
     if batch.n <= 1 or not batch.cols:
         return batch.take(np.arange(min(batch.n, 1)))
     frame = pd.DataFrame(batch.cols)
@@ -359,14 +446,18 @@ class Kernel:
                     out.cols[name] = values
                     if valid is not None:
                         out.valid[name] = valid
-                return _distinct(out) if distinct else out
+                return distinct_rows(out) if distinct else out
             case Join(left=left, right=right, on=on):
                 index = self.indexes.get(id(plan))
                 right_batch = index.batch if index is not None else self._run(right, sources)
                 return _join(self._run(left, sources), right_batch, on, index)
+            case AntiJoin(left=left, right=right, on=on):
+                return anti_join(self._run(left, sources), self._run(right, sources), on)
             case Union(inputs=inputs, distinct=distinct):
                 out = concat([self._run(i, sources) for i in inputs])
-                return _distinct(out) if distinct else out
+                return distinct_rows(out) if distinct else out
+            case Aggregate():
+                return aggregate(plan, self._run(plan.input, sources))
         raise KernelUnsupported(f"{type(plan).__name__} is not supported")
 
 

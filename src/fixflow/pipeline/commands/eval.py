@@ -24,10 +24,9 @@ from fixflow.checker.ast import Attribute
 
 if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command needs them
     import pyarrow as pa
-    from pyspark.sql import DataFrame
 
     from fixflow.checker.model import Report
-    from fixflow.operators.evaluate import Progress
+    from fixflow.operators.evaluate import Evaluation, Progress
 
 HELP = "evaluate a program once over fact files, writing Delta tables"
 ENGINES = ("sync", "async", "hybrid")
@@ -36,6 +35,11 @@ PROGRESS_EVERY_SECONDS = 5.0
 """Progress lines start once a stratum has run this long (short runs stay quiet)."""
 
 log = logging.getLogger(__name__)
+
+
+LOCAL_ROWS = 100_000
+"""``--local-rows``' default: strata of up to this many rows run in the driver, where a
+round costs microseconds to milliseconds instead of a Spark job (bench/SMALL_RESULTS.md)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the current directory, as in Soufflé)",
     )
     parser.add_argument("--csv", action="store_true", help="also write <relation>.csv files")
+    _add_evaluation_arguments(parser)
+    parser.add_argument("--explain", action="store_true", help="print each stratum's plan and exit")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
+
+
+def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
+    """How strata are evaluated: the MRA engine, the caps, the driver's share."""
     parser.add_argument(
         "--engine",
         choices=ENGINES,
@@ -89,8 +100,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help="partitions of MonoTables and auxiliary tables (default: Spark's shuffle partitions)",
     )
-    parser.add_argument("--explain", action="store_true", help="print each stratum's plan and exit")
-    parser.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
+    parser.add_argument(
+        "--local-rows",
+        type=int,
+        default=LOCAL_ROWS,
+        metavar="N",
+        help="run a stratum in the driver, without Spark jobs, when its inputs and results "
+        f"stay within N rows (non-recursive and set strata; default: {LOCAL_ROWS}; 0: always "
+        "on Spark)",
+    )
 
 
 def _error(message: str) -> int:
@@ -147,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
         return _error("--shards must be 0 (automatic) or more")
     if args.max_iterations < 1:
         return _error("--max-iterations must be at least 1")
+    if args.local_rows < 0:
+        return _error("--local-rows must be 0 (never in the driver) or more")
     try:
         source = args.program.read_text(encoding="utf-8")
     except OSError as exc:
@@ -181,32 +201,26 @@ def run(args: argparse.Namespace) -> int:
 def _evaluate_and_write(
     args: argparse.Namespace, report: Report, inputs: dict[str, pa.Table]
 ) -> int:
-    from fixflow.operators.compiler import relation_struct
     from fixflow.operators.engines.base import EngineOptions
     from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
     from fixflow.pipeline.spark import make_session
 
-    analysis = report.analysis
     spark = make_session(master=args.master, app_name="fixflow-eval")
-    edb = {
-        rel: spark.createDataFrame(
-            table.rename_columns([f"c{i}" for i in range(table.num_columns)]),
-            relation_struct([a.type for a in analysis.schemas[rel]]),
-        )
-        for rel, table in inputs.items()
-    }
+    # Arrow tables: small inputs stay in the driver (--local-rows), others go to Spark.
+    edb = {rel: table.rename_columns(_positional(table)) for rel, table in inputs.items()}
     options = EvalOptions(
         max_iterations=args.max_iterations,
         engine_options=EngineOptions(mode=args.engine, shards=args.shards),
         partitions=args.partitions,
         progress=_ProgressPrinter(),
+        local_rows=args.local_rows,
     )
     started = time.monotonic()
     try:
         evaluation = evaluate_with_stats(report, edb, spark, options)
     except EvaluationError as exc:
         return _error(str(exc))
-    _write_outputs(args, report, {**edb, **evaluation.relations})
+    _write_outputs(args, report, _Results(report, evaluation, edb))
     printer = options.progress
     for stats in evaluation.stats:
         last = printer.last.get(stats.stratum) if isinstance(printer, _ProgressPrinter) else None
@@ -226,17 +240,40 @@ def _evaluate_and_write(
     return 0
 
 
-def _write_outputs(
-    args: argparse.Namespace, report: Report, relations: Mapping[str, DataFrame]
-) -> None:
+def _positional(table: pa.Table) -> list[str]:
+    return [f"c{i}" for i in range(table.num_columns)]
+
+
+class _Results:
+    """Every relation's result rows as Arrow tables in its table's schema: straight from
+    the driver when it evaluated them, else from Spark (one job)."""
+
+    def __init__(self, report: Report, evaluation: Evaluation, inputs: Mapping[str, pa.Table]):
+        self.report, self.evaluation, self.inputs = report, evaluation, inputs
+
+    def table(self, relation: str) -> pa.Table | None:
+        from fixflow.pipeline.lake import positional_to_arrow, to_arrow
+
+        attributes = _result_attributes(self.report, relation)
+        if relation in self.evaluation.tables:
+            return positional_to_arrow(self.evaluation.tables[relation], attributes)
+        if relation in self.evaluation.relations:
+            return to_arrow(self.evaluation.relations[relation], attributes)
+        if relation in self.inputs:
+            return positional_to_arrow(self.inputs[relation], attributes)
+        return None
+
+
+def _write_outputs(args: argparse.Namespace, report: Report, results: _Results) -> None:
     """The Delta table (and files) of every ``.output``, then every ``.printsize`` line."""
-    from fixflow.pipeline.lake import to_arrow, write_csv, write_table
+    from fixflow.pipeline.lake import write_csv, write_table
 
     args.output.mkdir(parents=True, exist_ok=True)
     program = report.analysis.program
     for relation in dict.fromkeys(program.outputs):
         attributes = _result_attributes(report, relation)
-        table = to_arrow(relations[relation], attributes)
+        table = results.table(relation)
+        assert table is not None, f"`{relation}` is neither evaluated nor an input"
         write_table(args.output / relation, table, attributes)
         if args.csv:
             write_csv(args.output / f"{relation}.csv", table, attributes)
@@ -245,8 +282,8 @@ def _write_outputs(
         if options:
             _write_souffle_output(args.output, relation, table, attributes, options)
     for relation in program.printsizes:
-        frame = relations.get(relation)
-        print(f"{relation}\t{0 if frame is None else frame.count()}")  # Soufflé's format
+        sized = results.table(relation)
+        print(f"{relation}\t{0 if sized is None else sized.num_rows}")  # Soufflé's format
 
 
 def _write_souffle_output(

@@ -1,0 +1,234 @@
+"""Small strata in the driver: the numpy backend of the one compiler, without Spark jobs.
+
+A Spark job costs tens to hundreds of milliseconds whatever its size, and a stratum costs at
+least one job per round (``materialize``): a program of many small strata and rounds pays
+that cost hundreds of times for a few thousand rows. When a stratum's inputs are small and
+already in the driver, ``Bootstrap`` runs it here instead, over numpy batches
+(``engines.kernels``), and hands its rows to Spark as a local relation (no job either):
+
+- the same plans as on Spark: ``exit_rules``/``delta_rules`` of ``strategies.seminaive``,
+  ``combine_plan`` (G) of ``core``, compiled by the kernel backend instead of the Spark one;
+- non-recursive strata: G over every body, once; ``set`` strata (recursion without
+  aggregates): semi-naive rounds, new = derived − all. Other classes, plans the kernels
+  cannot run (Soufflé's functors), inputs that are not local, and strata that grow past the
+  limit go to Spark (``LocalUnsupported`` says why; the stratum restarts there from its
+  inputs, so nothing is lost);
+- ``EvalOptions.local_rows`` bounds the rows of each input a local stratum reads and the
+  rows it holds (``fixflow eval --local-rows``, default 100,000; 0, the API's default, turns
+  the path off).
+
+Inputs given as Arrow tables (``fixflow eval``) are read directly; a Spark frame is collected
+once (no job for a local relation). Rows handed back to Spark are local relations, made only
+when a Spark stratum or a caller reads them, so a later Spark stratum reads them as any other
+input. Results equal the Spark path's (tests/operators/test_local.py compares them
+on every example program).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from fixflow.checker.ast import TypeName
+from fixflow.operators.compiler import head_columns, relation_struct
+from fixflow.operators.core import StratumRun, combine_plan
+from fixflow.operators.engines.base import RoundInfo
+from fixflow.operators.engines.kernels import (
+    NUMPY_TYPES,
+    Batch,
+    Kernel,
+    KernelUnsupported,
+    _cast,
+    anti_join,
+    concat,
+)
+from fixflow.operators.plan import Plan, relations_read
+from fixflow.operators.strategies.seminaive import delta_rules, exit_rules
+
+log = logging.getLogger(__name__)
+
+ARROW_TYPES: dict[TypeName, pa.DataType] = {
+    "number": pa.int64(),
+    "float": pa.float64(),
+    "symbol": pa.string(),
+}
+
+
+Fetch = Callable[[str], Batch | None]
+"""A relation's rows in the driver (collected from Spark if need be); None when it holds
+more rows than the limit."""
+
+
+class LocalUnsupported(Exception):
+    """Why a stratum does not run in the driver (it runs on Spark)."""
+
+
+# ---------------------------------------------------------------- conversions
+
+
+def local_rows(frame: DataFrame, limit: int) -> Batch | None:
+    """``frame``'s rows as a batch in positional columns when they are at most ``limit``;
+    else None. A local relation is collected without a job; any other frame costs one,
+    which reads at most ``limit + 1`` rows."""
+    if limit <= 0:
+        return None
+    rows = frame.limit(limit + 1).collect()
+    if len(rows) > limit:
+        return None
+    batch = Batch(len(rows))
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(frame.columns)
+    for i, (values, field) in enumerate(zip(columns, frame.schema.fields, strict=True)):
+        type_ = _type_of(field.dataType.simpleString())
+        present = np.fromiter((v is not None for v in values), dtype=bool, count=len(rows))
+        filler = "" if type_ == "symbol" else 0
+        filled = [v if v is not None else filler for v in values]
+        batch.cols[f"c{i}"] = np.array(filled, dtype=NUMPY_TYPES[type_])
+        if not present.all():
+            batch.valid[f"c{i}"] = present
+    return batch
+
+
+SPARK_TYPES: dict[str, TypeName] = {"bigint": "number", "double": "float", "string": "symbol"}
+
+
+def table_rows(table: pa.Table, types: Sequence[TypeName]) -> Batch:
+    """An Arrow table's columns (by position, cast to ``types``) as a batch, ``c0..``."""
+    batch = Batch(table.num_rows)
+    for i, (column, type_) in enumerate(zip(table.columns, types, strict=True)):
+        column = column.cast(ARROW_TYPES[type_])
+        if column.null_count:
+            batch.valid[f"c{i}"] = column.is_valid().to_numpy(zero_copy_only=False)
+            column = column.fill_null("" if type_ == "symbol" else 0)
+        values = column.to_numpy(zero_copy_only=False)
+        batch.cols[f"c{i}"] = values.astype(NUMPY_TYPES[type_], copy=False)
+    return batch
+
+
+def _type_of(spark_type: str) -> TypeName:
+    return SPARK_TYPES[spark_type]
+
+
+def to_table(batch: Batch, types: Sequence[TypeName]) -> pa.Table:
+    """A batch in positional columns as an Arrow table (``c0..``; no columns for a nullary
+    relation, whose rows are empty tuples: then ``num_rows`` is 0 or 1)."""
+    arrays = []
+    for i, type_ in enumerate(types):
+        valid = batch.valid.get(f"c{i}")
+        mask = None if valid is None else ~valid
+        arrays.append(pa.array(batch.cols[f"c{i}"], type=ARROW_TYPES[type_], mask=mask))
+    if not types:
+        return pa.table({"#": pa.nulls(batch.n)}).select([])
+    return pa.table(arrays, names=[f"c{i}" for i in range(len(types))])
+
+
+def to_frame(spark: SparkSession, batch: Batch, types: Sequence[TypeName]) -> DataFrame:
+    """A batch in positional columns as a Spark local relation (no job)."""
+    if not types:  # a nullary relation: its rows are empty tuples
+        return spark.range(batch.n).select()
+    return spark.createDataFrame(to_table(batch, types), relation_struct(types))
+
+
+# ---------------------------------------------------------------- one stratum
+
+
+class LocalStratum:
+    """A stratum evaluated over batches: ``sources`` holds every relation it may read."""
+
+    def __init__(self, run: StratumRun, sources: Fetch, limit: int) -> None:
+        self.run = run
+        self.fetch = sources
+        self.full: dict[str, Batch] = {}
+        self.delta: dict[str, Batch] = {}
+        self.limit = limit
+
+    def bootstrap(self) -> tuple[dict[str, Batch], int]:
+        """Every relation of the stratum, and the rounds it took."""
+        strategy = self.run.strategy
+        if strategy == "nonrecursive":
+            for relation in self.run.relations:
+                self.full[relation] = self.derive(relation, self.run.body_plans(relation))
+            return {r: self.full[r] for r in self.run.relations}, 1
+        if strategy != "set" or any(e.aggregate is not None for e in self.run.entries()):
+            raise LocalUnsupported(f"a `{strategy}` stratum runs on Spark")
+        return self.seminaive()
+
+    def seminaive(self) -> tuple[dict[str, Batch], int]:
+        relations, run = self.run.relations, self.run
+        for relation in relations:
+            self.full[relation] = self.empty(relation)
+        plans, pending, rounds = exit_rules(run), 1, 0
+        while pending and rounds < run.max_iterations:
+            new = {r: self.new_rows(r, plans[r]) for r in relations}
+            pending = sum(batch.n for batch in new.values())
+            for relation, batch in new.items():
+                self.full[relation] = concat([self.full[relation], batch])
+                self.delta[relation] = batch
+            rounds += 1
+            self.check_size()
+            run.round(RoundInfo(rounds, pending, None))
+            plans = {r: delta_rules(run, r) for r in relations}
+        capped = bool(pending)
+        if capped:
+            raise LocalUnsupported("the iteration cap: Spark reports it")
+        return {r: self.full[r] for r in relations}, rounds
+
+    def new_rows(self, relation: str, plans: Sequence[Plan]) -> Batch:
+        derived = self.derive(relation, plans)
+        columns = tuple(derived.cols)
+        return anti_join(derived, self.full[relation], columns)
+
+    def derive(self, relation: str, plans: Sequence[Plan]) -> Batch:
+        """G over head-row plans, in the relation's positional columns and types; an
+        aggregate without a group over no bindings is no row (as ``StratumRun.combine``)."""
+        entry = self.run.entry(relation)
+        if not plans:
+            return self.empty(relation)
+        plan = combine_plan(entry, plans)
+        batch = Kernel(plan).run(self.sources(plan))
+        out = Batch(batch.n)
+        schema = dict(plan.schema)
+        for i, (head, type_) in enumerate(
+            zip(head_columns(len(entry.types)), entry.types, strict=True)
+        ):
+            values, valid = _cast((batch.cols[head], batch.valid.get(head)), schema[head], type_)
+            out.cols[f"c{i}"] = values
+            if valid is not None:
+                out.valid[f"c{i}"] = valid
+        if entry.value_pos is not None and not entry.key_positions:
+            out = out.take(np.flatnonzero(out.mask(f"c{entry.value_pos}")))
+        return out
+
+    def sources(self, plan: Plan) -> dict[tuple[str, str], Batch]:
+        found: dict[tuple[str, str], Batch] = {}
+        for relation, version in relations_read(plan):
+            table = self.delta if version == "delta" else self.full
+            if relation not in table and version == "full":
+                fetched = self.fetch(relation)
+                if fetched is None:
+                    raise LocalUnsupported(f"`{relation}` is larger than the limit")
+                table[relation] = fetched
+            found[(relation, version)] = table[relation]
+        return found
+
+    def empty(self, relation: str) -> Batch:
+        types = self.run.entry(relation).types
+        return Batch(0, {f"c{i}": np.zeros(0, NUMPY_TYPES[t]) for i, t in enumerate(types)})
+
+    def check_size(self) -> None:
+        held = sum(self.full[r].n for r in self.run.relations)
+        if held > self.limit:
+            raise LocalUnsupported(f"it grew past {self.limit} rows")
+
+
+def run_locally(run: StratumRun, sources: Fetch, limit: int) -> tuple[dict[str, Batch], int]:
+    """Bootstrap ``run``'s stratum in the driver: its relations' rows and rounds; raises
+    ``LocalUnsupported`` (a kernel the backend lacks included) when it cannot. ``sources``
+    gives the rows of a relation the stratum reads (None: too many)."""
+    try:
+        return LocalStratum(run, sources, limit).bootstrap()
+    except KernelUnsupported as error:
+        raise LocalUnsupported(str(error)) from None

@@ -1,0 +1,195 @@
+"""Small strata in the driver (``fixflow.operators.local``): the numpy kernels of anti-joins
+and aggregates agree with Spark SQL (nulls included), a local stratum runs no Spark job,
+and whatever the driver cannot run, or outgrows the limit, runs on Spark with the same
+results. Every golden program is also evaluated with the local path on
+(``test_golden_program_in_the_driver``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from fixflow.checker import load
+from fixflow.operators.compiler import SparkBackend, relation_struct
+from fixflow.operators.engines.kernels import Batch, Kernel, anti_join
+from fixflow.operators.evaluate import EvalOptions, evaluate_with_stats
+from fixflow.operators.plan import Aggregate, AntiJoin, Scan
+from reference.golden import compare_rows, load_golden
+
+from .helpers import edb_frames, report_of, run
+from .test_golden import CASES, PROGRAMS
+
+LOCAL = 100_000
+
+TC = """
+.decl edge(x: number, y: number)
+.input edge
+.decl path(x: number, y: number)
+.output path
+path(x, y) :- edge(x, y).
+path(x, z) :- path(x, y), edge(y, z).
+"""
+
+CHAIN = [(i, i + 1) for i in range(30)]
+
+
+def _batch(rows: list[tuple[object, ...]], types: list[str]) -> Batch:
+    """Positional columns c0.. with None as null."""
+    batch = Batch(len(rows))
+    for i, type_ in enumerate(types):
+        values = [r[i] for r in rows]
+        filler = "" if type_ == "symbol" else 0
+        dtype = {"number": np.int64, "float": np.float64, "symbol": object}[type_]
+        batch.cols[f"c{i}"] = np.array([filler if v is None else v for v in values], dtype=dtype)
+        batch.valid[f"c{i}"] = np.array([v is not None for v in values], dtype=bool)
+    return batch
+
+
+def _rows(batch: Batch, names: list[str]) -> list[tuple[object, ...]]:
+    columns = [
+        [v if ok else None for v, ok in zip(batch.cols[n], batch.mask(n), strict=True)]
+        for n in names
+    ]
+    return sorted(
+        (
+            tuple(v.item() if hasattr(v, "item") else v for v in row)
+            for row in zip(*columns, strict=True)
+        ),
+        key=repr,
+    )
+
+
+GROUPED = [(1, 5), (1, None), (2, None), (None, 3), (None, 4), (3, 7), (3, 2)]
+
+
+@pytest.mark.parametrize("func", ["min", "max", "sum", "count", "mean"])
+@pytest.mark.parametrize("keys", [("k",), ()])
+@pytest.mark.parametrize("rows", [GROUPED, []], ids=["rows", "empty"])
+def test_aggregate_kernel_matches_spark(
+    spark: SparkSession, func: str, keys: tuple[str, ...], rows: list[tuple[object, ...]]
+) -> None:
+    types = ["number", "number"]
+    scan = Scan("r", "full", ("k", "v"), ("number", "number"))
+    out_type = "float" if func == "mean" else "number"
+    plan = Aggregate(scan, keys, func, "v", "out", out_type)  # type: ignore[arg-type]
+    local = Kernel(plan).run({("r", "full"): _batch(rows, types)})
+    frame = spark.createDataFrame(rows, relation_struct(types))  # type: ignore[arg-type]
+    on_spark = SparkBackend(spark, lambda _r, _v: frame).run(plan)
+    expected = sorted((tuple(r) for r in on_spark.collect()), key=repr)
+    assert _rows(local, [*keys, "out"]) == expected
+
+
+def test_count_of_rows_without_keys_over_nothing_is_zero(spark: SparkSession) -> None:
+    scan = Scan("r", "full", ("k",), ("number",))
+    plan = Aggregate(scan, (), "count", None, "n", "number")
+    assert _rows(Kernel(plan).run({("r", "full"): _batch([], ["number"])}), ["n"]) == [(0,)]
+
+
+def test_anti_join_kernel_matches_spark(spark: SparkSession) -> None:
+    left_rows = [(1, "a"), (2, "b"), (None, "c"), (4, None)]
+    right_rows = [(1, "a"), (None, "c"), (4, None), (2, "x")]
+    types = ["number", "symbol"]
+    frames = {
+        "l": spark.createDataFrame(left_rows, relation_struct(types)),  # type: ignore[arg-type]
+        "r": spark.createDataFrame(right_rows, relation_struct(types)),  # type: ignore[arg-type]
+    }
+    for on in [("a", "b"), ("a",), ()]:
+        left = Scan("l", "full", ("a", "b"), ("number", "symbol"))
+        right = Scan("r", "full", ("a", "b"), ("number", "symbol"))
+        plan = AntiJoin(left, right, on)
+        sources = {
+            ("l", "full"): _batch(left_rows, types),
+            ("r", "full"): _batch(right_rows, types),
+        }
+        local = Kernel(plan).run(sources)
+        on_spark = SparkBackend(spark, lambda rel, _v: frames[rel]).run(plan)
+        expected = sorted((tuple(r) for r in on_spark.collect()), key=repr)
+        assert _rows(local, ["a", "b"]) == expected, on
+
+
+def test_anti_join_on_no_columns() -> None:
+    left = _batch([(1,), (2,)], ["number"])
+    assert anti_join(left, _batch([], ["number"]), ()).n == 2
+    assert anti_join(left, _batch([(5,)], ["number"]), ()).n == 0
+
+
+def test_a_local_stratum_runs_no_spark_job(spark: SparkSession) -> None:
+    local, in_driver = run(spark, TC, {"edge": CHAIN}, local_rows=LOCAL)
+    on_spark, spark_run = run(spark, TC, {"edge": CHAIN})
+    assert local == on_spark
+    assert len(local["path"]) == 31 * 30 // 2
+    (stats,) = in_driver.stats
+    assert stats.local and stats.jobs == 0 and stats.rounds == 31
+    assert not spark_run.stats[0].local and spark_run.stats[0].jobs >= 30
+
+
+def test_arrow_inputs_stay_in_the_driver(spark: SparkSession) -> None:
+    report = report_of(TC)
+    edge = pa.table({"c0": [x for x, _ in CHAIN], "c1": [y for _, y in CHAIN]})
+    evaluation = evaluate_with_stats(report, {"edge": edge}, spark, EvalOptions(local_rows=LOCAL))
+    assert evaluation.stats[0].local
+    table = evaluation.tables["path"]
+    assert table.num_rows == 465 and set(table.column_names) == {"c0", "c1"}
+    assert {tuple(r) for r in evaluation.relations["path"].collect()} == set(
+        zip(table.column("c0").to_pylist(), table.column("c1").to_pylist(), strict=True)
+    )
+
+
+def test_a_stratum_that_outgrows_the_limit_runs_on_spark(spark: SparkSession) -> None:
+    rows, evaluation = run(spark, TC, {"edge": CHAIN}, local_rows=100)
+    (stats,) = evaluation.stats
+    assert not stats.local and stats.jobs > 0
+    assert len(rows["path"]) == 465
+
+
+def test_what_the_kernels_lack_runs_on_spark(spark: SparkSession) -> None:
+    text = """
+.decl name(x: symbol)
+.input name
+.decl long(x: symbol, n: number)
+.output long
+long(x, strlen(x)) :- name(x), strlen(x) > 2.
+.decl short(x: symbol)
+.output short
+short(x) :- name(x), !long(x, _).
+"""
+    rows, evaluation = run(spark, text, {"name": [("ab",), ("abcd",), ("xyz",)]}, local_rows=LOCAL)
+    assert rows["long"] == {("abcd", 4), ("xyz", 3)}
+    assert rows["short"] == {("ab",)}
+    by_relation = {s.relations: (s.local, s.jobs) for s in evaluation.stats}
+    assert by_relation[("long",)][0] is False and by_relation[("long",)][1] > 0
+    assert by_relation[("short",)] == (True, 1)  # one job collects `long`, then the driver
+
+
+def _driver_cases() -> list[str]:
+    """The golden programs whose strata are all non-recursive or ``set``: the ones the
+    driver runs wholly (the others' MRA strata run on Spark, as test_golden checks)."""
+    local = []
+    for name in CASES:
+        case = load_golden(PROGRAMS / name)
+        strata = load(case.source, name).strata
+        if all(s.eval_class in (None, "set") for s in strata):
+            local.append(name)
+    return local
+
+
+DRIVER_CASES = _driver_cases()
+
+
+def test_some_golden_programs_run_in_the_driver() -> None:
+    assert len(DRIVER_CASES) >= 5, DRIVER_CASES
+
+
+@pytest.mark.parametrize("name", DRIVER_CASES)
+def test_golden_program_in_the_driver(spark: SparkSession, name: str) -> None:
+    case = load_golden(PROGRAMS / name)
+    report = load(case.source, str(case.directory / "program.dl"))
+    evaluation = evaluate_with_stats(
+        report, edb_frames(spark, report, case.facts), spark, EvalOptions(local_rows=LOCAL)
+    )
+    assert all(s.local and s.jobs == 0 for s in evaluation.stats), evaluation.stats
+    for relation, expected in case.expected.items():
+        actual = [tuple(row) for row in evaluation.relations[relation].collect()]
+        assert compare_rows(actual, expected, case.tolerance) == [], f"{relation} vs expected"
