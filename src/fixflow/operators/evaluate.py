@@ -230,6 +230,10 @@ class Bootstrap:
         return rows
 
     def _load_one(self, relation: str, stored: str, rows: Input) -> int:
+        declared = len(self.report.catalog[relation].types)
+        width = rows.num_columns if isinstance(rows, pa.Table) else len(rows.columns)
+        if width != declared:
+            raise EvaluationError(f"input `{relation}` has {width} columns, declared {declared}")
         batch = self._local_input(relation, rows)
         if batch is not None and self.local is not None:
             self.local[stored] = batch
@@ -243,10 +247,6 @@ class Bootstrap:
 
     def _normalized(self, relation: str, frame: DataFrame) -> DataFrame:
         types = self.report.catalog[relation].types
-        if len(frame.columns) != len(types):
-            raise EvaluationError(
-                f"input `{relation}` has {len(frame.columns)} columns, declared {len(types)}"
-            )
         return frame.select(
             *(
                 F.col(f"`{name}`").cast(spark_type(t)).alias(positional(i))
@@ -261,21 +261,16 @@ class Bootstrap:
             return None
         types = self.report.catalog[relation].types
         if isinstance(frame, pa.Table):
-            if frame.num_rows > self.options.local_rows or frame.num_columns != len(types):
+            if frame.num_rows > self.options.local_rows:
                 return None
             return distinct_rows(table_rows(frame, types))
-        declared = [spark_type(t) for t in self.report.catalog[relation].types]
-        if [f.dataType for f in frame.schema.fields] != declared:
+        if [f.dataType for f in frame.schema.fields] != [spark_type(t) for t in types]:
             return None
         batch = local_rows(frame, self.options.local_rows)
         return None if batch is None else distinct_rows(batch)
 
     def _spark_input(self, relation: str, table: pa.Table) -> DataFrame:
         types = self.report.catalog[relation].types
-        if table.num_columns != len(types):
-            raise EvaluationError(
-                f"input `{relation}` has {table.num_columns} columns, declared {len(types)}"
-            )
         renamed = table.rename_columns([positional(i) for i in range(len(types))])
         return self.spark.createDataFrame(renamed, relation_struct(types))
 

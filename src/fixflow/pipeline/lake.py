@@ -107,8 +107,7 @@ def to_arrow(frame: DataFrame, attributes: Sequence[Attribute]) -> pa.Table:
     table = frame.toArrow()
     if table.num_columns != len(schema):
         raise ValueError(f"expected {len(schema)} columns, got {table.num_columns}")
-    table = table.rename_columns(schema.names)
-    return table.cast(schema)
+    return positional_to_arrow(table, attributes)
 
 
 def positional_to_arrow(table: pa.Table, attributes: Sequence[Attribute]) -> pa.Table:

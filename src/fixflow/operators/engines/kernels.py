@@ -267,15 +267,7 @@ class JoinIndex:
         """(left rows, right rows) of every matching pair."""
         if len(self.combined) == 0:  # an empty right side matches nothing
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        codes = np.zeros(left.n, dtype=np.int64)
-        found = np.ones(left.n, dtype=bool)
-        for name, index, size in zip(on, self.uniques, self.radix, strict=True):
-            column_codes = index.get_indexer(left.cols[name])
-            found &= (column_codes >= 0) & left.mask(name)
-            codes = codes * size + column_codes
-        dense = self.combined.get_indexer(codes)
-        found &= dense >= 0
-        codes = np.where(found, dense, 0)
+        codes, found = self._lookup(left, on)
         lo, hi = self.starts[codes], self.starts[codes + 1]
         counts = np.where(found, hi - lo, 0)
         total = int(counts.sum())
@@ -286,13 +278,20 @@ class JoinIndex:
 
     def matches(self, left: Batch, on: tuple[str, ...]) -> np.ndarray:
         """Whether each left row has a matching right row (a null key matches nothing)."""
-        found = np.ones(left.n, dtype=bool)
+        return self._lookup(left, on)[1]
+
+    def _lookup(self, left: Batch, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Per left row: the dense code of its key combination (0 where absent) and whether
+        the right side has it (a null key never does)."""
         codes = np.zeros(left.n, dtype=np.int64)
+        found = np.ones(left.n, dtype=bool)
         for name, index, size in zip(on, self.uniques, self.radix, strict=True):
             column_codes = index.get_indexer(left.cols[name])
             found &= (column_codes >= 0) & left.mask(name)
             codes = codes * size + column_codes
-        return found & (self.combined.get_indexer(np.where(found, codes, 0)) >= 0)
+        dense = self.combined.get_indexer(np.where(found, codes, 0))
+        found &= dense >= 0
+        return np.where(found, dense, 0), found
 
 
 def anti_join(left: Batch, right: Batch, on: tuple[str, ...]) -> Batch:
@@ -339,9 +338,6 @@ def _nullable(batch: Batch, name: str) -> pd.Series:
     return series if valid is None else series.where(valid, None)
 
 
-AGGREGATES = {"min": "min", "max": "max", "sum": "sum", "mean": "mean", "count": "count"}
-
-
 def aggregate(plan: Aggregate, batch: Batch) -> Batch:
     """Spark's group-by aggregate: nulls are skipped (``count[x]`` counts the others; a
     group of only nulls has a null min, max, sum or mean), null keys form a group, and
@@ -351,7 +347,7 @@ def aggregate(plan: Aggregate, batch: Batch) -> Batch:
         frame["#arg"] = np.ones(batch.n, dtype=np.int64)
     else:
         frame["#arg"] = _nullable(batch, plan.arg)
-    func = AGGREGATES[plan.func]
+    func = plan.func  # pandas names the five functions as Fixflow does
     if plan.group_by:
         grouped = frame.groupby(list(plan.group_by), dropna=False, sort=False)["#arg"]
         result = grouped.agg(func, **({"min_count": 1} if func == "sum" else {}))

@@ -206,8 +206,6 @@ def _evaluate_and_write(
     from fixflow.pipeline.spark import make_session
 
     spark = make_session(master=args.master, app_name="fixflow-eval")
-    # Arrow tables: small inputs stay in the driver (--local-rows), others go to Spark.
-    edb = {rel: table.rename_columns(_positional(table)) for rel, table in inputs.items()}
     options = EvalOptions(
         max_iterations=args.max_iterations,
         engine_options=EngineOptions(mode=args.engine, shards=args.shards),
@@ -217,10 +215,11 @@ def _evaluate_and_write(
     )
     started = time.monotonic()
     try:
-        evaluation = evaluate_with_stats(report, edb, spark, options)
+        # Arrow tables: small inputs stay in the driver (--local-rows), others go to Spark.
+        evaluation = evaluate_with_stats(report, inputs, spark, options)
     except EvaluationError as exc:
         return _error(str(exc))
-    _write_outputs(args, report, _Results(report, evaluation, edb))
+    _write_outputs(args, report, _Results(report, evaluation, inputs))
     printer = options.progress
     for stats in evaluation.stats:
         last = printer.last.get(stats.stratum) if isinstance(printer, _ProgressPrinter) else None
@@ -238,10 +237,6 @@ def _evaluate_and_write(
         )
     log.info("evaluated in %.1f s", time.monotonic() - started)
     return 0
-
-
-def _positional(table: pa.Table) -> list[str]:
-    return [f"c{i}" for i in range(table.num_columns)]
 
 
 class _Results:
