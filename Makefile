@@ -30,13 +30,19 @@ lint: install
 typecheck: install
 	$(BIN)/mypy src
 
+# The suite waits more than it computes (Spark's per-job latency, brokers, subprocesses), so
+# it runs in TEST_WORKERS processes, each with its own SparkSession; TEST_WORKERS=0 runs it in
+# this one. Modules sharing an expensive fixture (a standalone cluster) stay on one worker.
+TEST_WORKERS ?= 3
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 test: install lint typecheck
-	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 # The deep run: the deletion property test with 18 random sequences per program instead of
 # 2 (about an hour more than `make test`); run it before changing the update strategies.
 test-deep: install lint typecheck
-	FIXFLOW_DELETION_EXAMPLES=18 $(BIN)/python -m pytest -q --durations=25 $(PYTEST_ARGS)
+	FIXFLOW_DELETION_EXAMPLES=18 $(BIN)/python -m pytest -q --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop: no SparkSession, no broker, none of the slowest tests (markers applied
 # in tests/conftest.py). `make test` still runs everything.

@@ -1,4 +1,5 @@
-"""Shared fixtures: one SparkSession for the whole test run (it takes ~8 s to start), and
+"""Shared fixtures: one SparkSession per test process (it takes ~8 s to start; `make test`
+runs a few pytest-xdist workers, each with its own), and
 the markers of the fast inner loop (`make test-fast` runs what is neither `spark`, `kafka`
 nor `slow`).
 
@@ -28,14 +29,30 @@ SLOW_MODULES = frozenset(
         "tests/pipeline/test_stream_golden.py",  # every stream case through the broker
     }
 )
+ONE_WORKER_MODULES = frozenset(
+    {
+        "tests/cluster/test_cluster_eval.py",  # a standalone cluster per module
+        "tests/pipeline/test_stream_metrics.py",  # one live `fixflow run`, scraped
+        "tests/pipeline/test_run_cli.py",  # one live `fixflow run`, stopped
+        "tests/pipeline/test_nullary.py",  # one `fixflow eval` subprocess
+    }
+)
+"""Modules whose tests share a module-scoped fixture that costs a JVM or a cluster: under
+pytest-xdist (`make test` runs several workers) each stays on one worker, so the fixture
+is paid once."""
 RUNS_FIXFLOW = frozenset({"streams.cli", "streams.live"})
 """Helper modules that start `fixflow run` (Spark and a broker in a subprocess)."""
 
 
+# tryfirst: pytest-xdist reads the xdist_group marks in its own hook of the same name.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for marker in markers_of(item, config.rootpath):
             item.add_marker(marker)
+        module = item.path.relative_to(config.rootpath).as_posix()
+        if module in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 def markers_of(item: pytest.Item, root: Path) -> list[str]:
