@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install constraints test test-deep test-fast lint typecheck demo bench clean
+.PHONY: install constraints prometheus test test-deep test-fast lint typecheck demo bench clean
 
 install: $(STAMP)
 
@@ -36,17 +36,24 @@ typecheck: install
 TEST_WORKERS ?= 3
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
-test: install lint typecheck
+# Debian's prometheus package: its promtool checks and unit-tests the shipped alert rules
+# (tests/pipeline/test_alerts.py). Installed with apt-get (sudo when not root) if missing.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+prometheus:
+	@command -v promtool >/dev/null || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
+
+test: install lint typecheck prometheus
 	$(BIN)/python -m pytest -q --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 # The deep run: the deletion property test with 18 random sequences per program instead of
 # 2 (about an hour more than `make test`); run it before changing the update strategies.
-test-deep: install lint typecheck
+test-deep: install lint typecheck prometheus
 	FIXFLOW_DELETION_EXAMPLES=18 $(BIN)/python -m pytest -q --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop: no SparkSession, no broker, none of the slowest tests (markers applied
 # in tests/conftest.py). `make test` still runs everything.
-test-fast: install
+test-fast: install prometheus
 	$(BIN)/python -m pytest -q -m "not spark and not kafka and not slow" $(PYTEST_ARGS)
 
 demo: install

@@ -29,17 +29,14 @@ SLOW_MODULES = frozenset(
         "tests/pipeline/test_stream_golden.py",  # every stream case through the broker
     }
 )
-ONE_WORKER_MODULES = frozenset(
-    {
-        "tests/cluster/test_cluster_eval.py",  # a standalone cluster per module
-        "tests/pipeline/test_stream_metrics.py",  # one live `fixflow run`, scraped
-        "tests/pipeline/test_run_cli.py",  # one live `fixflow run`, stopped
-        "tests/pipeline/test_nullary.py",  # one `fixflow eval` subprocess
-    }
-)
-"""Modules whose tests share a module-scoped fixture that costs a JVM or a cluster: under
-pytest-xdist (`make test` runs several workers) each stays on one worker, so the fixture
-is paid once."""
+ONE_WORKER_GROUPS = {
+    "tests/cluster/test_cluster_eval.py": "cluster",  # a standalone cluster per module
+    "tests/pipeline/test_stream_metrics.py": "live-run",  # streams/live.py's one live run,
+    "tests/pipeline/test_run_cli.py": "live-run",  # shared by both modules
+    "tests/pipeline/test_nullary.py": "nullary",  # one `fixflow eval` subprocess
+}
+"""Modules whose tests share a fixture that costs a JVM or a cluster: under pytest-xdist
+(`make test` runs several workers) a group stays on one worker, so it is paid once."""
 RUNS_FIXFLOW = frozenset({"streams.cli", "streams.live"})
 """Helper modules that start `fixflow run` (Spark and a broker in a subprocess)."""
 
@@ -50,9 +47,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for marker in markers_of(item, config.rootpath):
             item.add_marker(marker)
-        module = item.path.relative_to(config.rootpath).as_posix()
-        if module in ONE_WORKER_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module))
+        group = ONE_WORKER_GROUPS.get(item.path.relative_to(config.rootpath).as_posix())
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def markers_of(item: pytest.Item, root: Path) -> list[str]:

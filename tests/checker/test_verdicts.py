@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import tomllib
 from pathlib import Path
 
@@ -343,13 +342,16 @@ def test_powerlog_table_1(name: str) -> None:
     assert classes_of(path)[relation] == expected
 
 
-def test_every_example_is_accepted_and_checked_quickly() -> None:
+def test_every_example_is_accepted_and_decided_within_its_budget() -> None:
+    # Z3's budget is counted in solver steps, not seconds (a timed test would fail on a
+    # loaded machine): no corpus verdict may be left unknown for want of budget.
     paths = sorted(EXAMPLES.glob("*.dl"))
     assert paths, "the corpus examples/*.dl is empty"
     for path in paths:
-        started = time.monotonic()
-        classes_of(path)
-        assert time.monotonic() - started < 1.0, path.name
+        report = load(path.read_text(), path.name)
+        assert isinstance(report, Report), path.name
+        for verdict in report.verdicts:
+            assert "budget" not in verdict.reason, (path.name, verdict.relation, verdict.reason)
 
 
 def expected_classes() -> dict[str, dict[str, str]]:

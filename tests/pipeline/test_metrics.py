@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import urllib.error
 import urllib.request
+from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fixflow.pipeline.metrics import Metrics, start_metrics_server
+from fixflow.pipeline.config import MetricsConfig
+from fixflow.pipeline.messages import REASON_KINDS
+from fixflow.pipeline.metrics import (
+    Metrics,
+    MetricsPortBusy,
+    serve_configured,
+    start_metrics_server,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXFLOW = Path(sys.executable).parent / "fixflow"
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -70,10 +86,78 @@ def test_registries_are_independent() -> None:
     )
 
 
-def test_port_zero_in_the_config_disables_the_endpoint() -> None:
-    from fixflow.pipeline.metrics import serve_configured
+def test_the_config_disables_the_endpoint_or_binds_a_free_port_on_its_host() -> None:
+    assert serve_configured(Metrics(), MetricsConfig(enabled=False)) is None
+    server = serve_configured(Metrics(), MetricsConfig(port=0))
+    assert server is not None
+    try:
+        assert server.port > 0
+        assert server.server.server_address[0] == "127.0.0.1"  # the default host
+        assert _scrape(server.port)[("fixflow_up", ())] == 0
+    finally:
+        server.stop()
 
-    assert serve_configured(Metrics(), 0) is None
+
+def test_a_busy_port_is_a_one_line_error_that_says_what_to_do() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(MetricsPortBusy) as caught:
+            start_metrics_server(Metrics(), port)
+    message = str(caught.value)
+    assert f"127.0.0.1:{port} is in use" in message and "port to a free port, or 0" in message
+    assert "\n" not in message
+
+
+def test_probes_follow_the_query_state() -> None:
+    """/ready is 200 only while the query runs, /healthz unless it failed; fixflow_up
+    follows /ready."""
+    metrics = Metrics()
+    server = start_metrics_server(metrics, 0)
+    seen = []
+    try:
+        for state in ("starting", "running", "stopping", "failed"):
+            if state != "starting":
+                metrics.health.set(state, "broker gone" if state == "failed" else "")
+            up = _scrape(server.port)[("fixflow_up", ())]
+            seen.append(
+                (state, _status(server.port, "/ready"), _status(server.port, "/healthz"), up)
+            )
+    finally:
+        server.stop()
+    assert seen == [
+        ("starting", 503, 200, 0),
+        ("running", 200, 200, 1),
+        ("stopping", 503, 200, 0),
+        ("failed", 503, 503, 0),
+    ]
+
+
+def test_declared_counters_are_exposed_at_zero() -> None:
+    metrics = Metrics()
+    metrics.declare(["edge", "node"], [0, 2])
+    value = metrics.registry.get_sample_value
+    for relation in ("edge", "node"):
+        for op in ("insert", "delete"):
+            assert value("fixflow_input_facts_total", {"relation": relation, "op": op}) == 0
+        for reason in REASON_KINDS:
+            labels = {"relation": relation, "reason": reason}
+            assert value("fixflow_dead_letters_total", labels) == 0
+    for stratum in ("0", "2"):
+        assert value("fixflow_rounds_total", {"stratum": stratum}) == 0
+        for strategy in ("update", "bootstrap"):
+            labels = {"stratum": stratum, "strategy": strategy}
+            assert value("fixflow_strategy_chosen_total", labels) == 0
+    assert value("fixflow_rounds_total", {"stratum": "1"}) is None
+
+
+def _status(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
 
 
 def test_async_engine_stages_are_scraped() -> None:
@@ -95,3 +179,28 @@ def test_async_engine_stages_are_scraped() -> None:
     assert samples[("fixflow_engine_shard_cut", relation)] == 590
     assert samples[("fixflow_buffer_beta", (("buffer", "sssp:min"),))] == 16
     assert samples[("fixflow_buffer_beta", (("buffer", "sssp:max"),))] == 300
+
+
+def test_run_on_a_busy_metrics_port_fails_in_one_line_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    """Two `fixflow run`s on one host: the second says which port and what to do, exits 1,
+    and has started neither a broker nor Spark (the endpoint is bound first)."""
+    conf = tmp_path / "run.toml"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        conf.write_text(f'[lake]\npath = "{tmp_path / "lake"}"\n\n[metrics]\nport = {port}\n')
+        done = subprocess.run(
+            [str(FIXFLOW), "run", str(ROOT / "examples" / "dcd_sssp.dl"), "--conf", str(conf)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"fixflow run: the metrics port 127.0.0.1:{port} is in use (another `fixflow run`?): "
+        "set [metrics] port to a free port, or 0 to pick one"
+    ]
+    assert not (tmp_path / "lake").exists()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fixflow.pipeline.config import Config
+from fixflow.pipeline.messages import REASON_KINDS
 from streams.cli import total
 from streams.harness import oracle
 from streams.live import LiveRun, live_run
@@ -97,3 +98,37 @@ def test_deltas_propagated_are_counted(last: dict[Any, float]) -> None:
     """DESIGN §3.3 lists "deltas propagated": maintaining SSSP over several batches of
     edge changes propagates deltas, so the counter cannot stay at zero."""
     assert total(last, "fixflow_deltas_propagated_total") > 0
+
+
+def test_labelled_counters_start_at_zero_before_the_first_message(run: LiveRun) -> None:
+    """Declared at start-up for every input relation, operation and dead-letter reason, so
+    `increase()` sees the first burst (a series that appears at 14 shows an increase of 0)."""
+    first = run.first_scrape
+    for op in ("insert", "delete"):
+        assert first[("fixflow_input_facts_total", (("op", op), ("relation", "edge")))] == 0
+        assert first[("fixflow_noop_facts_total", (("op", op), ("relation", "edge")))] == 0
+    for kind in REASON_KINDS:
+        labels = (("reason", kind), ("relation", "edge"))
+        assert first[("fixflow_dead_letters_total", labels)] == 0
+    assert any(name == "fixflow_strategy_chosen_total" for name, _ in first)
+
+
+def test_probes_and_up_gauge_say_the_query_runs(run: LiveRun) -> None:
+    assert run.probes["/ready"] == (200, {"state": "running", "detail": ""})
+    assert run.probes["/healthz"][0] == 200
+    assert run.first_scrape[("fixflow_up", ())] == 1
+
+
+def test_every_dashboard_panel_returns_data_from_a_real_prometheus(run: LiveRun) -> None:
+    """Debian's prometheus scraped the live run every second; each Grafana panel's query
+    (variables bound: every instance, 5-minute windows) returns at least one series."""
+    assert run.panels, "no panel was queried"
+    empty = {title for (title, _), series in run.panels.items() if series == 0}
+    assert empty == set(NOT_FOR_SSSP), f"panels without data: {sorted(empty)}"
+
+
+NOT_FOR_SSSP = {
+    "Residual by relation": "the termination-clause aggregate; SSSP has no termination clause",
+}
+"""Panels that have no data for the live run's program, and why (checked to be exactly
+the empty ones, so the list cannot hide a panel that lost its data)."""

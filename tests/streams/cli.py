@@ -4,11 +4,13 @@ HTTP, and signals."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ def write_conf(
     config: Config,
     *,
     trigger_ms: int = 300,
-    metrics_port: int = 0,
+    metrics_port: int | None = None,
     max_records_per_trigger: int = 10000,
     adaptive: bool = True,
     stream_keys: str = "",
@@ -59,7 +61,7 @@ adaptive = {str(adaptive).lower()}
 {stream_keys}
 
 [metrics]
-port = {metrics_port}
+{"enabled = false" if metrics_port is None else f"port = {metrics_port}"}
 {sections}
 """)
     load_config(path)  # a config the CLI would refuse would make every check below moot
@@ -119,6 +121,16 @@ class FixflowRun:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=30)
+
+
+def probe(port: int, path: str) -> tuple[int, dict[str, str]]:
+    """(HTTP status, JSON body) of a health probe (``/ready``, ``/healthz``) of the
+    endpoint at 127.0.0.1:PORT; a 503 is an answer, not an error."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -22,7 +22,7 @@ from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.lakehouse import ProgramLake
 from fixflow.pipeline.messages import encode_fact, fact_key
-from streams.cli import FixflowRun, scrape, total, write_conf
+from streams.cli import FixflowRun, probe, scrape, total, write_conf
 from streams.harness import (
     STREAMS,
     Row,
@@ -32,6 +32,7 @@ from streams.harness import (
     publish_raw,
     table_rows,
 )
+from streams.prometheus import Prometheus, panel_queries, start_prometheus
 
 PROGRAM_FILE = STREAMS / "sssp" / "program.dl"
 BAD_KINDS = (
@@ -79,6 +80,13 @@ class LiveRun:
     has read them, while their batch runs."""
     scrapes: list[dict[Any, float]] = field(default_factory=list)
     """Scrapes while the pipeline ran; the last one saw everything processed."""
+    first_scrape: dict[Any, float] = field(default_factory=dict)
+    """The first scrape once /ready answered 200, before anything was published."""
+    probes: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)
+    """/ready and /healthz while the query ran: (status, JSON body)."""
+    panels: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(panel title, query) of the Grafana dashboard -> series it returned from a real
+    Prometheus that scraped the run every second, once everything was processed."""
     exit_code: int | None = None
     output: str = ""
     seconds_to_process: float = 0.0
@@ -152,14 +160,20 @@ def _make_live_run(broker: Config, base: Path) -> LiveRun:
     program = parse(program_file.read_text(), str(program_file))
     lake = ProgramLake.for_program(config.lake.path, program_file)
     port = free_port()
-    conf = write_conf(base / "run.toml", config, trigger_ms=300, metrics_port=port)
+    # The async engine, so that its dashboard panels get data too.
+    engine = '[engine]\nmode = "async"'
+    conf = write_conf(base / "run.toml", config, trigger_ms=300, metrics_port=port, sections=engine)
     run = FixflowRun.start(program_file, conf, base / "run.out")
     topic = config.kafka.topic("edge")
     messages: list[Message] = []
     positions: list[tuple[str, int, int]] = []
     live = LiveRun(config, lake, program, messages, positions, set())
+    prometheus = None
     try:
-        run.wait_until(lambda: _answers(port), "the metrics endpoint", timeout_s=180)
+        run.wait_until(lambda: _ready(port), "/ready to answer 200", timeout_s=180)
+        live.first_scrape = scrape(port)
+        live.probes = {path: probe(port, path) for path in ("/ready", "/healthz")}
+        prometheus = start_prometheus(port, base / "prometheus")
         started = time.monotonic()
         for wave in make_waves(program):
             positions += publish_raw(config, [(topic, m.key, m.value) for m in wave])
@@ -178,11 +192,23 @@ def _make_live_run(broker: Config, base: Path) -> LiveRun:
         live.results_at_scrape = table_rows(lake.results("sssp"))
         live.edb_at_scrape = table_rows(lake.edb("edge"))
         live.batches_at_scrape = run.batches()
+        live.panels = _panels_after_fresh_scrapes(prometheus, run)
         live.exit_code = _sigterm_during_a_batch(live, run, port)
     finally:
         run.kill_if_running()
         live.output = run.output
+        if prometheus is not None:
+            prometheus.stop()
     return live
+
+
+def _panels_after_fresh_scrapes(prometheus: Prometheus, run: FixflowRun) -> dict[Any, int]:
+    """Every dashboard query's series count, once Prometheus has scraped the final state
+    a few times (its scrapes so far + 3)."""
+    scraped = 'count_over_time(up{job="fixflow"}[5m])'
+    target = prometheus.samples_of(scraped) + 3
+    run.wait_until(lambda: prometheus.samples_of(scraped) >= target, "3 scrapes", timeout_s=60)
+    return {(title, expr): len(prometheus.query(expr)) for title, expr in panel_queries()}
 
 
 def _sigterm_during_a_batch(live: LiveRun, run: FixflowRun, port: int) -> int:
@@ -214,12 +240,11 @@ def _caught_up(live: LiveRun, port: int, expected_rows: int) -> bool:
     )
 
 
-def _answers(port: int) -> bool:
+def _ready(port: int) -> bool:
     try:
-        scrape(port)
-    except OSError:
+        return probe(port, "/ready")[0] == 200
+    except OSError:  # not listening yet
         return False
-    return True
 
 
 def _edb_is(lake: ProgramLake, facts: set[Row]) -> bool:

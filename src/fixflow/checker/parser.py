@@ -105,6 +105,16 @@ BUILTINS_NOTE = (
     "`relu(x)`, `itof(x)`, `ftoi(x)`, `to_float(x)`, `to_number(x)`, `to_string(x)`, "
     "`cat(a, b, ...)`, `strlen(s)` and `substr(s, i, n)`"
 )
+UNSUPPORTED_SOUFFLE_FUNCS = {
+    "ord": "its value is the symbol's number in Soufflé's internal symbol table, which depends "
+    "on load order and has no equivalent in a distributed engine",
+    "to_unsigned": "`unsigned` values are numbers in Fixflow: write `as(x, unsigned)`",
+    "range": "a functor with several results has no counterpart here: join a relation of the "
+    "numbers instead",
+    "autoinc": "its numbering depends on Soufflé's evaluation order, which a distributed "
+    "engine does not reproduce",
+}
+"""Soufflé functors Fixflow refuses on purpose, with why (a one-line error, not "unknown")."""
 CONSTRAINTS_NOTE = (
     "the built-in constraints are `true`, `false`, `contains(sub, s)` and `match(regex, s)`"
 )
@@ -845,6 +855,22 @@ class Parser:
         )
         return dataclasses.replace(inner, span=self._span(opening, closing))
 
+    def _report_unknown_function(self, name: Token) -> None:
+        if name.text in UNSUPPORTED_SOUFFLE_FUNCS:
+            self._report(
+                f"Soufflé's `{name.text}` is not supported",
+                name.span,
+                UNSUPPORTED_SOUFFLE_FUNCS[name.text],
+                'docs/language.md, "Coming from Soufflé", lists what differs',
+            )
+            return
+        self._report(
+            f"`{name.text}` is not a built-in function",
+            name.span,
+            BUILTINS_NOTE,
+            "a relation is used as an atom of the body, not inside an expression",
+        )
+
     def _name_expr(self) -> Expr:
         name = self._peek()
         if name.text in RESERVED_WORDS:
@@ -864,12 +890,7 @@ class Parser:
         if self._starts_sub_aggregate():
             return self._sub_aggregate()
         if self._at("(", ahead=1) and name.text not in BUILTIN_FUNCS:
-            self._report(
-                f"`{name.text}` is not a built-in function",
-                name.span,
-                BUILTINS_NOTE,
-                "a relation is used as an atom of the body, not inside an expression",
-            )
+            self._report_unknown_function(name)
             raise _Abort()
         self._advance()
         if self._at("[") and name.text in AGGREGATE_FUNCS:

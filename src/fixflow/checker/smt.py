@@ -7,9 +7,10 @@ uninterpreted functions with ground monotonicity axioms (and ``exp > 0``), so a 
 answer that involves them is only "not proven" and reported as unknown. Every other
 operator and functor (``%``, ``^``, bitwise and logical operators, conversions, string
 functors) is opaque: an uninterpreted function of its translated arguments, and a string
-literal an unconstrained constant named after its text. That over-approximates the real
-function, so ``unsat`` is still a proof (``holds``), while ``sat`` is only "not proven"
-(``unknown``), never ``fails``.
+literal an unconstrained constant named after its text. A query through an opaque functor
+answers ``unknown`` either way, never ``holds`` nor ``fails``: ``unsat`` would prove the
+property for every function in the functor's place, but its real definition was never
+modelled, and ``sat`` may be a model no real function allows.
 
 Each verb takes a ``Budget``: Z3's resource limit for that one query, counted in solver
 steps rather than seconds, and solves in a fresh Z3 context. So a query's answer depends
@@ -271,7 +272,7 @@ def _solve(
     solver.add(negation, *shared.axioms())
     result = solver.check()
     if result == z3.unsat:
-        return Verdict("holds")
+        return _proven(shared)
     if result == z3.unknown:
         return Verdict("unknown", note=_unknown_note(solver.reason_unknown(), budget))
     model = _simplest_model(solver, simple, budget)
@@ -284,6 +285,16 @@ def _solve(
             "unknown", witness, "not proven: exp/log are modelled only by their monotonicity"
         )
     return Verdict("fails", witness)
+
+
+def _proven(shared: _Translation) -> Verdict:
+    """``holds``, unless the query went through an opaque functor. Such a proof is valid
+    for every function in that functor's place, but Fixflow promises ``holds`` only for
+    what it models: the functor's real definition was never looked at."""
+    if shared.opaque:
+        names = ", ".join(sorted(set(shared.opaque)))
+        return Verdict("unknown", note=f"proven only if {names} may be any function: not modelled")
+    return Verdict("holds")
 
 
 def _unknown_note(reason: str, budget: Budget) -> str:

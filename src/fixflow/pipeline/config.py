@@ -78,7 +78,10 @@ class StreamConfig:
 
 @dataclass(frozen=True, slots=True)
 class MetricsConfig:
+    enabled: bool = True
+    host: str = "127.0.0.1"
     port: int = _key(9464, minimum=0, maximum=65535)
+    """0 binds a free port (printed at start-up)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,19 +3,26 @@
 Every metric lives in the ``Metrics`` object's own ``CollectorRegistry`` (never the global
 default, so tests and several pipelines in one process do not collide), carries the
 ``fixflow_`` prefix and follows Prometheus naming: counters end in ``_total``, durations
-are in seconds. ``start_metrics_server(metrics, port)`` serves ``/metrics`` over HTTP.
+are in seconds. ``start_metrics_server(metrics, port, host)`` serves ``/metrics`` over HTTP,
+with the probes ``/ready`` and ``/healthz`` of the streaming query's ``Health``.
 """
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
-from wsgiref.simple_server import WSGIServer
+from socketserver import ThreadingMixIn
+from typing import Any, Literal, get_args
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+from fixflow.pipeline.config import MetricsConfig
+from fixflow.pipeline.messages import OPS, REASON_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +133,34 @@ class Metrics:
         self.last_batch_id = Gauge(
             "fixflow_last_batch_id", "Id of the last committed micro-batch", registry=r
         )
+        self.provisional = Gauge(
+            "fixflow_provisional",
+            "1 while the committed results are provisional (async consistency, deltas pending)",
+            registry=r,
+        )
+        self.up = Gauge(
+            "fixflow_up",
+            "1 while the streaming query runs (what /ready answers), else 0",
+            registry=r,
+        )
+        self.health = Health(self.up)
+
+    def declare(self, inputs: Iterable[str], strata: Iterable[int | str]) -> None:
+        """Create every labelled counter for its known label values at zero, so the first
+        burst is an increase from 0 (Prometheus' ``increase()`` cannot see a series'
+        first sample) and the dashboard shows 0 rather than "no data"."""
+        strata = [str(s) for s in strata]
+        for relation in inputs:
+            for op in OPS:
+                self.input_facts.labels(relation=relation, op=op)
+                self.noop_facts.labels(relation=relation, op=op)
+            for reason in REASON_KINDS:
+                self.dead_letters.labels(relation=relation, reason=reason)
+        for stratum in strata:
+            self.rounds.labels(stratum=stratum)
+            self.deltas_propagated.labels(stratum=stratum)
+            for strategy in get_args(Strategy):
+                self.strategy.labels(stratum=stratum, strategy=strategy)
 
     # Small helpers for the calls the pipeline makes most, so call sites stay one line.
 
@@ -167,6 +202,37 @@ class Metrics:
         self.last_batch_id.set(batch_id)
 
 
+HealthState = Literal["starting", "running", "stopping", "stopped", "failed"]
+
+
+class Health:
+    """The streaming query's state, as the HTTP probes report it: ``/ready`` answers 200
+    only while it runs, ``/healthz`` (liveness) 200 unless it failed. Set by the driver
+    loop (`fixflow run`), read by the endpoint's threads."""
+
+    def __init__(self, up: Gauge) -> None:
+        self._up = up
+        self._lock = threading.Lock()
+        self.state: HealthState = "starting"
+        self.detail = ""
+
+    def set(self, state: HealthState, detail: str = "") -> None:
+        with self._lock:
+            self.state, self.detail = state, detail
+        self._up.set(1 if state == "running" else 0)
+        log.info("query %s%s", state, f": {detail}" if detail else "")
+
+    def probe(self, path: str) -> tuple[bool, bytes]:
+        """(healthy?, JSON body) for ``/ready`` or ``/healthz``."""
+        with self._lock:
+            state, detail = self.state, self.detail
+        ok = state == "running" if path == READY_PATH else state != "failed"
+        return ok, json.dumps({"state": state, "detail": detail}).encode()
+
+
+READY_PATH, LIVE_PATH = "/ready", "/healthz"
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsServer:
     port: int
@@ -179,18 +245,55 @@ class MetricsServer:
         self.server.server_close()
 
 
-def serve_configured(metrics: Metrics, port: int) -> MetricsServer | None:
-    """Start the endpoint on the config's ``[metrics] port``; None when it is 0 (disabled)."""
-    return start_metrics_server(metrics, port) if port else None
+class MetricsPortBusy(Exception):
+    """The configured metrics address is taken (another `fixflow run` on this host?)."""
 
 
-def start_metrics_server(metrics: Metrics, port: int, addr: str = "0.0.0.0") -> MetricsServer:
-    """Serve ``metrics`` at ``http://addr:port/metrics`` from a daemon thread.
+def serve_configured(metrics: Metrics, config: MetricsConfig) -> MetricsServer | None:
+    """Start the endpoint as ``[metrics]`` says; None when it is disabled."""
+    if not config.enabled:
+        return None
+    return start_metrics_server(metrics, config.port, config.host)
 
-    The config's ``[metrics] port = 0`` means "disabled": callers check it before calling;
-    here port 0 binds a free port (what tests want).
-    """
-    server, thread = start_http_server(port, addr=addr, registry=metrics.registry)
+
+def start_metrics_server(metrics: Metrics, port: int, addr: str = "127.0.0.1") -> MetricsServer:
+    """Serve ``/metrics``, ``/ready`` and ``/healthz`` at ``http://addr:port`` from a daemon
+    thread; port 0 binds a free port (``MetricsServer.port`` says which)."""
+    try:
+        server = make_server(addr, port, _app(metrics), _Server, handler_class=_QuietHandler)
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        raise MetricsPortBusy(
+            f"the metrics port {addr}:{port} is in use (another `fixflow run`?): set "
+            "[metrics] port to a free port, or 0 to pick one",
+        ) from None
+    thread = threading.Thread(target=server.serve_forever, name="fixflow-metrics", daemon=True)
+    thread.start()
     bound = server.server_address[1]
     log.info("Prometheus metrics at http://%s:%d/metrics", addr, bound)
-    return MetricsServer(bound, server, thread)
+    return MetricsServer(int(bound), server, thread)
+
+
+def _app(metrics: Metrics) -> Callable[..., Iterable[bytes]]:
+    prometheus = make_wsgi_app(metrics.registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path not in (READY_PATH, LIVE_PATH):
+            return prometheus(environ, start_response)
+        ok, body = metrics.health.probe(path)
+        status = "200 OK" if ok else "503 Service Unavailable"
+        start_response(status, [("Content-Type", "application/json")])
+        return [body]
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes every few seconds would flood the console."""

@@ -22,12 +22,13 @@ class Session:
     def __init__(self, config: Config, program_file: str | Path) -> None:
         self.config = config
         self.program_file = Path(program_file)
+        # The endpoint first: a busy port fails in a moment, not after Spark's start-up.
+        self.metrics = Metrics()
+        self.server: MetricsServer | None = serve_configured(self.metrics, config.metrics)
         self.broker_message = ""
         if config.kafka.embedded:
             self.broker_message = start_broker(config).message
         self.spark = make_session(config.spark.master, "fixflow", dict(config.spark.conf))
-        self.metrics = Metrics()
-        self.server: MetricsServer | None = serve_configured(self.metrics, config.metrics.port)
         self.stream = ProgramStream(self.spark, config, program_file, self.metrics)
 
     def __enter__(self) -> Session:
@@ -54,7 +55,8 @@ class Session:
             f"checkpoints  {lake.checkpoints}",
         ]
         if self.server is not None:
-            lines.append(f"metrics      http://127.0.0.1:{self.server.port}/metrics")
+            base = f"http://{self.config.metrics.host}:{self.server.port}"
+            lines.append(f"metrics      {base}/metrics (probes: {base}/ready, {base}/healthz)")
         eval_only = eval_only_directives(self.stream.program)
         if eval_only:
             lines.append(

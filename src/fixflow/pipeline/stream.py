@@ -127,6 +127,8 @@ class ProgramStream:
         self.program = self.report.analysis.program
         self.lake = ProgramLake.for_program(config.lake.path, self.program_file)
         self.metrics = metrics
+        if metrics is not None:
+            metrics.declare(self.program.inputs, (s.index for s in self.report.strata))
         self.on_batch = on_batch
         options = EvalOptions(
             max_iterations=config.engine.max_iterations,
@@ -369,7 +371,10 @@ class ProgramStream:
         if self.metrics is None:
             return
         stratum = str(progress.stratum)
-        self.metrics.deltas_propagated.labels(stratum=stratum).inc(max(progress.pending, 0))
+        # Sync: this round's frontier, propagated next round. Async: what the stage's
+        # local iterations propagated (its pending deltas after the stage may be none).
+        propagated = progress.detail.get("propagated", max(progress.pending, 0))
+        self.metrics.deltas_propagated.labels(stratum=stratum).inc(propagated)
         if progress.measure is not None:
             for relation in progress.relations:
                 self.metrics.residual.labels(relation=relation).set(progress.measure)
@@ -380,6 +385,7 @@ class ProgramStream:
     def _observe(self, report: BatchReport) -> None:
         if self.metrics is None:
             return
+        self.metrics.provisional.set(1 if report.provisional else 0)
         if report.epoch is not None:
             for stratum in report.epoch.strata:
                 if stratum.strategy != "unchanged":
@@ -475,16 +481,27 @@ def run_until_stopped(stream: ProgramStream, query: Any, poll_s: float = 0.5) ->
         stopping.set()
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    health = stream.metrics.health if stream.metrics is not None else None
     seen = 0
     try:
+        if health is not None:
+            health.set("running")
         while query.isActive and not stopping.is_set():
             time.sleep(poll_s)
             if len(stream.reports) > seen:
                 seen = _after_batches(stream, query, seen)
             elif _idle(query) and stream.maintainer.provisional:
                 stream.converge()  # async: no input arrives, so carry pending deltas on
+        if health is not None:
+            health.set("stopping")
         _stop_between_batches(query)
         query.awaitTermination()
+        if health is not None:
+            health.set("stopped")
+    except BaseException as error:
+        if health is not None:
+            health.set("failed", str(error).splitlines()[0] if str(error) else type(error).__name__)
+        raise
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

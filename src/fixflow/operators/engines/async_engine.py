@@ -754,6 +754,8 @@ class AsyncEngine:
         _observe_signs(run, stats)
         detail["messages"] = float(metrics.get("messages") or 0)
         detail["cut"] = float(run.shard_map.cut or 0)
+        per_shard = {int(row["shard"]): int(row["s_propagated"]) for row in stats}
+        detail["propagated"] = float(sum(per_shard.values()))
         return pending, None if measure is None else float(measure), detail
 
     def _adapt(self, run: _Run, stats: list[dict[str, Any]]) -> dict[str, float]:

@@ -61,7 +61,8 @@ class RoundInfo:
     measure: float | None
     detail: Mapping[str, float] = field(default_factory=dict)
     """Engine-specific figures of the round: async reports ``local_iterations``,
-    ``messages``, ``beta_min``/``beta_max`` and ``cut`` here."""
+    ``messages``, ``beta_min``/``beta_max``, ``cut`` and ``propagated`` (frontier deltas
+    its shards' local iterations propagated) here."""
 
 
 @dataclass(frozen=True)

@@ -289,6 +289,8 @@ class ShardLoop:
         """Sum programs: the largest Σ|candidates| / Σ|frontier deltas| of an iteration."""
         self.negative = 0
         """Sum programs: how many negative deltas this stage propagated."""
+        self.propagated = 0
+        """Frontier deltas the local iterations of this stage propagated."""
 
     def _state(self, rows: pa.Table) -> LocalTable:
         p = self.params
@@ -353,6 +355,7 @@ class ShardLoop:
     def _iterate(self) -> None:
         p = self.params
         idx, deltas = self.table.take_frontier()
+        self.propagated += len(idx)
         cols: dict[str, np.ndarray] = {}
         for j, pos in enumerate(p.key_positions):
             cols[f"c{pos}"] = self.table.columns[j][idx]
@@ -450,6 +453,7 @@ class ShardLoop:
                 "s_iters": np.full(n, iterations, dtype=np.int64),
                 "s_gain": np.full(n, self.gain),
                 "s_negative": np.full(n, self.negative, dtype=np.int64),
+                "s_propagated": np.full(n, self.propagated, dtype=np.int64),
             }
         )
         return layout_rows(schema, 1, self.shard, STATS, {BLOB: [encode(stats)]})

@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixflow.pipeline.broker import BrokerError
+    from fixflow.pipeline.metrics import MetricsPortBusy
 
     try:
         config = config_from_args(args)
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         return Demo(config, keep=args.keep).run()
-    except (BrokerError, ConfigError) as error:
+    except (BrokerError, ConfigError, MetricsPortBusy) as error:
         print(f"fixflow demo: {error}", file=sys.stderr)
         return 1
 
@@ -75,7 +76,7 @@ class Demo:
         say("starting Spark (local) ...")
         spark = make_session(config.spark.master, "fixflow-demo", dict(config.spark.conf))
         metrics = Metrics()
-        server = serve_configured(metrics, config.metrics.port)
+        server = serve_configured(metrics, config.metrics)
         streams = {
             name: ProgramStream(spark, config, files[f"{name}.dl"], metrics) for name in PROGRAMS
         }
@@ -98,8 +99,10 @@ class Demo:
         say(f"checkpoints    {Path(lake.root).resolve()}/<program>/_checkpoints")
         say(f"dead letters   {Path(lake.root).resolve()}/<program>/dead_letter")
         if server is not None:
-            say(f"metrics        http://127.0.0.1:{server.port}/metrics")
-            server.stop()
+            server.stop()  # `fixflow run` keeps its endpoint up; the demo ends here
+            say("metrics        served during the demo only; `fixflow run` serves them at")
+            port = config.metrics.port or "PORT"  # port 0: a free one, printed by `run`
+            say(f"               http://{config.metrics.host}:{port}/metrics")
         say(
             'query them:    fixflow query "SELECT * FROM sssp ORDER BY dist" '
             f"--results {Path(lake.root).resolve()}/demo_sssp/results"

@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from fixflow.checker.diagnostics import CheckError
     from fixflow.pipeline.broker import BrokerError
+    from fixflow.pipeline.metrics import MetricsPortBusy
 
     if not Path(args.program).is_file():
         print(f"fixflow run: {args.program}: no such file", file=sys.stderr)
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     except CheckError as error:
         print(error, file=sys.stderr)
         return 1
-    except BrokerError as error:
+    except (BrokerError, MetricsPortBusy) as error:
         print(f"fixflow run: {error}", file=sys.stderr)
         return 1
 
