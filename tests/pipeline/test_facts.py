@@ -52,6 +52,17 @@ def test_wrong_typed_value_names_file_line_and_column(tmp_path: Path) -> None:
         read_rows(path, EDGE)
 
 
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-Infinity"])
+def test_non_finite_floats_are_refused_as_the_stream_refuses_them(
+    tmp_path: Path, text: str
+) -> None:
+    path = tmp_path / "edge.facts"
+    path.write_text(f"1\t2\t0.5\n1\t3\t{text}\n")
+    with pytest.raises(FactsError) as error:
+        read_rows(path, EDGE)
+    assert str(error.value) == f"{path}:2: column `w` expects a finite float, found {text!r}"
+
+
 def test_csv_header_must_name_the_attributes(tmp_path: Path) -> None:
     path = tmp_path / "name.csv"
     path.write_text("id,title\n1,a\n")

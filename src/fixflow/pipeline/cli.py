@@ -28,6 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fixflow", description="Fixflow: a continuous Datalog engine on Apache Spark."
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output")
+    parser.add_argument(
+        "--version",
+        action=_PrintVersion,
+        nargs=0,
+        help="Fixflow's version and those of the components it runs on",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_text in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
@@ -35,6 +41,32 @@ def build_parser() -> argparse.ArgumentParser:
         if module is not None:
             module.add_arguments(command_parser)
     return parser
+
+
+class _PrintVersion(argparse.Action):
+    """Like argparse's "version" action, without its line wrapping."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(version_line())
+        parser.exit()
+
+
+COMPONENTS = ("pyspark", "deltalake", "kafka-python", "z3-solver", "pyarrow")
+
+
+def version_line() -> str:
+    """``fixflow 0.1.0 (pyspark 4.0.1, ...)``, from the installed distributions' metadata
+    (no component is imported, so it answers at once)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "missing"
+
+    parts = ", ".join(f"{name} {of(name)}" for name in COMPONENTS)
+    return f"fixflow {of('fixflow')} ({parts})"
 
 
 def _command_module(name: str) -> ModuleType | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import gzip
 import logging
+import math
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -63,6 +64,11 @@ def _convert(text: str, attribute: Attribute, where: str) -> Value:
         raise FactsError(
             f"{where}: column `{attribute.name}` expects a {attribute.type}, found {text!r}"
         ) from None
+    if isinstance(value, float) and not math.isfinite(value):
+        # The stream dead-letters it and `publish` refuses it: one rule for every input.
+        raise FactsError(
+            f"{where}: column `{attribute.name}` expects a finite float, found {text!r}"
+        )
     if attribute.declared == "unsigned" and not 0 <= value <= UNSIGNED_MAX:
         # `unsigned` is stored as int64: only the values both types hold are accepted.
         raise FactsError(
