@@ -30,9 +30,10 @@ lint: install
 typecheck: install
 	$(BIN)/mypy src
 
-# The suite waits more than it computes (Spark's per-job latency, brokers, subprocesses), so
-# it runs in TEST_WORKERS processes, each with its own SparkSession; TEST_WORKERS=0 runs it in
-# this one. Modules sharing an expensive fixture (a standalone cluster) stay on one worker.
+# The suite runs in TEST_WORKERS processes, each with its own SparkSession (TEST_WORKERS=0:
+# this one): on 2 cores 3 workers overlap Spark's per-job waits, brokers and subprocesses
+# (51.6 min for the clean-clone CI, against 60-76 min in one process). Modules sharing an
+# expensive fixture (a standalone cluster, a live `fixflow run`) stay on one worker.
 TEST_WORKERS ?= 3
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
