@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,10 @@ from prometheus_client.metrics import MetricWrapperBase
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import MetricsConfig, load_config, parse_config
 from fixflow.pipeline.metrics import Metrics
+from streams.prometheus import DASHBOARD, dashboard_panels
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-DASHBOARD = DEPLOY / "grafana" / "dashboards" / "fixflow.json"
 YAML_FILES = sorted([*DEPLOY.rglob("*.yml"), *DEPLOY.rglob("*.yaml")])
 TARGET_LABELS = {"instance", "job"}
 """Labels Prometheus adds to every scraped series."""
@@ -88,15 +87,6 @@ def series_names() -> dict[str, tuple[str, frozenset[str]]]:
             extra = {"le"} if suffix == "_bucket" else set()
             names[family + suffix] = (family, labels | extra)
     return names
-
-
-def dashboard_panels() -> Iterator[dict[str, Any]]:
-    def walk(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        for panel in panels:
-            yield panel
-            yield from walk(panel.get("panels", []))
-
-    yield from walk(json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"])
 
 
 def dashboard_targets() -> list[tuple[str, dict[str, Any]]]:

@@ -5,12 +5,9 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from fixflow.pipeline.config import MetricsConfig
 from fixflow.pipeline.messages import REASON_KINDS
@@ -20,20 +17,10 @@ from fixflow.pipeline.metrics import (
     serve_configured,
     start_metrics_server,
 )
+from streams.cli import probe, scrape
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXFLOW = Path(sys.executable).parent / "fixflow"
-
-
-def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        assert response.status == 200
-        text = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def test_scrape_shows_pipeline_metrics() -> None:
@@ -49,7 +36,7 @@ def test_scrape_shows_pipeline_metrics() -> None:
         metrics.kafka_lag.labels(topic="edge").set(40)
         metrics.result_rows.labels(relation="sssp").set(7)
         metrics.batch_committed(4)
-        samples = _scrape(server.port)
+        samples = scrape(server.port)
     finally:
         server.stop()
     assert samples[("fixflow_input_facts_total", (("op", "insert"), ("relation", "edge")))] == 5
@@ -93,7 +80,7 @@ def test_the_config_disables_the_endpoint_or_binds_a_free_port_on_its_host() -> 
     try:
         assert server.port > 0
         assert server.server.server_address[0] == "127.0.0.1"  # the default host
-        assert _scrape(server.port)[("fixflow_up", ())] == 0
+        assert scrape(server.port)[("fixflow_up", ())] == 0
     finally:
         server.stop()
 
@@ -120,9 +107,9 @@ def test_probes_follow_the_query_state() -> None:
         for state in ("starting", "running", "stopping", "failed"):
             if state != "starting":
                 metrics.health.set(state, "broker gone" if state == "failed" else "")
-            up = _scrape(server.port)[("fixflow_up", ())]
+            up = scrape(server.port)[("fixflow_up", ())]
             seen.append(
-                (state, _status(server.port, "/ready"), _status(server.port, "/healthz"), up)
+                (state, probe(server.port, "/ready")[0], probe(server.port, "/healthz")[0], up)
             )
     finally:
         server.stop()
@@ -152,14 +139,6 @@ def test_declared_counters_are_exposed_at_zero() -> None:
     assert value("fixflow_rounds_total", {"stratum": "1"}) is None
 
 
-def _status(port: int, path: str) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
-
-
 def test_async_engine_stages_are_scraped() -> None:
     """Each async/hybrid stage's figures (from the engine's round detail) reach Prometheus:
     stages, local iterations and messages add up, the cut and β per bound are gauges."""
@@ -169,7 +148,7 @@ def test_async_engine_stages_are_scraped() -> None:
         detail = {"local_iterations": 40.0, "messages": 12.0, "cut": 590.0}
         metrics.engine_stage("sssp", {**detail, "beta_min": 8.0, "beta_max": 300.0})
         metrics.engine_stage("sssp", {**detail, "messages": 3.0, "beta_min": 16.0})
-        samples = _scrape(server.port)
+        samples = scrape(server.port)
     finally:
         server.stop()
     relation = (("relation", "sssp"),)

@@ -11,14 +11,16 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from streams.harness import free_port
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards"
-DASHBOARD_FILE = DASHBOARD / "fixflow.json"
+DASHBOARD = (
+    Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "fixflow.json"
+)
 WINDOW = "5m"
 """What Grafana's ``$__rate_interval`` and ``$__range`` stand for in the panel queries: the
 whole live run, which lasts a minute or two."""
@@ -97,24 +99,26 @@ def _wait_ready(server: Prometheus, timeout_s: float = 60.0) -> None:
     raise AssertionError(f"prometheus not ready in {timeout_s} s: {server.log.read_text()[-2000:]}")
 
 
+def dashboard_panels() -> Iterator[dict[str, Any]]:
+    """Every panel of the Grafana dashboard, those inside collapsed rows included."""
+
+    def walk(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for panel in panels:
+            yield panel
+            yield from walk(panel.get("panels", []))
+
+    yield from walk(json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"])
+
+
 def panel_queries() -> list[tuple[str, str]]:
     """(panel title, query) of every panel target, with the dashboard's variables bound as
     Grafana would bind them: every instance, and ``WINDOW`` for the intervals."""
-    dashboard = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
     bound = {"$instance": ".*", "$__rate_interval": WINDOW, "$__range": WINDOW}
     queries = []
-    for panel in _walk(dashboard["panels"]):
+    for panel in dashboard_panels():
         for target in panel.get("targets", []):
             expr = target["expr"]
             for variable, value in bound.items():
                 expr = expr.replace(variable, value)
             queries.append((panel["title"], expr))
     return queries
-
-
-def _walk(panels: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    found = []
-    for panel in panels:
-        found.append(panel)
-        found += _walk(panel.get("panels", []))
-    return found

@@ -210,8 +210,9 @@ class Health:
     only while it runs, ``/healthz`` (liveness) 200 unless it failed. Set by the driver
     loop (`fixflow run`), read by the endpoint's threads."""
 
-    def __init__(self, up: Gauge) -> None:
+    def __init__(self, up: Gauge | None = None) -> None:
         self._up = up
+        """``fixflow_up``; None for a stream without metrics (the state is then kept only)."""
         self._lock = threading.Lock()
         self.state: HealthState = "starting"
         self.detail = ""
@@ -219,7 +220,8 @@ class Health:
     def set(self, state: HealthState, detail: str = "") -> None:
         with self._lock:
             self.state, self.detail = state, detail
-        self._up.set(1 if state == "running" else 0)
+        if self._up is not None:
+            self._up.set(1 if state == "running" else 0)
         log.info("query %s%s", state, f": {detail}" if detail else "")
 
     def probe(self, path: str) -> tuple[bool, bytes]:

@@ -62,7 +62,7 @@ from fixflow.pipeline.lakehouse import (
     overwrite_rows,
     read_before_batch,
 )
-from fixflow.pipeline.metrics import Metrics, Strategy
+from fixflow.pipeline.metrics import Health, Metrics, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -481,26 +481,22 @@ def run_until_stopped(stream: ProgramStream, query: Any, poll_s: float = 0.5) ->
         stopping.set()
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    health = stream.metrics.health if stream.metrics is not None else None
+    health = stream.metrics.health if stream.metrics is not None else Health()
     seen = 0
     try:
-        if health is not None:
-            health.set("running")
+        health.set("running")
         while query.isActive and not stopping.is_set():
             time.sleep(poll_s)
             if len(stream.reports) > seen:
                 seen = _after_batches(stream, query, seen)
             elif _idle(query) and stream.maintainer.provisional:
                 stream.converge()  # async: no input arrives, so carry pending deltas on
-        if health is not None:
-            health.set("stopping")
+        health.set("stopping")
         _stop_between_batches(query)
         query.awaitTermination()
-        if health is not None:
-            health.set("stopped")
+        health.set("stopped")
     except BaseException as error:
-        if health is not None:
-            health.set("failed", str(error).splitlines()[0] if str(error) else type(error).__name__)
+        health.set("failed", (str(error).splitlines() or [type(error).__name__])[0])
         raise
     finally:
         for s, handler in previous.items():
