@@ -172,6 +172,11 @@ class _Sender:
         self.delivery = delivery
         self.progress = progress
         self.produced = 0
+        self.in_slice = 0
+        self.sent = 0
+        """The acknowledged messages last reported as progress."""
+        """Messages of the current slice produced before the queue filled up (in librdkafka's
+        queue, not yet in ``produced``)."""
         self.stalled: str | None = None
         """Why sending stopped without a failed message (librdkafka's queue stayed full)."""
         self.started = self.reported = time.monotonic()
@@ -197,6 +202,7 @@ class _Sender:
             try:
                 produce(topic, value, key)
             except BufferError:  # the queue is full: let librdkafka catch up
+                self.in_slice = index
                 if not self._wait_for_room():
                     return index
                 produce(topic, value, key)
@@ -211,7 +217,7 @@ class _Sender:
             self.producer.poll(0.05)
             if self.delivery.failures:
                 return False
-            self._report()
+            self._report(mid_slice=True)
         if len(self.producer) >= QUEUE_MESSAGES:
             self.stalled = f"no acknowledgement within {SEND_TIMEOUT_S:.0f}s"
             return False
@@ -236,15 +242,21 @@ class _Sender:
     def _stopped(self) -> bool:
         return bool(self.delivery.failures or self.stalled)
 
-    def _report(self, final: bool = False) -> None:
+    def _report(self, final: bool = False, mid_slice: bool = False) -> None:
         now = time.monotonic()
         if self.progress is None or (not final and now - self.reported < PROGRESS_INTERVAL_S):
             return
         self.reported = now
         if final and now - self.started < PROGRESS_INTERVAL_S:
             return  # a quick publish needs no progress line
-        sent = self.produced - len(self.producer) - len(self.delivery.failures)
-        self.progress(Progress(max(sent, 0), self.total, now - self.started))
+        # Mid-slice, the slice's messages are queued but not yet in `produced`: without
+        # them the count would drop below the last one reported.
+        queued = self.produced + (self.in_slice if mid_slice else 0)
+        # len(producer) counts librdkafka's pending protocol requests too, so this estimate
+        # can dip by one or two; a progress line never goes back.
+        estimate = queued - len(self.producer) - len(self.delivery.failures)
+        self.sent = max(self.sent, estimate)
+        self.progress(Progress(self.sent, self.total, now - self.started))
 
     def failure_message(self, missing: int) -> str:
         reasons = self.delivery.failures[:1] or [self.stalled or "not acknowledged"]
