@@ -23,6 +23,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import MetricsConfig, load_config, parse_config
 from fixflow.pipeline.metrics import Metrics
+from fixflow.pipeline.spark import cluster_packages
 from streams.prometheus import DASHBOARD, dashboard_panels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -301,6 +302,20 @@ def test_k8s_metrics_service_is_annotated_for_prometheus() -> None:
     assert annotations["prometheus.io/path"] == "/metrics"
     [port] = service["spec"]["ports"]
     assert int(annotations["prometheus.io/port"]) == port["port"] == MetricsConfig().port
+
+
+def test_cluster_jars_follow_the_pinned_pyspark_and_delta_spark() -> None:
+    """The jars a cluster downloads must match the installed (constraints.txt) pyspark: the
+    same Spark and Scala for spark-sql-kafka, delta-spark's artifact for that Spark, and
+    hadoop-aws of the Hadoop pyspark bundles (a different one fails at the first s3a read)."""
+    configs = {
+        "conf/cluster.toml": load_config(ROOT / "conf" / "cluster.toml"),
+        "deploy/k8s/configmap.yaml": parse_config(
+            k8s_object("ConfigMap", "fixflow-config")["data"]["cluster.toml"], "configmap"
+        ),
+    }
+    for where, config in configs.items():
+        assert config.spark.conf["spark.jars.packages"] == cluster_packages(), where
 
 
 # ---------------------------------------------------------------- spark-submit.sh

@@ -158,3 +158,37 @@ def test_explain_prints_the_plans_without_running(project: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Fixpoint mra (sssp)" in result.stdout and "Scan sssp[delta]" in result.stdout
     assert not out.exists()
+
+
+@pytest.mark.parametrize("java_home", [None, "/nonexistent/jdk"])
+def test_no_java_is_one_line_saying_what_to_install(project: Path, java_home: str | None) -> None:
+    """Without Java, PySpark fails after a while with a long trace; Fixflow says it first,
+    in one line."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(project)  # no java there
+    if java_home:
+        env["JAVA_HOME"] = java_home
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fixflow.pipeline.cli",
+            "eval",
+            "prog.dl",
+            "-F",
+            "facts",
+            "-D",
+            "out",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=project,
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    expected = "has no bin/java" if java_home else "no Java found: Spark needs a JDK 17 or 21"
+    assert done.stderr.startswith("fixflow eval: ") and expected in done.stderr

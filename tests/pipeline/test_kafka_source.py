@@ -170,17 +170,92 @@ def test_batch_limit_follows_the_beta_rule() -> None:
     assert next_batch_limit(500, 10, 0.0, **rule) == 500
 
 
+def _loss_reader(broker: Config, topic: str, on_data_loss: str) -> KafkaStreamReader:
+    options = {"bootstrap_servers": broker.kafka.bootstrap_servers, "topics": topic}
+    return KafkaStreamReader({**options, "on_data_loss": on_data_loss})
+
+
+def _topic_with_records(broker: Config, prefix: str, count: int) -> str:
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker, [topic])
+    _publish(broker, topic, [{"n": i} for i in range(count)])
+    return topic
+
+
 def test_a_checkpoint_ahead_of_the_broker_is_reported_as_data_loss(broker: Config) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from fixflow.pipeline.kafka_source import DataLossError
 
-    topic = f"loss-{uuid.uuid4().hex[:8]}"
-    ensure_topics(broker, [topic])
-    _publish(broker, topic, [{"n": i} for i in range(4)])
-    options = {"bootstrap_servers": broker.kafka.bootstrap_servers, "topics": topic}
+    topic = _topic_with_records(broker, "loss", 4)
     ahead = {topic: {"0": 100, "1": 100}}  # as if the broker had restarted empty
-    with pytest.raises(DataLossError, match=rf"{topic}\[0\]: the checkpoint is at offset 100"):
-        KafkaStreamReader(options).latestOffset(ahead, ReadAllAvailable())
-    lenient = KafkaStreamReader({**options, "fail_on_data_loss": "false"})
-    assert lenient.latestOffset(ahead, ReadAllAvailable()) == ahead
+    with pytest.raises(DataLossError, match=rf"{topic}\[0\]: checkpoint at offset 100, but the"):
+        _loss_reader(broker, topic, "fail").latestOffset(ahead, ReadAllAvailable())
+
+
+def test_resume_after_a_loss_moves_to_the_log_start_and_reads_nothing_of_it(
+    broker: Config,
+) -> None:
+    """on_data_loss = resume: one batch realigns the lost partitions (no range is read for
+    them), the next reads the broker's current log from its start."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from fixflow.pipeline.kafka_source import CLUSTER_KEY, REALIGNED_KEY, positions_of
+
+    topic = _topic_with_records(broker, "resume", 6)
+    reader = _loss_reader(broker, topic, "resume")
+    ahead = {topic: {"0": 100, "1": 100}}
+    realigned = reader.latestOffset(ahead, ReadAllAvailable())
+    assert positions_of(realigned) == {topic: {"0": 0, "1": 0}}
+    assert realigned[REALIGNED_KEY] == [f"{topic}/0", f"{topic}/1"]
+    assert realigned[CLUSTER_KEY].startswith("fixflow-memory-")
+    assert reader.partitions(ahead, realigned) == []
+    after = reader.latestOffset(realigned, ReadAllAvailable())
+    assert REALIGNED_KEY not in after
+    ranges = reader.partitions(realigned, after)
+    assert sum(r.end - r.start for r in ranges) == 6, "the whole current log is read"
+
+
+def test_a_new_cluster_id_is_a_reset_even_when_the_new_log_is_longer(broker: Config) -> None:
+    """Offsets of a broker that restarted empty and then received more records than the
+    checkpoint had read look valid; only the cluster id tells them apart."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from fixflow.pipeline.kafka_source import CLUSTER_KEY, DataLossError, positions_of
+
+    topic = _topic_with_records(broker, "reset", 40)
+    reader = _loss_reader(broker, topic, "fail")
+    now = reader.latestOffset({topic: {"0": 0, "1": 0}}, ReadAllAvailable())
+    same_cluster = {**{topic: {"0": 2, "1": 2}}, CLUSTER_KEY: now[CLUSTER_KEY]}
+    assert positions_of(reader.latestOffset(same_cluster, ReadAllAvailable())) == positions_of(now)
+    old_cluster = {topic: {"0": 2, "1": 2}, CLUSTER_KEY: "fixflow-memory-earlier"}
+    with pytest.raises(DataLossError, match="the broker's log was reset"):
+        reader.latestOffset(old_cluster, ReadAllAvailable())
+
+
+def test_an_unreachable_broker_plans_no_batch() -> None:
+    """The reader answers at once with the start offset (Spark then runs no batch) instead
+    of failing the query; the driver says that it waits (BrokerWatch)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from streams.harness import free_port
+
+    reader = KafkaStreamReader({"bootstrap_servers": f"127.0.0.1:{free_port()}", "topics": "edge"})
+    start = {"edge": {"0": 7, "1": 3}, "@cluster": "c"}
+    assert reader.latestOffset(start, ReadAllAvailable()) is start
+
+
+def test_a_reset_broker_that_lacks_the_topic_yet_is_a_loss_too(broker: Config) -> None:
+    """Right after a restart the topic may not exist again: the old positions must not be
+    carried over to the new cluster, or its new log would be skipped up to them."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from fixflow.pipeline.kafka_source import CLUSTER_KEY, DataLossError, positions_of
+
+    topic = f"ghost-{uuid.uuid4().hex[:8]}"  # never created
+    start = {topic: {"0": 5, "1": 3}, CLUSTER_KEY: "fixflow-memory-earlier"}
+    with pytest.raises(DataLossError, match=rf"{topic}\[0\]: checkpoint at offset 5"):
+        _loss_reader(broker, topic, "fail").latestOffset(start, ReadAllAvailable())
+    moved = _loss_reader(broker, topic, "resume").latestOffset(start, ReadAllAvailable())
+    assert positions_of(moved) == {topic: {"0": 0, "1": 0}}
+    assert moved[CLUSTER_KEY] != start[CLUSTER_KEY]

@@ -33,16 +33,18 @@ def write_conf(
     max_records_per_trigger: int = 10000,
     adaptive: bool = True,
     stream_keys: str = "",
+    kafka_keys: str = "",
     sections: str = "",
 ) -> Path:
     """A TOML config for the test's broker, topics and lake (the embedded broker is the
-    test session's, so `fixflow run` must not manage one); ``stream_keys`` are more
-    ``[stream]`` lines, ``sections`` more tables."""
+    test session's, so `fixflow run` must not manage one); ``stream_keys`` and
+    ``kafka_keys`` are more ``[stream]`` and ``[kafka]`` lines, ``sections`` more tables."""
     path.write_text(f"""
 [kafka]
 bootstrap_servers = "{config.kafka.bootstrap_servers}"
 embedded = false
 topic_prefix = "{config.kafka.topic_prefix}"
+{kafka_keys}
 
 [lake]
 path = "{config.lake.path}"

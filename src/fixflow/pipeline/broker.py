@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +208,10 @@ def _spawn(config: Config) -> subprocess.Popen[bytes]:
         url,
         "--storage-engine",
         STORAGE,
+        # Memory storage starts empty: a fresh cluster id per start tells readers that
+        # offsets they checkpointed against an earlier start mean nothing here.
+        "--cluster-id",
+        f"fixflow-memory-{uuid.uuid4().hex[:12]}",
     ]
     with open(log_file(config), "ab") as out:
         # A new session: the broker outlives the `fixflow broker start` that spawned it.

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from fixflow.pipeline.errors import UserFacingError
+
 COMMANDS: dict[str, str] = {
     "check": "analyze a program and report the MRA condition check",
     "eval": "evaluate a program once over fact files, writing Delta tables",
@@ -90,6 +92,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(module.run(args))
     except KeyboardInterrupt:
         return 130
+    except UserFacingError as error:
+        if args.verbose:
+            raise
+        print(f"fixflow {args.command}: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:  # the last resort: one line, the traceback only with -v
+        if args.verbose:
+            raise
+        print(f"fixflow {args.command}: {one_line(error)} (-v: traceback)", file=sys.stderr)
+        return 1
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: first line of the message``."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 if __name__ == "__main__":

@@ -44,6 +44,16 @@ class KafkaConfig:
     partitions: int = _key(2, positive=True)
     replication_factor: int = _key(1, positive=True)
     source: str = _key("python", choices=("python", "native"))
+    on_data_loss: str = _key("fail", choices=("fail", "resume"))
+    """What `fixflow run` does when records it has not read are gone from the broker (a
+    restarted in-memory broker, retention): stop with an error, or resume from the start of
+    what the broker holds now, logging which offsets were skipped."""
+    backoff_max_s: float = _key(30.0, positive=True)
+    """Longest pause between two attempts to reach an unreachable broker (the pauses double
+    from 0.5 s up to this)."""
+    wait_for_broker_s: float = _key(0.0, minimum=0.0)
+    """How long `fixflow run` waits for an unreachable broker before giving up with an
+    error; 0 = as long as it takes (a service waits)."""
 
     @property
     def first_server(self) -> tuple[str, int]:

@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,8 +98,10 @@ def _water_fill(available: dict[tuple[str, str], int], budget: int) -> dict[tupl
     return granted
 
 
-def record_count(start: Offsets, end: Offsets) -> int:
-    return sum(max(0, end[t][p] - start.get(t, {}).get(p, 0)) for t in end for p in end[t])
+def record_count(start: Mapping[str, Any], end: Mapping[str, Any]) -> int:
+    """Records between two offsets (reserved ``@`` keys are ignored)."""
+    first, last = positions_of(start), positions_of(end)
+    return sum(max(0, last[t][p] - first.get(t, {}).get(p, 0)) for t in last for p in last[t])
 
 
 # ---------------------------------------------------------------- the broker side
@@ -133,14 +136,39 @@ def _topic_partitions(consumer: Any, topics: Sequence[str]) -> list[Any]:
     return result
 
 
-def beginning_offsets(bootstrap: str, topics: Sequence[str]) -> Offsets:
+@dataclass(frozen=True, slots=True)
+class BrokerView:
+    """What the broker holds of some topics: its cluster id (a restarted in-memory broker
+    has a new one: its logs start over) and each partition's first and next offset."""
+
+    cluster: str | None
+    beginnings: Offsets
+    ends: Offsets
+
+
+def broker_view(bootstrap: str, topics: Sequence[str], probe: bool = True) -> BrokerView:
+    """The broker's view of ``topics`` through one consumer (see ``end_offsets``)."""
     consumer = _consumer(bootstrap)
     try:
         tps = _topic_partitions(consumer, topics)
-        found = consumer.beginning_offsets(tps) if tps else {}
-        return normalize(_as_offsets(found, topics))
+        first = consumer.beginning_offsets(tps) if tps else {}
+        reported = consumer.end_offsets(tps) if tps else {}
+        if probe and tps:
+            reported = _probe_true_ends(consumer, reported, first)
+        # kafka-python keeps the Metadata response's cluster id on the client's cluster
+        # metadata only; None from a broker that sends none (then no reset is detected).
+        cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
+        return BrokerView(
+            getattr(cluster, "cluster_id", None),
+            normalize(_as_offsets(first, topics)),
+            normalize(_as_offsets(reported, topics)),
+        )
     finally:
         consumer.close()
+
+
+def beginning_offsets(bootstrap: str, topics: Sequence[str]) -> Offsets:
+    return broker_view(bootstrap, topics, probe=False).beginnings
 
 
 def end_offsets(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Offsets:
@@ -151,18 +179,7 @@ def end_offsets(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Of
     whenever a producer batched several records; reading from there finds the true end. On a
     broker that reports correctly the probe reads at most the last record.
     """
-    consumer = _consumer(bootstrap)
-    try:
-        tps = _topic_partitions(consumer, topics)
-        if not tps:
-            return normalize(_as_offsets({}, topics))
-        reported = consumer.end_offsets(tps)
-        if probe:
-            first = consumer.beginning_offsets(tps)
-            reported = _probe_true_ends(consumer, reported, first)
-        return normalize(_as_offsets(reported, topics))
-    finally:
-        consumer.close()
+    return broker_view(bootstrap, topics, probe).ends
 
 
 def _probe_true_ends(
@@ -208,6 +225,106 @@ class DataLossError(RuntimeError):
     """Records between the checkpointed offset and the broker's end no longer exist."""
 
 
+CLUSTER_KEY = "@cluster"
+"""Offsets name the broker cluster they count in: a restarted in-memory broker has a new
+cluster id and its logs start over at 0, so an offset of the old one means nothing there.
+(Kafka topic names cannot start with "@".)"""
+REALIGNED_KEY = "@realigned"
+"""In an end offset: the ``topic/partition``s moved to the start of the broker's current
+log after a data loss (``on_data_loss = resume``); that batch reads nothing of them."""
+
+
+def positions_of(offsets: Mapping[str, Any]) -> Offsets:
+    """The topic-partition positions of an offset, without the reserved ``@`` keys."""
+    return normalize({t: p for t, p in offsets.items() if not t.startswith("@")})
+
+
+def tagged(positions: Offsets, cluster: str | None, realigned: Sequence[str] = ()) -> dict:
+    """An offset for Spark's checkpoint: positions plus the cluster and realigned keys."""
+    offset: dict[str, Any] = dict(positions)
+    if cluster:
+        offset[CLUSTER_KEY] = cluster
+    if realigned:
+        offset[REALIGNED_KEY] = sorted(realigned)
+    return offset
+
+
+@dataclass(frozen=True, slots=True)
+class Loss:
+    """Records of one partition that are gone before the stream read them."""
+
+    topic: str
+    partition: str
+    position: int
+    """The checkpoint's next offset to read."""
+    beginning: int
+    """Where the broker's current log of the partition starts (the stream goes on there)."""
+    end: int
+    cause: str
+    """``reset`` (new cluster id), ``truncated`` (log ends before the position) or
+    ``retention`` (log starts after it)."""
+    last_seen_end: int | None = None
+    """The old log's end as this reader last saw it (None: not seen by this process)."""
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}/{self.partition}"
+
+    def describe(self) -> str:
+        where = f"{self.topic}[{self.partition}]"
+        if self.cause == "retention":
+            return (
+                f"{where}: offsets {self.position}..{self.beginning - 1} were deleted before "
+                "they were read (retention)"
+            )
+        cause = (
+            "the broker's log was reset (its cluster id changed: a restarted in-memory broker?)"
+            if self.cause == "reset"
+            else f"the broker's log ends at {self.end}, before the checkpoint's offset"
+        )
+        seen = self.last_seen_end
+        unread = (
+            f"offsets {self.position}..{seen - 1} of the old log were never read"
+            if seen is not None and seen > self.position
+            else f"whatever the old log held from offset {self.position} on was never read"
+        )
+        return f"{where}: checkpoint at offset {self.position}, but {cause}: {unread}"
+
+
+def find_losses(
+    cluster_before: str | None,
+    positions: Offsets,
+    view: BrokerView,
+    last_seen: Offsets | None = None,
+    check_ends: bool = True,
+) -> list[Loss]:
+    """The partitions whose unread records are gone. ``check_ends`` compares positions
+    with the log ends, which only a probed (true) end allows on Tansu."""
+    reset = bool(cluster_before and view.cluster and cluster_before != view.cluster)
+    losses = []
+    for topic, partitions in positions.items():
+        for partition, position in partitions.items():
+            first = view.beginnings.get(topic, {}).get(partition)
+            end = view.ends.get(topic, {}).get(partition)
+            if reset and (first is None or end is None):
+                first = end = 0  # not created again yet: its new log will start at 0
+            if first is None or end is None:
+                continue  # a partition the broker does not know (any more): nothing to read
+            seen = (last_seen or {}).get(topic, {}).get(partition)
+            cause = (
+                "reset"
+                if reset and position > first
+                else "truncated"
+                if check_ends and end < position
+                else "retention"
+                if position < first
+                else None
+            )
+            if cause:
+                losses.append(Loss(topic, partition, position, first, end, cause, seen))
+    return losses
+
+
 class KafkaRange(InputPartition):
     """One Spark task: the records [start, end) of one topic-partition."""
 
@@ -226,7 +343,8 @@ class KafkaRange(InputPartition):
 class FixflowKafkaDataSource(DataSource):
     """``spark.readStream.format("fixflow-kafka")`` with options ``bootstrap_servers``,
     ``topics`` (comma-separated), ``max_records_per_trigger``, ``max_records_file``,
-    ``probe_end``, ``fail_on_data_loss`` and ``read_timeout_s``."""
+    ``probe_end``, ``on_data_loss`` (``fail`` or ``resume``), ``backoff_max_s`` and
+    ``read_timeout_s``."""
 
     @classmethod
     def name(cls) -> str:
@@ -248,12 +366,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.probe = options.get("probe_end", "true").lower() == "true"
         self.read_timeout_s = float(options.get("read_timeout_s", "60"))
         self.limit_file = options.get("max_records_file", "")
-        self.fail_on_data_loss = options.get("fail_on_data_loss", "true").lower() == "true"
-        self.target: Offsets | None = None
+        self.on_data_loss = options.get("on_data_loss", "fail")
+        if self.on_data_loss not in ("fail", "resume"):
+            raise ValueError(f"{SOURCE_NAME}: on_data_loss must be fail or resume")
+        self.backoff_max_s = float(options.get("backoff_max_s", "30"))
+        self.target: BrokerView | None = None
         self.latest_seen: Offsets | None = None
+        self._broker_was_down = False
 
     def initialOffset(self) -> dict:
-        return beginning_offsets(self.bootstrap, self.topics)
+        view = self._wait_for_view()
+        return tagged(view.beginnings, view.cluster)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # With a limit file the limit is decided per trigger in latestOffset.
@@ -267,38 +390,77 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         # Fix the target now: data published after this call belongs to a later run.
-        self.target = end_offsets(self.bootstrap, self.topics, self.probe)
+        self.target = self._wait_for_view()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        latest = self.target or end_offsets(self.bootstrap, self.topics, self.probe)
-        start = self._with_new_partitions(normalize(start))
-        self._check_no_data_loss(start, latest)
+        view = self.target or self._view()
+        if view is None:
+            return start  # broker unreachable: no batch now (the driver says it waits)
+        positions = self._with_new_partitions(positions_of(start), view)
+        losses = find_losses(
+            start.get(CLUSTER_KEY), positions, view, self.latest_seen, check_ends=self.probe
+        )
+        if losses:
+            return self._after_loss(losses, positions, view)
         end = normalize(
-            {t: {p: max(latest.get(t, {}).get(p, 0), start[t][p]) for p in start[t]} for t in start}
+            {
+                t: {p: max(view.ends.get(t, {}).get(p, 0), positions[t][p]) for p in positions[t]}
+                for t in positions
+            }
         )
         self.latest_seen = end
         if isinstance(limit, ReadMaxRows):
             max_rows = min(limit.max_rows, self._file_limit() or limit.max_rows)
-            if record_count(start, end) > max_rows:
-                end = cap_offsets(start, end, max_rows)
-        return end
+            if record_count(positions, end) > max_rows:
+                end = cap_offsets(positions, end, max_rows)
+        return tagged(end, view.cluster or start.get(CLUSTER_KEY))
 
-    def _check_no_data_loss(self, start: Offsets, latest: Offsets) -> None:
-        """A partition whose end lies before the checkpointed position lost records (the
-        embedded broker keeps topics in memory: a restarted broker starts from offset 0).
-        Continuing would silently skip everything up to the old position."""
-        if not (self.fail_on_data_loss and self.probe):
-            return  # without the probe, Tansu's understated ends would look like a loss
-        for topic, partitions in start.items():
-            for partition, position in partitions.items():
-                end = latest.get(topic, {}).get(partition)
-                if end is not None and end < position:
-                    raise DataLossError(
-                        f"{topic}[{partition}]: the checkpoint is at offset {position} but the "
-                        f"broker ends at {end}: records were lost (a restarted in-memory "
-                        "broker?). Delete the query's checkpoint to start over (or set "
-                        "fail_on_data_loss=false to ignore records below the old offset)."
-                    )
+    def _after_loss(self, losses: list[Loss], positions: Offsets, view: BrokerView) -> dict:
+        """Fail, or go on from the start of the broker's current logs: a batch that reads
+        nothing of the lost partitions and moves their positions there."""
+        what = "; ".join(loss.describe() for loss in losses)
+        if self.on_data_loss == "fail":
+            raise DataLossError(
+                f"records were lost before the stream read them: {what}. Set [kafka] "
+                'on_data_loss = "resume" to go on from what the broker holds now, or delete '
+                "the query's checkpoint to start over"
+            )
+        moved = {t: dict(ps) for t, ps in positions.items()}
+        for loss in losses:
+            moved[loss.topic][loss.partition] = loss.beginning
+        resumed = ", ".join(f"{loss.name}@{loss.beginning}" for loss in losses)
+        log.warning("kafka: data loss (on_data_loss = resume): %s; resuming at %s", what, resumed)
+        self.latest_seen = None
+        return tagged(normalize(moved), view.cluster, [loss.name for loss in losses])
+
+    def _view(self) -> BrokerView | None:
+        """The broker's view, or None when it cannot be reached now."""
+        from kafka.errors import KafkaError
+
+        from fixflow.pipeline.broker import reachable
+
+        try:
+            if reachable(self.bootstrap):
+                view = broker_view(self.bootstrap, self.topics, self.probe)
+                if self._broker_was_down:
+                    log.info("kafka: broker at %s answers again", self.bootstrap)
+                self._broker_was_down = False
+                return view
+            error: Exception | str = "connection refused"
+        except (KafkaError, OSError) as failure:
+            error = failure
+        if not self._broker_was_down:
+            log.info("kafka: broker at %s unreachable (%s): no batch", self.bootstrap, error)
+        self._broker_was_down = True
+        return None
+
+    def _wait_for_view(self) -> BrokerView:
+        """The broker's view, waiting for the broker with bounded back-off."""
+        pause = 0.5
+        while (view := self._view()) is None:
+            time.sleep(pause)
+            pause = min(pause * 2, self.backoff_max_s)
+        return view
 
     def _file_limit(self) -> int | None:
         """The per-trigger limit the driver last wrote (adaptive batch sizing): the reader
@@ -311,23 +473,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
         return value if value > 0 else None
 
-    def _with_new_partitions(self, start: Offsets) -> Offsets:
+    def _with_new_partitions(self, positions: Offsets, view: BrokerView) -> Offsets:
         """Topics or partitions created after the query started are read from the beginning."""
-        known = {t: dict(start.get(t, {})) for t in self.topics}
-        if all(known[t] for t in self.topics):
-            return normalize(known)
-        first = beginning_offsets(self.bootstrap, self.topics)
+        known = {t: dict(positions.get(t, {})) for t in self.topics}
         for topic in self.topics:
-            for partition, offset in first.get(topic, {}).items():
+            for partition, offset in view.beginnings.get(topic, {}).items():
                 known[topic].setdefault(partition, offset)
         return normalize(known)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        realigned = set(end.get(REALIGNED_KEY, ()))
+        begins = positions_of(start)
         ranges = []
-        for topic, ends in normalize(end).items():
+        for topic, ends in positions_of(end).items():
             for partition, stop in ends.items():
-                begin = start.get(topic, {}).get(partition, 0)
-                if stop > begin:
+                begin = begins.get(topic, {}).get(partition, 0)
+                if stop > begin and f"{topic}/{partition}" not in realigned:
                     ranges.append(
                         KafkaRange(
                             self.bootstrap, topic, int(partition), begin, stop, self.read_timeout_s
@@ -409,6 +570,8 @@ def read_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
     """Every record of ``part`` in offset order, as Arrow batches of READ_CHUNK rows."""
     from kafka import TopicPartition
 
+    from fixflow.pipeline.broker import reachable
+
     tp = TopicPartition(part.topic, part.partition)
     consumer = _consumer(part.bootstrap, max_poll_records=READ_CHUNK)
     try:
@@ -425,6 +588,10 @@ def read_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
                 yield _to_batch(part.topic, part.partition, wanted)
             elif records:
                 position = max(position, records[-1].offset + 1)
+            elif time.monotonic() > deadline and not reachable(part.bootstrap):
+                # The broker went away mid-read: wait for it rather than fail the batch.
+                log.warning("kafka: broker at %s unreachable; waiting", part.bootstrap)
+                deadline = time.monotonic() + part.timeout_s
             elif time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{part.topic}[{part.partition}]: offsets {position}..{part.end - 1} "
@@ -486,6 +653,8 @@ def read_stream(
         .option("bootstrap_servers", config.kafka.bootstrap_servers)
         .option("topics", ",".join(topics))
         .option("max_records_per_trigger", str(limit))
+        .option("on_data_loss", config.kafka.on_data_loss)
+        .option("backoff_max_s", str(config.kafka.backoff_max_s))
     )
     if limit_file:
         reader = reader.option("max_records_file", limit_file)
@@ -499,7 +668,7 @@ def native_options(config: Config, topics: Sequence[str], limit: int) -> dict[st
         "subscribe": ",".join(topics),
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": str(limit),
-        "failOnDataLoss": "true",
+        "failOnDataLoss": "true" if config.kafka.on_data_loss == "fail" else "false",
     }
 
 

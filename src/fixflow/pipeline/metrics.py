@@ -202,7 +202,8 @@ class Metrics:
         self.last_batch_id.set(batch_id)
 
 
-HealthState = Literal["starting", "running", "stopping", "stopped", "failed"]
+HealthState = Literal["starting", "running", "waiting", "stopping", "stopped", "failed"]
+"""``waiting``: the query is alive but the Kafka broker is unreachable (not ready)."""
 
 
 class Health:

@@ -5,11 +5,14 @@ Used by `fixflow run` and `fixflow demo`."""
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
 from fixflow.checker.ast import Program
 from fixflow.pipeline.broker import start_broker
+from fixflow.pipeline.broker_watch import BrokerWatch
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.metrics import Metrics, MetricsServer, serve_configured
 from fixflow.pipeline.spark import make_session
@@ -19,7 +22,12 @@ log = logging.getLogger(__name__)
 
 
 class Session:
-    def __init__(self, config: Config, program_file: str | Path) -> None:
+    def __init__(
+        self,
+        config: Config,
+        program_file: str | Path,
+        say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+    ) -> None:
         self.config = config
         self.program_file = Path(program_file)
         # The endpoint first: a busy port fails in a moment, not after Spark's start-up.
@@ -28,6 +36,9 @@ class Session:
         self.broker_message = ""
         if config.kafka.embedded:
             self.broker_message = start_broker(config).message
+        # A broker that is down at start is waited for (said once), before Spark starts.
+        self.broker_watch = BrokerWatch(config.kafka, self.metrics.health, say)
+        self.broker_watch.wait()
         self.spark = make_session(config.spark.master, "fixflow", dict(config.spark.conf))
         self.stream = ProgramStream(self.spark, config, program_file, self.metrics)
 

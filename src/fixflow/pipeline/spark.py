@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from fixflow.pipeline.errors import UserFacingError
 
 QUIET_LOG4J = Path(__file__).resolve().parent / "log4j2-quiet.properties"
 """The JVM's logging without -v: errors only, no start-up notices."""
@@ -39,9 +42,39 @@ def make_session(
     settings.update(_quiet_jvm(settings))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    _require_java()
+    try:
+        session = builder.getOrCreate()
+    except Exception as error:  # PySparkRuntimeError(JAVA_GATEWAY_EXITED) and the like
+        if "JAVA_GATEWAY_EXITED" not in str(error):
+            raise
+        raise SparkStartError(
+            "Spark's JVM did not start (its output is above); check JAVA_HOME "
+            "(a JDK 17 or 21) and [spark] settings such as spark.driver.memory"
+        ) from error
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+class SparkStartError(UserFacingError):
+    """Spark cannot start here (no Java, a JVM that exits at once); the message says why."""
+
+
+def _require_java() -> None:
+    """Fail in one line, before PySpark's long trace, when there is no Java to start."""
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return
+    if home:
+        raise SparkStartError(
+            f"JAVA_HOME={home} has no bin/java: point it at a JDK 17 or 21 (or unset it to "
+            "use the java on PATH)"
+        )
+    if shutil.which("java") is None:
+        raise SparkStartError(
+            "no Java found: Spark needs a JDK 17 or 21 on PATH or in JAVA_HOME (Debian: "
+            "apt-get install openjdk-17-jre-headless)"
+        )
 
 
 def _quiet_jvm(settings: dict[str, str]) -> dict[str, str]:
@@ -53,3 +86,35 @@ def _quiet_jvm(settings: dict[str, str]) -> dict[str, str]:
     if "log4j2.configurationFile" in options:
         return {}
     return {JAVA_OPTIONS: f"{options} -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}".strip()}
+
+
+def cluster_packages() -> str:
+    """``spark.jars.packages`` for a cluster, derived from the installed (pinned) pyspark
+    and delta-spark: spark-sql-kafka of this Spark, delta-spark's artifact for this Spark,
+    and hadoop-aws of the Hadoop that pyspark bundles. The cluster configs in conf/ and
+    deploy/ name exactly these (a test keeps them equal), so the pins decide the jars."""
+    from importlib.metadata import version
+
+    import pyspark
+
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    scala = _jar_version(jars, "spark-core_", "-")
+    hadoop = _jar_version(jars, "hadoop-client-api-", ".jar")
+    spark = version("pyspark")
+    spark_minor = ".".join(spark.split(".")[:2])
+    return ",".join(
+        [
+            f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{spark}",
+            f"io.delta:delta-spark_{spark_minor}_{scala}:{version('delta-spark')}",
+            f"org.apache.hadoop:hadoop-aws:{hadoop}",
+        ]
+    )
+
+
+def _jar_version(jars: Path, prefix: str, end: str) -> str:
+    """What follows ``prefix`` up to ``end`` in the name of the bundled jar."""
+    found = sorted(jars.glob(f"{prefix}*.jar"))
+    if not found:
+        raise FileNotFoundError(f"no {prefix}*.jar in {jars}")
+    rest = found[0].name[len(prefix) :]
+    return rest[: rest.index(end)]

@@ -25,6 +25,7 @@ converges, so nothing provisional survives a crash.
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import threading
 import time
@@ -43,6 +44,7 @@ from fixflow.checker.model import Report
 from fixflow.operators.engines.base import BufferOptions, EngineOptions
 from fixflow.operators.evaluate import EvalOptions, Progress
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
+from fixflow.pipeline.broker_watch import BrokerWatch
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.ingest import IngestResult, Phases, start_ingest_query
 from fixflow.pipeline.kafka_source import lag_from_progress, next_batch_limit, write_limit_file
@@ -471,9 +473,15 @@ def _to_arrow(frame: DataFrame, schema: pa.Schema) -> pa.Table:
     )
 
 
-def run_until_stopped(stream: ProgramStream, query: Any, poll_s: float = 0.5) -> None:
+def run_until_stopped(
+    stream: ProgramStream,
+    query: Any,
+    poll_s: float = 0.5,
+    broker_watch: BrokerWatch | None = None,
+) -> None:
     """Block until the query ends; SIGTERM/SIGINT stop it gracefully (the running batch
-    finishes first, so nothing is half-committed). Adapts β between batches."""
+    finishes first, so nothing is half-committed). Adapts β between batches; with a
+    ``broker_watch``, says when the broker goes away and comes back (health: waiting)."""
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -487,6 +495,8 @@ def run_until_stopped(stream: ProgramStream, query: Any, poll_s: float = 0.5) ->
         health.set("running")
         while query.isActive and not stopping.is_set():
             time.sleep(poll_s)
+            if broker_watch is not None:
+                broker_watch.check()
             if len(stream.reports) > seen:
                 seen = _after_batches(stream, query, seen)
             elif _idle(query) and stream.maintainer.provisional:
@@ -527,3 +537,18 @@ def _after_batches(stream: ProgramStream, query: Any, seen: int) -> int:
         if stream.config.stream.adaptive and report.records:
             stream.adapt_batch_size(report, sum(lags.values()))
     return len(stream.reports)
+
+
+FAILURE = re.compile(r"\b(DataLossError|TimeoutError|BrokerUnavailable|BrokerError): (.+)")
+"""Fixflow's own failures raised inside Spark (the Kafka reader runs in a Python worker):
+their message is what the user needs, not the JVM's trace around it."""
+
+
+def failure_summary(error: BaseException) -> str:
+    """One line saying why a streaming query stopped."""
+    text = str(error)
+    found = FAILURE.search(text)
+    if found:
+        return found.group(2).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

@@ -22,9 +22,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pyspark.errors import StreamingQueryException
+
     from fixflow.checker.diagnostics import CheckError
     from fixflow.pipeline.broker import BrokerError
+    from fixflow.pipeline.broker_watch import BrokerUnavailable
     from fixflow.pipeline.metrics import MetricsPortBusy
+    from fixflow.pipeline.stream import failure_summary
 
     if not Path(args.program).is_file():
         print(f"fixflow run: {args.program}: no such file", file=sys.stderr)
@@ -38,8 +42,13 @@ def run(args: argparse.Namespace) -> int:
     except CheckError as error:
         print(error, file=sys.stderr)
         return 1
-    except (BrokerError, MetricsPortBusy) as error:
+    except (BrokerError, BrokerUnavailable, MetricsPortBusy) as error:
         print(f"fixflow run: {error}", file=sys.stderr)
+        return 1
+    except StreamingQueryException as error:
+        if getattr(args, "verbose", 0):
+            raise
+        print(f"fixflow run: the stream stopped: {failure_summary(error)}", file=sys.stderr)
         return 1
 
 
@@ -56,6 +65,6 @@ def _run(config: Config, program: str, available_now: bool) -> int:
         else:
             from fixflow.pipeline.stream import run_until_stopped
 
-            run_until_stopped(session.stream, query)
+            run_until_stopped(session.stream, query, broker_watch=session.broker_watch)
         print(f"stopped after {len(session.stream.reports)} batch(es)")
     return 0
