@@ -283,11 +283,15 @@ class Loss:
             else f"the broker's log ends at {self.end}, before the checkpoint's offset"
         )
         seen = self.last_seen_end
-        unread = (
-            f"offsets {self.position}..{seen - 1} of the old log were never read"
-            if seen is not None and seen > self.position
-            else f"whatever the old log held from offset {self.position} on was never read"
-        )
+        if seen is None:
+            unread = f"whatever the old log held from offset {self.position} on was never read"
+        elif seen > self.position:
+            unread = f"offsets {self.position}..{seen - 1} of the old log were never read"
+        else:
+            unread = (
+                f"all the old log held when last seen was read (up to offset {seen - 1}); "
+                "records written to it after that were never read"
+            )
         return f"{where}: checkpoint at offset {self.position}, but {cause}: {unread}"
 
 
