@@ -30,7 +30,8 @@ SLOW_MODULES = frozenset(
     }
 )
 ONE_WORKER_GROUPS = {
-    "tests/cluster/test_cluster_eval.py": "cluster",  # a standalone cluster per module
+    "tests/cluster/test_cluster_eval.py": "cluster",  # a standalone cluster per module:
+    "tests/cluster/test_cluster_run.py": "cluster",  # one at a time, on one worker
     "tests/pipeline/test_stream_metrics.py": "live-run",  # streams/live.py's one live run,
     "tests/pipeline/test_run_cli.py": "live-run",  # shared by both modules
     "tests/pipeline/test_nullary.py": "nullary",  # one `fixflow eval` subprocess
