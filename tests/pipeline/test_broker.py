@@ -18,10 +18,10 @@ from fixflow.pipeline.cli import main
 from fixflow.pipeline.config import Config
 
 
-def _conf_file(config: Config, directory: Path) -> Path:
+def _conf_file(config: Config, directory: Path, kafka_keys: str = "") -> Path:
     path = directory / "test.toml"
     path.write_text(
-        f'[kafka]\nbootstrap_servers = "{config.kafka.bootstrap_servers}"\n'
+        f'[kafka]\nbootstrap_servers = "{config.kafka.bootstrap_servers}"\n{kafka_keys}'
         f'[lake]\npath = "{config.lake.path}"\n'
     )
     return path
@@ -85,3 +85,64 @@ def test_bad_config_is_reported_by_the_cli(
     conf.write_text('[stream]\nconsistency = "fast"\n')
     assert main(["broker", "status", "--conf", str(conf)]) == 1
     assert 'consistency must be "converged" or "async", got "fast"' in capsys.readouterr().err
+
+
+def test_durable_storage_keeps_records_and_cluster_id_across_restarts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """[kafka] storage = "durable": a stopped and restarted broker (and its store) has every
+    record and the same cluster id, so a reader's offsets still count; new records go on
+    from the old ends. Tansu's ListOffsets on this engine understates the ends; the probe's
+    fetch high watermark is exact."""
+    from fixflow.pipeline.broker import stop_broker
+    from fixflow.pipeline.kafka_source import broker_view
+
+    config = _durable_config(tmp_path)
+    conf = _conf_file(config, tmp_path, 'storage = "durable"\n')
+    facts = tmp_path / "edges.csv"
+    facts.write_text("src,dst,w\n" + "".join(f"{i},{i + 1},0.5\n" for i in range(3000)))
+    servers = config.kafka.bootstrap_servers
+    try:
+        assert main(["broker", "start", "--conf", str(conf)]) == 0
+        assert "durable storage in" in capsys.readouterr().out
+        assert main(["publish", "edge", str(facts), "--conf", str(conf)]) == 0
+        before = broker_view(servers, ["edge"])
+        assert sum(before.ends["edge"].values()) == 3000
+        for _ in range(2):
+            stop_broker(config)
+            assert not broker_status(config).running
+            start_broker(config)
+            after = broker_view(servers, ["edge"])
+            assert (after.cluster, after.ends) == (before.cluster, before.ends)
+        assert after.cluster is not None and after.cluster.startswith("fixflow-durable-")
+        assert _read_all(servers, "edge") == 3000
+        assert main(["publish", "edge", str(facts), "--conf", str(conf)]) == 0
+        assert sum(broker_view(servers, ["edge"]).ends["edge"].values()) == 6000
+    finally:
+        stop_broker(config)
+    assert not (tmp_path / "lake" / "_broker" / "store.pid").exists()
+
+
+def _durable_config(tmp_path: Path) -> Config:
+    from fixflow.pipeline.config import default_config
+    from streams.harness import free_port
+
+    defaults = default_config()
+    kafka = replace(defaults.kafka, bootstrap_servers=f"127.0.0.1:{free_port()}", storage="durable")
+    return replace(defaults, kafka=kafka, lake=replace(defaults.lake, path=str(tmp_path / "lake")))
+
+
+def _read_all(servers: str, topic: str) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False)
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        seen = 0
+        while batch := consumer.poll(timeout_ms=3000):
+            seen += sum(len(records) for records in batch.values())
+        return seen
+    finally:
+        consumer.close()

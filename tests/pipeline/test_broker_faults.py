@@ -107,6 +107,36 @@ def test_run_waits_for_the_broker_survives_a_restart_and_resumes_after_a_reset(
     assert "Traceback" not in run.output
 
 
+def test_a_durable_broker_restarted_mid_stream_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    """[kafka] storage = "durable": the broker keeps its logs and cluster id over a restart,
+    so the stream (on_data_loss = "fail") waits, goes on where it was, and reads every
+    record exactly once."""
+    durable = _config(tmp_path)
+    config = replace(durable, kafka=replace(durable.kafka, storage="durable"))
+    program_file, lake = _program(tmp_path)
+    conf = write_conf(tmp_path / "run.toml", config, kafka_keys="backoff_max_s = 1.0")
+    start_broker(config)
+    run = FixflowRun.start(program_file, conf, tmp_path / "run.out")
+    try:
+        _publish(config, FIRST)
+        first = _expected(FIRST)
+        run.wait_until(lambda: _results_are(lake, first), "the first wave's results", 900)
+        for restart in range(1, 3):
+            stop_broker(config)
+            run.wait_until(lambda n=restart: run.output.count(WAITING) == n, "the outage said")
+            start_broker(config)
+            run.wait_until(lambda n=restart: len(BACK.findall(run.output)) == n, "the return")
+        _publish(config, SECOND)
+        both = _expected(FIRST + SECOND)
+        run.wait_until(lambda: _results_are(lake, both), "results over both waves", 600)
+        assert run.stop() == 0, run.output[-3000:]
+    finally:
+        run.kill_if_running()
+        stop_broker(config)
+    assert sum(records for _, records in run.batches()) == len(FIRST) + len(SECOND)
+    assert "lost" not in run.output and "Traceback" not in run.output
+
+
 def _detail(config: Config) -> str:
     return f"Kafka broker {config.kafka.bootstrap_servers} unreachable"
 

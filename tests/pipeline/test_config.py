@@ -56,6 +56,15 @@ def test_missing_keys_take_defaults_and_values_are_typed() -> None:
         ('[kafka]\nsource = "jvm"', 'conf/x.toml: [kafka] source must be "python" or "native"'),
         ("[kafka]\nembedded = 1", "conf/x.toml: [kafka] embedded must be a boolean, got 1"),
         (
+            '[kafka]\nstorage = "disk"',
+            'conf/x.toml: [kafka] storage must be "memory" or "durable", got "disk"',
+        ),
+        (
+            '[kafka]\nembedded = false\nstorage = "durable"',
+            'conf/x.toml: [kafka] storage = "durable" is the embedded broker\'s storage, and '
+            "embedded = false here",
+        ),
+        (
             '[kafka]\nbootstrap_servers = "localhost"',
             "conf/x.toml: [kafka] bootstrap_servers: expected HOST:PORT, got 'localhost'",
         ),

@@ -259,3 +259,16 @@ def test_a_reset_broker_that_lacks_the_topic_yet_is_a_loss_too(broker: Config) -
     moved = _loss_reader(broker, topic, "resume").latestOffset(start, ReadAllAvailable())
     assert positions_of(moved) == {topic: {"0": 0, "1": 0}}
     assert moved[CLUSTER_KEY] != start[CLUSTER_KEY]
+
+
+def test_an_end_no_probe_confirmed_proves_no_truncation() -> None:
+    """A partition whose probe got no answer keeps the broker's reported end, which Tansu's
+    s3 engine understates: below the checkpoint it is no evidence of lost records."""
+    from fixflow.pipeline.kafka_source import BrokerView, find_losses
+
+    positions = {"edge": {"0": 50, "1": 50}}
+    view = BrokerView(
+        "c", {"edge": {"0": 0, "1": 0}}, {"edge": {"0": 1, "1": 1}}, frozenset({("edge", "1")})
+    )
+    losses = find_losses("c", positions, view)
+    assert [(loss.partition, loss.cause) for loss in losses] == [("0", "truncated")]

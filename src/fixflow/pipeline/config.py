@@ -44,6 +44,9 @@ class KafkaConfig:
     partitions: int = _key(2, positive=True)
     replication_factor: int = _key(1, positive=True)
     source: str = _key("python", choices=("python", "native"))
+    storage: str = _key("memory", choices=("memory", "durable"))
+    """Where the embedded broker keeps topics: in memory (lost when it stops), or durable:
+    on an S3 store Fixflow runs on loopback, its data under <lake>/_broker/store."""
     on_data_loss: str = _key("fail", choices=("fail", "resume"))
     """What `fixflow run` does when records it has not read are gone from the broker (a
     restarted in-memory broker, retention): stop with an error, or resume from the start of
@@ -275,6 +278,11 @@ def _check_cross_section(config: Config) -> None:
         raise ConfigError(f"{config.source}: [kafka] bootstrap_servers: {error}") from None
     if not config.lake.path:
         raise ConfigError(f"{config.source}: [lake] path must not be empty")
+    if config.kafka.storage != "memory" and not config.kafka.embedded:
+        raise ConfigError(
+            f'{config.source}: [kafka] storage = "{config.kafka.storage}" is the embedded '
+            "broker's storage, and embedded = false here: remove the key, or set embedded = true"
+        )
 
 
 def add_conf_argument(parser: argparse.ArgumentParser) -> None:

@@ -144,6 +144,9 @@ class BrokerView:
     cluster: str | None
     beginnings: Offsets
     ends: Offsets
+    unconfirmed: frozenset[tuple[str, str]] = frozenset()
+    """(topic, partition)s whose probe got no answer: their end is the broker's report,
+    possibly below the truth, so it proves no truncation."""
 
 
 def broker_view(bootstrap: str, topics: Sequence[str], probe: bool = True) -> BrokerView:
@@ -153,8 +156,9 @@ def broker_view(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Br
         tps = _topic_partitions(consumer, topics)
         first = consumer.beginning_offsets(tps) if tps else {}
         reported = consumer.end_offsets(tps) if tps else {}
+        silent: set[Any] = set()
         if probe and tps:
-            reported = _probe_true_ends(consumer, reported, first)
+            reported, silent = _probe_true_ends(consumer, reported, first)
         # kafka-python keeps the Metadata response's cluster id on the client's cluster
         # metadata only; None from a broker that sends none (then no reset is detected).
         cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
@@ -162,6 +166,7 @@ def broker_view(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Br
             getattr(cluster, "cluster_id", None),
             normalize(_as_offsets(first, topics)),
             normalize(_as_offsets(reported, topics)),
+            frozenset((tp.topic, str(tp.partition)) for tp in silent),
         )
     finally:
         consumer.close()
@@ -174,10 +179,10 @@ def beginning_offsets(bootstrap: str, topics: Sequence[str]) -> Offsets:
 def end_offsets(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Offsets:
     """The next offset to be written in every partition.
 
-    With ``probe`` the reported high watermark is verified by fetching the last batch:
-    Tansu 0.6 reports the last record batch's base offset + 1, which understates the end
-    whenever a producer batched several records; reading from there finds the true end. On a
-    broker that reports correctly the probe reads at most the last record.
+    With ``probe`` the reported end is verified by fetching from it: Tansu 0.6 reports the
+    last record batch's base offset + 1 (memory), or an older batch's (s3), which understates
+    the end; the fetch's high watermark and last record give the true end. On a broker that
+    reports correctly the probe reads at most the last record.
     """
     return broker_view(bootstrap, topics, probe).ends
 
@@ -186,15 +191,16 @@ def _probe_true_ends(
     consumer: Any,
     reported: dict[Any, int],
     first: dict[Any, int],
-    quiet_ms: int = 150,
+    quiet_s: float = 1.0,
     limit_s: float = 5.0,
-) -> dict[Any, int]:
-    """Fetch from ``reported - 1`` once per partition: that fetch returns the whole last
-    batch, whose final record gives the true end. Stop after one answer per partition, so
-    a busy topic is not chased."""
+) -> tuple[dict[Any, int], set[Any]]:
+    """Fetch from ``reported - 1`` once per partition: the fetch's high watermark, and the
+    last record of the batch it returns, give the true end. Stop after one answer per
+    partition, so a busy topic is not chased. A partition that stays silent (``limit_s``, or
+    ``quiet_s`` after the others answered) keeps the reported end and is returned as silent."""
     probed = {tp: end for tp, end in reported.items() if end > first.get(tp, 0)}
     if not probed:
-        return dict(reported)
+        return dict(reported), set()
     consumer.assign(list(probed))
     for tp, end in probed.items():
         consumer.seek(tp, end - 1)
@@ -202,13 +208,16 @@ def _probe_true_ends(
     pending = set(probed)
     deadline = time.monotonic() + limit_s
     while pending and time.monotonic() < deadline:
-        batch = consumer.poll(timeout_ms=quiet_ms, max_records=100_000)
-        if not batch:
-            break
-        for tp, records in batch.items():
-            ends[tp] = max(ends[tp], records[-1].offset + 1)
+        # Partitions answer one fetch at a time, and slowly from an object store: wait for
+        # each, not just the first.
+        for tp, records in consumer.poll(timeout_ms=100, max_records=100_000).items():
+            # The fetch's high watermark is the end; Tansu's s3 engine answers ListOffsets
+            # with a batch picked by its 1-second modification time, far below the end.
+            highwater = consumer.highwater(tp) or 0
+            ends[tp] = max(ends[tp], records[-1].offset + 1, highwater)
             pending.discard(tp)
-    return ends
+            deadline = min(deadline, time.monotonic() + quiet_s)
+    return ends, pending
 
 
 def _as_offsets(found: dict[Any, int], topics: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -319,7 +328,7 @@ def find_losses(
                 "reset"
                 if reset and position > first
                 else "truncated"
-                if check_ends and end < position
+                if check_ends and end < position and (topic, partition) not in view.unconfirmed
                 else "retention"
                 if position < first
                 else None

@@ -3,6 +3,8 @@
 
 Layout under ``<lake root>/<program stem>/``::
 
+    program.dl           the source of the program last run here (its declarations let
+                         `fixflow publish` check files without --program)
     edb/<relation>       the current EDB facts of each .input relation
     state/<relation>     engine state (MonoTables, counts) owned by the maintenance engine
     results/<relation>   the .output relations, exactly their .decl schema
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
@@ -63,32 +66,86 @@ class ProgramLake:
 
     @property
     def base(self) -> str:
-        return _join(self.root, self.program)
+        return join_path(self.root, self.program)
 
     def edb(self, relation: str) -> str:
-        return _join(self.base, "edb", relation)
+        return join_path(self.base, "edb", relation)
 
     def state(self, relation: str) -> str:
-        return _join(self.base, "state", relation)
+        return join_path(self.base, "state", relation)
 
     def results(self, relation: str) -> str:
-        return _join(self.base, "results", relation)
+        return join_path(self.base, "results", relation)
+
+    @property
+    def source(self) -> str:
+        return join_path(self.base, "program.dl")
 
     @property
     def dead_letter(self) -> str:
-        return _join(self.base, "dead_letter")
+        return join_path(self.base, "dead_letter")
 
     @property
     def checkpoints(self) -> str:
-        return _join(self.base, "_checkpoints")
+        return join_path(self.base, "_checkpoints")
 
     def checkpoint(self, query: str = "stream") -> str:
-        return _join(self.checkpoints, query)
+        return join_path(self.checkpoints, query)
 
 
-def _join(*parts: str) -> str:
+def join_path(*parts: str) -> str:
     # Plain string joins: the root may be a URI (s3a://...), which pathlib would mangle.
     return "/".join(p.rstrip("/") for p in parts)
+
+
+def filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:
+    """The Arrow filesystem of a lake location and the path within it."""
+    # Object stores are written s3a:// for Spark's Hadoop connector; Arrow knows them as s3://.
+    uri = "s3://" + location[len("s3a://") :] if location.startswith("s3a://") else location
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri
+    return pafs.FileSystem.from_uri(uri)
+
+
+def subdirectories(filesystem: pafs.FileSystem, base: str) -> list[str]:
+    """Names of the subdirectories of ``base``, but not ``_``-prefixed ones (``_broker``,
+    ``_demo``, ``_checkpoints``): those are Fixflow's own, not programs or tables."""
+    selector = pafs.FileSelector(base, allow_not_found=True)
+    return sorted(
+        info.base_name
+        for info in filesystem.get_file_info(selector)
+        if info.type == pafs.FileType.Directory and not info.base_name.startswith("_")
+    )
+
+
+def record_program(lake: ProgramLake, text: str) -> None:
+    """Keep the program's source in its lake directory (rewritten when it changed)."""
+    filesystem, path = filesystem_of(lake.source)
+    if read_text(lake.source) == text:
+        return
+    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with filesystem.open_output_stream(path) as sink:
+        sink.write(text.encode("utf-8"))
+
+
+def read_text(location: str) -> str | None:
+    """A text file of the lake, or None when it is not there."""
+    filesystem, path = filesystem_of(location)
+    if filesystem.get_file_info(path).type != pafs.FileType.File:
+        return None
+    with filesystem.open_input_stream(path) as source:
+        return bytes(source.read()).decode("utf-8")
+
+
+def program_sources(lake_root: str) -> dict[str, str]:
+    """Program stem -> the source kept by ``record_program``, for every program in the lake."""
+    filesystem, base = filesystem_of(lake_root)
+    found = {}
+    for stem in subdirectories(filesystem, base):
+        text = read_text(ProgramLake(lake_root, stem).source)
+        if text is not None:
+            found[stem] = text
+    return found
 
 
 @dataclass(frozen=True, slots=True)

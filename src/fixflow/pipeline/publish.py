@@ -30,6 +30,7 @@ from fixflow.pipeline.config import Config
 from fixflow.pipeline.messages import Op, Value
 
 if TYPE_CHECKING:  # the producer (and confluent_kafka) is imported where used
+    from fixflow.pipeline.fact_columns import FactColumns
     from fixflow.pipeline.producer import Progress
 
 log = logging.getLogger(__name__)
@@ -53,9 +54,67 @@ class PublishResult:
     topic: str
     count: int
     created_topic: bool
+    typed_by: str | None = None
+    """Where the declaration the values were checked against came from (None: guessed)."""
 
     def __str__(self) -> str:
         return f"published {self.count} facts to topic {self.topic}"
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """The attributes a relation's facts are read and typed by, and where they were found."""
+
+    attributes: tuple[Attribute, ...]
+    found_in: str
+
+
+def find_declaration(config: Config, relation: str, program: Program | None) -> Declaration | None:
+    """The relation's declaration in ``program`` (``--program``), else in the programs run
+    on the configured lake (``fixflow run`` keeps a copy of each); None when neither has it.
+    Programs of the lake that declare it differently make it an error."""
+    if program is not None:
+        return Declaration(relation_attributes(program, relation), program.file)
+    from fixflow.pipeline.lakehouse import ProgramLake, program_sources
+
+    found: dict[str, list[str]] = {}  # "src: number, ..." -> the programs declaring so
+    attributes_of: dict[str, tuple[Attribute, ...]] = {}
+    for stem, text in program_sources(config.lake.path).items():
+        attributes = _input_attributes(text, ProgramLake(config.lake.path, stem).source, relation)
+        if attributes is not None:
+            reading = _describe(attributes)
+            found.setdefault(reading, []).append(stem)
+            attributes_of[reading] = attributes
+    if len(found) > 1:
+        readings = "; ".join(f"{', '.join(s)}: {relation}({r})" for r, s in found.items())
+        raise PublishError(
+            f"the programs in the lake {config.lake.path} declare {relation} differently "
+            f"({readings}); pass --program PROG.dl to say which one the file is for"
+        )
+    if not found:
+        return None
+    ((reading, stems),) = found.items()
+    where = f"the lake's program{'s' if len(stems) > 1 else ''} {', '.join(stems)}"
+    return Declaration(attributes_of[reading], where)
+
+
+def _input_attributes(text: str, path: str, relation: str) -> tuple[Attribute, ...] | None:
+    from fixflow.checker.diagnostics import CheckError
+    from fixflow.checker.parser import parse
+
+    try:
+        program = parse(text, path)
+    except CheckError as error:  # a lake's copy that no longer parses is not a declaration
+        log.warning("ignoring %s: %s", path, error)
+        return None
+    declaration = program.declaration(relation)
+    if declaration is None or relation not in program.inputs:
+        return None
+    return declaration.attributes
+
+
+def _describe(attributes: Sequence[Attribute]) -> str:
+    return ", ".join(f"{a.name}: {a.declared or a.type}" for a in attributes)
 
 
 def relation_attributes(program: Program, relation: str) -> tuple[Attribute, ...]:
@@ -80,8 +139,9 @@ def read_fact_file(path: Path, attributes: Sequence[Attribute] | None) -> FactFi
     if suffix in TAB_SEPARATED:
         if attributes is None:
             raise PublishError(
-                f"{path}: a {suffix} file has no header; pass --program "
-                "PROG.dl so the attribute names come from its .decl"
+                f"{path}: a {suffix} file has no header and no program run on the lake "
+                "declares its relation; pass --program PROG.dl so the attribute names "
+                "come from its .decl"
             )
         return FactFile(tuple(attributes), list(_typed_rows(path, _tsv_rows(path), attributes)))
     raise PublishError(
@@ -200,17 +260,17 @@ def publish_facts(
     The file is read and checked whole before anything is sent: a bad value anywhere
     publishes nothing. ``progress`` is called every few seconds while sending."""
     from fixflow.pipeline.broker import ensure_topics, reachable
-    from fixflow.pipeline.fact_columns import check_op, encode_messages, read_columns
+    from fixflow.pipeline.fact_columns import check_op, encode_messages
     from fixflow.pipeline.producer import Publisher
 
-    attributes = relation_attributes(program, relation) if program is not None else None
+    declaration = find_declaration(config, relation, program)
     op: Op = "delete" if delete else "insert"
     up = reachable(config.kafka.bootstrap_servers)
     # The producer connects while the file is read (see Publisher); file errors still come
     # first, before an unreachable broker.
     with Publisher(config) if up else nullcontext(None) as publisher:
         clock = [time.perf_counter()]
-        facts = read_columns(Path(path), attributes)
+        facts = _read_declared(Path(path), declaration, program is None)
         check_op(relation, facts.attributes, op)
         clock.append(time.perf_counter())
         if publisher is None:
@@ -229,7 +289,22 @@ def publish_facts(
         "published %d facts (%s) to %s: read %.3fs, encode %.3fs, topic %.3fs, send %.3fs",
         *(count, op, topic, read, encode, topic_s, send),
     )
-    return PublishResult(relation, topic, count, created)
+    typed_by = declaration.found_in if declaration is not None else None
+    return PublishResult(relation, topic, count, created, typed_by)
+
+
+def _read_declared(path: Path, declaration: Declaration | None, from_lake: bool) -> FactColumns:
+    """The file's facts, typed by the declaration; an error names a declaration that came
+    from the lake (the user did not name it)."""
+    from fixflow.pipeline.fact_columns import read_columns
+
+    attributes = declaration.attributes if declaration is not None else None
+    try:
+        return read_columns(path, attributes)
+    except PublishError as error:
+        if declaration is None or not from_lake:
+            raise
+        raise PublishError(f"{error} (declaration from {declaration.found_in})") from error
 
 
 def _unreachable(config: Config) -> PublishError:

@@ -27,7 +27,13 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from fixflow.pipeline.datafusion_sql import create_schema, read_delta, register
-from fixflow.pipeline.lakehouse import ProgramLake, open_table
+from fixflow.pipeline.lakehouse import (
+    ProgramLake,
+    filesystem_of,
+    join_path,
+    open_table,
+    subdirectories,
+)
 
 if TYPE_CHECKING:
     from deltalake import QueryBuilder
@@ -110,12 +116,12 @@ class ResultSet:
 
 def results_in_directory(directory: str) -> ResultSet:
     """Delta tables directly under ``directory`` (the OUT_DIR of ``fixflow eval``)."""
-    filesystem, base = _filesystem(directory)
+    filesystem, base = filesystem_of(directory)
     info = filesystem.get_file_info(base)
     if info.type != pafs.FileType.Directory:
         raise ResultsError(f"{directory}: no such directory")
     tables = tuple(
-        ResultTable(name, _join(directory, name)) for name in _delta_children(filesystem, base)
+        ResultTable(name, join_path(directory, name)) for name in _delta_children(filesystem, base)
     )
     return ResultSet(directory, tables)
 
@@ -125,10 +131,10 @@ def results_in_lake(lake_root: str, program: str | None = None) -> ResultSet:
     if program is not None:
         lake = ProgramLake(lake_root, program)
         return ResultSet(_results_dir(lake), _program_tables(lake))
-    filesystem, base = _filesystem(lake_root)
+    filesystem, base = filesystem_of(lake_root)
     tables = [
         table
-        for stem in _subdirectories(filesystem, base)
+        for stem in subdirectories(filesystem, base)
         for table in _program_tables(ProgramLake(lake_root, stem))
     ]
     return ResultSet(lake_root, tuple(tables))
@@ -140,7 +146,7 @@ def _results_dir(lake: ProgramLake) -> str:
 
 
 def _program_tables(lake: ProgramLake) -> tuple[ResultTable, ...]:
-    filesystem, results_base = _filesystem(_results_dir(lake))
+    filesystem, results_base = filesystem_of(_results_dir(lake))
     return tuple(
         ResultTable(name, lake.results(name), lake.program)
         for name in _delta_children(filesystem, results_base)
@@ -165,35 +171,14 @@ def find_results(
         raise ResultsError(f"{where}: cannot list result tables: {_first_line(error)}") from error
 
 
-def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
-    # Object stores are written s3a:// for Spark's Hadoop connector; Arrow knows them as s3://.
-    uri = "s3://" + location[len("s3a://") :] if location.startswith("s3a://") else location
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), uri
-    return pafs.FileSystem.from_uri(uri)
-
-
-def _subdirectories(filesystem: pafs.FileSystem, base: str) -> list[str]:
-    selector = pafs.FileSelector(base, allow_not_found=True)
-    return sorted(
-        info.base_name
-        for info in filesystem.get_file_info(selector)
-        if info.type == pafs.FileType.Directory and not info.base_name.startswith("_")
-    )
-
-
 def _delta_children(filesystem: pafs.FileSystem, base: str) -> list[str]:
     """Names of the subdirectories of ``base`` that are Delta tables."""
     names = []
-    for name in _subdirectories(filesystem, base):
-        marker = filesystem.get_file_info(_join(base, name, DELTA_LOG))
+    for name in subdirectories(filesystem, base):
+        marker = filesystem.get_file_info(join_path(base, name, DELTA_LOG))
         if marker.type == pafs.FileType.Directory:
             names.append(name)
     return names
-
-
-def _join(*parts: str) -> str:
-    return "/".join(p.rstrip("/") for p in parts)
 
 
 # ---------------------------------------------------------------- reading tables

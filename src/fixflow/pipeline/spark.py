@@ -6,6 +6,9 @@ import logging
 import os
 import shutil
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -15,6 +18,9 @@ from fixflow.pipeline.errors import UserFacingError
 QUIET_LOG4J = Path(__file__).resolve().parent / "log4j2-quiet.properties"
 """The JVM's logging without -v: errors only, no start-up notices."""
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+JVM_NOISE = (b"WARNING: Using incubator modules:",)
+"""Lines the JVM prints to stderr at every start that say nothing to a Fixflow user (Spark's
+launcher adds jdk.incubator.vector); dropped unless -v. log4j's output is not among them."""
 
 DEFAULT_CONF: dict[str, str] = {
     # Workers must run this interpreter, or they start a system Python without our deps.
@@ -44,7 +50,8 @@ def make_session(
         builder = builder.config(key, value)
     _require_java()
     try:
-        session = builder.getOrCreate()
+        with nullcontext() if _verbose() else _jvm_stderr_without_noise():
+            session = builder.getOrCreate()
     except Exception as error:  # PySparkRuntimeError(JAVA_GATEWAY_EXITED) and the like
         if "JAVA_GATEWAY_EXITED" not in str(error):
             raise
@@ -80,12 +87,48 @@ def _require_java() -> None:
 def _quiet_jvm(settings: dict[str, str]) -> dict[str, str]:
     """Hide the JVM's start-up notices and warnings unless Fixflow logs at INFO (``-v``) or
     the caller configures log4j itself."""
-    if logging.getLogger("fixflow").getEffectiveLevel() <= logging.INFO:
+    if _verbose():
         return {}
     options = settings.get(JAVA_OPTIONS, "")
     if "log4j2.configurationFile" in options:
         return {}
     return {JAVA_OPTIONS: f"{options} -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}".strip()}
+
+
+def _verbose() -> bool:
+    return logging.getLogger("fixflow").getEffectiveLevel() <= logging.INFO
+
+
+@contextmanager
+def _jvm_stderr_without_noise() -> Iterator[None]:
+    """Start the JVM with its stderr on a pipe that a daemon thread copies to ours, minus
+    ``JVM_NOISE``. The JVM (and the Python workers it forks) keep the pipe for their
+    lifetime; this process gets its own stderr back once the JVM has started."""
+    read_end, write_end = os.pipe()
+    ours = os.dup(2)
+    threading.Thread(
+        target=_copy_lines, args=(read_end, ours), name="jvm-stderr", daemon=True
+    ).start()
+    sys.stderr.flush()
+    os.dup2(write_end, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(ours, 2)
+        os.close(write_end)
+
+
+def _copy_lines(source: int, target: int) -> None:
+    with open(source, "rb") as lines, open(target, "wb", closefd=False) as sink:
+        for line in lines:  # until the JVM exits; always drained, or the JVM would block
+            if line.startswith(JVM_NOISE):
+                continue
+            try:
+                sink.write(line)
+                sink.flush()
+            except OSError:  # our stderr is gone (a closed terminal): keep draining
+                pass
 
 
 def cluster_packages() -> str:

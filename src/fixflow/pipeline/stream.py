@@ -63,6 +63,7 @@ from fixflow.pipeline.lakehouse import (
     open_table,
     overwrite_rows,
     read_before_batch,
+    record_program,
 )
 from fixflow.pipeline.metrics import Health, Metrics, Strategy
 
@@ -120,6 +121,7 @@ class ProgramStream:
         program_file: str | Path,
         metrics: Metrics | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
+        on_round: Callable[[Progress], None] | None = None,
     ) -> None:
         self.spark = spark
         self.config = config
@@ -128,10 +130,13 @@ class ProgramStream:
         self.report: Report = load(text, str(program_file))
         self.program = self.report.analysis.program
         self.lake = ProgramLake.for_program(config.lake.path, self.program_file)
+        record_program(self.lake, text)  # `fixflow publish` reads its declarations there
         self.metrics = metrics
         if metrics is not None:
             metrics.declare(self.program.inputs, (s.index for s in self.report.strata))
         self.on_batch = on_batch
+        self.on_round = on_round
+        """Called after every evaluation round (progress output of long batches)."""
         options = EvalOptions(
             max_iterations=config.engine.max_iterations,
             engine_options=engine_options(config),
@@ -370,6 +375,8 @@ class ProgramStream:
 
     def _on_round(self, progress: Progress) -> None:
         """Per evaluation round: deltas propagated and the termination residual."""
+        if self.on_round is not None:
+            self.on_round(progress)
         if self.metrics is None:
             return
         stratum = str(progress.stratum)

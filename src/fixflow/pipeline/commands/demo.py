@@ -44,77 +44,128 @@ def run(args: argparse.Namespace) -> int:
         print(f"fixflow demo: {error}", file=sys.stderr)
         return 1
     try:
-        return Demo(config, keep=args.keep).run()
+        return Demo(config, keep=args.keep, conf=args.conf).run()
     except (BrokerError, ConfigError, MetricsPortBusy) as error:
         print(f"fixflow demo: {error}", file=sys.stderr)
         return 1
 
 
 class Demo:
-    def __init__(self, config: Config, keep: bool) -> None:
+    """The demo's programs run as `demo_sssp`, `demo_cc` and `demo_pagerank` in the
+    configured lake, so `fixflow show`/`query` find their tables afterwards; the program
+    files are copied to `<lake>/_demo/`. The broker is stopped at the end if the demo
+    started it."""
+
+    def __init__(self, config: Config, keep: bool, conf: str | None = None) -> None:
+        self.conf_flag = f" --conf {conf}" if conf else ""
+        """Repeated in the commands the demo suggests, so they read the same lake."""
         stamp = time.strftime("%Y%m%d%H%M%S")
         # A fresh topic prefix per run: the embedded broker may still hold an earlier run.
         kafka = dataclasses.replace(config.kafka, topic_prefix=f"demo{stamp}.")
-        lake_root = Path(config.lake.path) / "demo"
-        if lake_root.exists() and not keep:
-            shutil.rmtree(lake_root)
-        lake = dataclasses.replace(config.lake, path=str(lake_root))
+        self.lake_root = Path(config.lake.path).resolve()
+        lake = dataclasses.replace(config.lake, path=str(self.lake_root))  # paths it prints
         self.config = dataclasses.replace(config, kafka=kafka, lake=lake)
-        self.workdir = lake_root / "programs"
+        self.workdir = self.lake_root / "_demo"
+        if not keep:
+            for name in PROGRAMS:
+                shutil.rmtree(self.lake_root / f"demo_{name}", ignore_errors=True)
 
     def run(self) -> int:
-        from fixflow.pipeline.broker import start_broker
+        from fixflow.pipeline.broker import broker_status, start_broker
+
+        config = self.config
+        say("Fixflow demo: SSSP, CC and PageRank kept up to date from one Kafka topic")
+        started_broker = False
+        if config.kafka.embedded:
+            started_broker = not broker_status(config).running
+            say(f"broker: {start_broker(config).message}")
+        try:
+            self._run_programs()
+        finally:
+            if config.kafka.embedded:
+                self._leave_broker(started_broker)
+        return 0
+
+    def _run_programs(self) -> None:
+        from fixflow.pipeline.commands.progress import RoundPrinter
         from fixflow.pipeline.metrics import Metrics, serve_configured
         from fixflow.pipeline.spark import make_session
         from fixflow.pipeline.stream import ProgramStream
 
         config = self.config
         files = self._materialize_bundle()
-        say("Fixflow demo: SSSP, CC and PageRank kept up to date from one Kafka topic")
-        if config.kafka.embedded:
-            say(f"broker: {start_broker(config).message}")
-        say("starting Spark (local) ...")
-        spark = make_session(config.spark.master, "fixflow-demo", dict(config.spark.conf))
         metrics = Metrics()
         server = serve_configured(metrics, config.metrics)
-        streams = {
-            name: ProgramStream(spark, config, files[f"{name}.dl"], metrics) for name in PROGRAMS
-        }
-        for name, stream in streams.items():
-            verdicts = ", ".join(f"{v.relation}: {v.eval_class}" for v in stream.report.verdicts)
-            say(f"checked {name}.dl — {verdicts}")
+        if server is not None:
+            url = f"http://{config.metrics.host}:{server.port}/metrics"
+            say(f"metrics: {url} (while the demo runs)")
+        say("starting Spark (local) ...")
+        spark = make_session(config.spark.master, "fixflow-demo", dict(config.spark.conf))
+        try:
+            streams = {
+                name: ProgramStream(
+                    spark,
+                    config,
+                    files[f"{name}.dl"],
+                    metrics,
+                    on_round=RoundPrinter(label=f"{name}: "),
+                )
+                for name in PROGRAMS
+            }
+            for name, stream in streams.items():
+                verdicts = ", ".join(
+                    f"{v.relation}: {v.eval_class}" for v in stream.report.verdicts
+                )
+                say(f"checked {name}.dl — {verdicts}")
+            self._load_and_update(files, streams)
+            self._print_where(streams)
+        finally:
+            if server is not None:
+                server.stop()
+            spark.stop()
 
+    def _load_and_update(self, files: dict[str, Path], streams: dict[str, ProgramStream]) -> None:
         self._publish(files["edge.facts"], delete=False, what="the bundled graph")
         self._process(streams, "initial load")
         self._print_results(streams)
-
         self._publish(files["insert.facts"], delete=False, what="insertions")
         self._publish(files["delete.facts"], delete=True, what="deletions")
         self._process(streams, "update")
         self._print_changes(streams)
 
-        lake = next(iter(streams.values())).lake
+    def _print_where(self, streams: dict[str, ProgramStream]) -> None:
         say("")
-        say(f"result tables  {Path(lake.root).resolve()}/<program>/results/<relation>")
-        say(f"checkpoints    {Path(lake.root).resolve()}/<program>/_checkpoints")
-        say(f"dead letters   {Path(lake.root).resolve()}/<program>/dead_letter")
-        if server is not None:
-            server.stop()  # `fixflow run` keeps its endpoint up; the demo ends here
-            say("metrics        served during the demo only; `fixflow run` serves them at")
-            port = config.metrics.port or "PORT"  # port 0: a free one, printed by `run`
-            say(f"               http://{config.metrics.host}:{port}/metrics")
+        for name, stream in streams.items():
+            lake = stream.lake
+            tables = ", ".join(stream.program.outputs)
+            say(f"{name:9s} results {lake.base}/results/ ({tables})")
+            say(f"{'':9s} checkpoints {lake.checkpoints}")
+            dead = Path(lake.dead_letter)
+            say(
+                f"{'':9s} dead letters {dead}"
+                if dead.exists()
+                else f"{'':9s} dead letters: none (a bad message would go to {dead})"
+            )
+        say(f"look at them:  fixflow show sssp --program demo_sssp{self.conf_flag}")
         say(
-            'query them:    fixflow query "SELECT * FROM sssp ORDER BY dist" '
-            f"--results {Path(lake.root).resolve()}/demo_sssp/results"
+            f'               fixflow query "SELECT * FROM demo_sssp.sssp ORDER BY dist"'
+            f"{self.conf_flag}"
         )
-        spark.stop()
-        return 0
 
-    # ------------------------------------------------------------ steps
+    def _leave_broker(self, started_here: bool) -> None:
+        from fixflow.pipeline.broker import stop_broker
+
+        if started_here:
+            say(f"broker: {stop_broker(self.config).message} (the demo started it)")
+            return
+        say(
+            "broker: left running, as it was before the demo "
+            f"(`fixflow broker stop{self.conf_flag}` stops it)"
+        )
 
     def _materialize_bundle(self) -> dict[str, Path]:
-        """Copy the bundled programs and facts next to the demo lake (the lake directory of
-        a program is named after its file)."""
+        """Copy the bundled programs and facts to `<lake>/_demo/` (the lake directory of a
+        program is named after its file: demo_sssp.dl runs as demo_sssp)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         bundle = resources.files("fixflow.pipeline.demo")
         files = {}
@@ -135,6 +186,7 @@ class Demo:
 
     def _process(self, streams: dict[str, ProgramStream], label: str) -> None:
         for name, stream in streams.items():
+            say(f"{label} {name} ...")
             before = len(stream.reports)
             started = time.monotonic()
             query = stream.start(available_now=True)

@@ -21,18 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fixflow.checker.ast import Attribute
+from fixflow.pipeline.commands.progress import RoundPrinter, engine_figures
 
 if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command needs them
     import pyarrow as pa
 
     from fixflow.checker.model import Report
-    from fixflow.operators.evaluate import Evaluation, Progress
+    from fixflow.operators.evaluate import Evaluation
 
 HELP = "evaluate a program once over fact files, writing Delta tables"
 ENGINES = ("sync", "async", "hybrid")
-PROGRESS_AFTER_SECONDS = 5.0
-PROGRESS_EVERY_SECONDS = 5.0
-"""Progress lines start once a stratum has run this long (short runs stay quiet)."""
 
 log = logging.getLogger(__name__)
 
@@ -116,46 +114,6 @@ def _error(message: str) -> int:
     return 1
 
 
-class _ProgressPrinter:
-    """Prints a line per round once a stratum runs long, at most one every few seconds."""
-
-    def __init__(self) -> None:
-        self.stratum_started: dict[int, float] = {}
-        self.last_print = 0.0
-        self.last: dict[int, Progress] = {}
-        """The last round of every stratum (its engine figures go into the summary)."""
-
-    def __call__(self, progress: Progress) -> None:
-        self.last[progress.stratum] = progress
-        now = time.monotonic()
-        started = self.stratum_started.setdefault(progress.stratum, now)
-        if now - started < PROGRESS_AFTER_SECONDS or now - self.last_print < PROGRESS_EVERY_SECONDS:
-            return
-        self.last_print = now
-        measure = progress.measure
-        print(
-            f"  stratum {progress.stratum} ({', '.join(progress.relations)}, "
-            f"{progress.strategy}): round {progress.round}, "
-            f"{progress.pending} pending"
-            + ("" if measure is None else f", measure {measure:.3g}")
-            + engine_figures(progress.detail),
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-def engine_figures(detail: Mapping[str, float]) -> str:
-    """The async engine's figures of a stage, for progress lines ("" for sync rounds)."""
-    if not detail:
-        return ""
-    return (
-        f", {int(detail.get('local_iterations', 0))} local iterations, "
-        f"{int(detail.get('messages', 0))} messages, "
-        f"beta {detail.get('beta_min', 0):.0f}-{detail.get('beta_max', 0):.0f}, "
-        f"cut {int(detail.get('cut', 0))}"
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     from fixflow.checker import CheckError, load
     from fixflow.checker.diagnostics import render_all
@@ -210,7 +168,7 @@ def _evaluate_and_write(
         max_iterations=args.max_iterations,
         engine_options=EngineOptions(mode=args.engine, shards=args.shards),
         partitions=args.partitions,
-        progress=_ProgressPrinter(),
+        progress=RoundPrinter(),
         local_rows=args.local_rows,
     )
     started = time.monotonic()
@@ -222,7 +180,7 @@ def _evaluate_and_write(
     _write_outputs(args, report, _Results(report, evaluation, inputs))
     printer = options.progress
     for stats in evaluation.stats:
-        last = printer.last.get(stats.stratum) if isinstance(printer, _ProgressPrinter) else None
+        last = printer.last.get(stats.stratum) if isinstance(printer, RoundPrinter) else None
         if last is not None and last.detail:
             print(
                 f"stratum {stats.stratum} ({', '.join(stats.relations)}): {args.engine} engine, "

@@ -12,6 +12,7 @@ from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_
 if TYPE_CHECKING:  # the parser is imported where used, only with --program
     from fixflow.checker.ast import Program
     from fixflow.pipeline.producer import Progress
+    from fixflow.pipeline.publish import PublishResult
 
 HELP = "publish facts from a CSV/TSV file to Kafka"
 
@@ -63,7 +64,19 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     print(result)
+    if args.program is None:
+        print(f"fixflow publish: {_typing_note(result, config.lake.path)}", file=sys.stderr)
     return 0
+
+
+def _typing_note(result: PublishResult, lake: str) -> str:
+    """Without --program, which declaration the values were checked against, if any."""
+    if result.typed_by is not None:
+        return f"values checked against the .decl of {result.relation} in {result.typed_by}"
+    return (
+        f"values not checked: no --program, and no program run on the lake {lake} declares "
+        f"{result.relation} (integers and floats sent as numbers, the rest as text)"
+    )
 
 
 def _print_progress(progress: Progress) -> None:

@@ -53,11 +53,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(config: Config, program: str, available_now: bool) -> int:
+    from fixflow.pipeline.commands.progress import RoundPrinter
     from fixflow.pipeline.session import Session
 
     with Session(config, program) as session:
         print(session.describe())
         session.stream.on_batch = session.print_batch
+        session.stream.on_round = RoundPrinter()
         query = session.stream.start(available_now=available_now)
         if available_now:
             query.awaitTermination()
