@@ -111,6 +111,7 @@ def stop_broker(config: Config, timeout: float = 10.0) -> BrokerStatus:
     pid = _live_pid(config)
     if pid is None:
         pid_file(config).unlink(missing_ok=True)
+        _stop_store(config)  # left running by a broker start that failed
         status = broker_status(config)
         if status.running:
             return BrokerStatus(True, where, None, f"not stopped: {status.message}")

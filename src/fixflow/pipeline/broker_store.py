@@ -19,6 +19,7 @@ import json
 import logging
 import shutil
 import socket
+import subprocess
 import sys
 import sysconfig
 import time
@@ -88,13 +89,14 @@ def _log_file(config: Config) -> Path:
 def start_store(config: Config, timeout: float = START_TIMEOUT_S) -> Store:
     """The running store of this lake, started if needed, with its bucket in place."""
     store = _settings(config)
+    process = None
     if processes.live_pid(_pid_file(config), WEED) is None:
         _wait_for_ports_to_free(store, timeout=15.0)
         process = processes.spawn(
             _command(config, store), _log_file(config), _pid_file(config), {"GOMEMLIMIT": "256MiB"}
         )
         log.info("started the broker's store at %s (pid %d)", store.endpoint, process.pid)
-    _ensure_bucket(config, store, timeout)
+    _ensure_bucket(config, store, timeout, process)
     return store
 
 
@@ -141,6 +143,7 @@ def _command(config: Config, store: Store) -> list[str]:
         "-volume.max=0",  # as many volumes as the disk has room for
         "-master.volumeSizeLimitMB=1024",
         "-volume.preStopSeconds=0",  # no other server to hand over to: stop at once
+        "-master.telemetry=false",  # a development broker's disk reports to nobody
     ]
 
 
@@ -159,13 +162,16 @@ def weed_binary() -> str:
     return found
 
 
-def _ensure_bucket(config: Config, store: Store, timeout: float) -> None:
-    """Create the bucket (a no-op when it exists) once the store answers; meanwhile wait."""
+def _ensure_bucket(
+    config: Config, store: Store, timeout: float, process: subprocess.Popen[bytes] | None
+) -> None:
+    """Create the bucket (a no-op when it exists) once the store answers; meanwhile wait
+    (and give up at once if the store we just started exits)."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
-        if processes.live_pid(_pid_file(config), WEED) is None:
-            last = "the store's process exited"
+        if process is not None and process.poll() is not None:
+            last = f"the store's process exited with code {process.returncode}"
             break
         request = urllib.request.Request(f"{store.endpoint}/{BUCKET}", method="PUT")
         try:
