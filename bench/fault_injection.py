@@ -78,6 +78,10 @@ class Workload:
     done: threading.Event = field(default_factory=threading.Event)
     error: str | None = None
 
+    def sent(self) -> int:
+        """Messages the broker acknowledged so far."""
+        return self.valid + len(self.malformed)
+
 
 def write_conf(base: Path, port: int, per_trigger: int) -> Path:
     conf = base / "fault.toml"
@@ -219,38 +223,62 @@ class Runs:
 
     def batches(self) -> int:
         """Batches committed so far: the highest batch id printed, plus one."""
-        ids = [
-            int(line.split()[1].rstrip(":"))
-            for path in self.outputs
-            for line in path.read_text(errors="replace").splitlines()
-            if line.startswith("batch ")
-        ]
-        return max(ids, default=-1) + 1
+        return max(self._records_per_batch(), default=-1) + 1
+
+    def records(self) -> int:
+        """Records the committed batches read (a batch replayed after a kill counts once)."""
+        return sum(self._records_per_batch().values())
+
+    def _records_per_batch(self) -> dict[int, int]:
+        found: dict[int, int] = {}
+        for path in self.outputs:
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("batch "):  # "batch 7: 100 records, ..."
+                    words = line.split()
+                    found[int(words[1].rstrip(":"))] = int(words[2])
+        return found
 
 
 def inject_faults(runs: Runs, workload: Workload, args: argparse.Namespace) -> dict[str, int]:
-    """Kill the run and restart the broker at random moments until the publisher is done
-    and enough batches ran."""
+    """After each new batch, at a random moment: kill the run (and start it again) or
+    restart the broker, until the run has read everything the broker acknowledged and at
+    least ``--batches`` batches ran."""
     rng = random.Random(args.seed + 1)
     kills = restarts = 0
     runs.start()
-    while not (workload.done.is_set() and runs.batches() >= args.batches):
-        if workload.error:
-            break
-        time.sleep(rng.uniform(5, 25))
-        if restarts < args.restarts and rng.random() < 0.4:
+    while not workload.error and not _finished(runs, workload, args.batches):
+        batches = runs.batches()
+        if not _next_batch(runs, workload, batches, timeout_s=args.stall_s):
+            raise SystemExit(f"no batch after batch {batches - 1} for {args.stall_s:.0f} s")
+        time.sleep(rng.uniform(0, 6))  # somewhere in the next batch, or between two
+        if restarts < args.restarts and rng.random() < 0.25:
             fixflow("broker", "stop", "--conf", str(runs.conf))
             time.sleep(rng.uniform(0, 3))
             fixflow("broker", "start", "--conf", str(runs.conf))
             restarts += 1
-        elif kills < args.kills:
+        elif kills < args.kills and rng.random() < 0.5:
             runs.kill()
             kills += 1
             log(f"  SIGKILL {kills} after batch {runs.batches() - 1}; restarting the run")
             runs.start()
-        log(f"  {runs.batches()} batches, {len(workload.malformed)} malformed acknowledged")
+        log(f"  {runs.batches()} batches, {runs.records()} of {workload.sent()} records read")
     runs.kill()
     return {"kills": kills, "restarts": restarts}
+
+
+def _finished(runs: Runs, workload: Workload, batches: int) -> bool:
+    done = workload.done.is_set() and runs.records() >= workload.sent()
+    return done and runs.batches() >= batches
+
+
+def _next_batch(runs: Runs, workload: Workload, batches: int, timeout_s: float) -> bool:
+    """Wait until the run has committed a batch beyond ``batches`` (or read everything)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if runs.batches() > batches or _finished(runs, workload, 0):
+            return True
+        time.sleep(0.5)
+    return False
 
 
 # ---------------------------------------------------------------- the checks
@@ -324,6 +352,7 @@ def run(args: argparse.Namespace) -> str:
     fixflow("broker", "stop", "--conf", str(conf))
     figures = {
         "batches": runs.batches(),
+        "records read (each batch once)": runs.records(),
         "valid messages": workload.valid,
         "malformed messages": len(workload.malformed),
         "net edges": len(workload.present),
@@ -361,10 +390,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=100, help="at least this many batches")
     parser.add_argument("--malformed", type=int, default=10_000)
     parser.add_argument("--waves", type=int, default=60, help="publish waves")
-    parser.add_argument("--per-trigger", type=int, default=150, help="max records per batch")
+    parser.add_argument("--per-trigger", type=int, default=100, help="max records per batch")
     parser.add_argument("--kills", type=int, default=8, help="SIGKILLs of fixflow run")
     parser.add_argument("--restarts", type=int, default=3, help="broker stop/start cycles")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--stall-s", type=float, default=900, help="give up when no batch comes for this long"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/FAULT_RESULTS.md"))
     parser.add_argument("--markdown", action="store_true", help="print the report instead")
     args = parser.parse_args()

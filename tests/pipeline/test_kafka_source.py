@@ -13,11 +13,13 @@ import pytest
 from fixflow.pipeline.broker import ensure_topics
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka_source import (
+    KafkaRange,
     KafkaStreamReader,
     cap_offsets,
     end_offsets,
     lag_from_progress,
     native_options,
+    read_range,
     read_stream,
     record_count,
     write_limit_file,
@@ -87,6 +89,38 @@ def test_every_message_exactly_once_across_restarts(
         for partition in range(broker.kafka.partitions):
             offsets = [o for t, p, o, _ in seen if t == topic and p == partition]
             assert offsets == sorted(offsets)
+
+
+def test_a_range_reads_exactly_its_records_with_keys_timestamps_and_bad_bytes(
+    broker: Config,
+) -> None:
+    """The task-side reader (librdkafka): exactly [start, end) in offset order, across
+    several chunks; a missing key stays null; invalid UTF-8 arrives replaced (the dead-letter
+    table gets it) instead of failing the task."""
+    from kafka import KafkaProducer
+
+    topic = f"range-{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker, [topic])
+    producer = KafkaProducer(bootstrap_servers=broker.kafka.bootstrap_servers, linger_ms=20)
+    values = [json.dumps({"n": i}).encode() for i in range(5000)]
+    values[4321] = b"\xff\xfe not utf-8"
+    for i, value in enumerate(values):
+        producer.send(topic, key=None if i % 7 == 0 else str(i).encode(), value=value, partition=0)
+    producer.flush()
+    producer.close()
+
+    part = KafkaRange(broker.kafka.bootstrap_servers, topic, 0, 17, 4990, timeout_s=60)
+    batches = list(read_range(part))
+    assert len(batches) > 1, "more records than one chunk"
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert [r["offset"] for r in rows] == list(range(17, 4990))
+    assert all(r["topic"] == topic and r["partition"] == 0 for r in rows)
+    for row in rows:
+        n = row["offset"]
+        assert row["key"] == (None if n % 7 == 0 else str(n))
+        expected = "\ufffd\ufffd not utf-8" if n == 4321 else values[n].decode()
+        assert row["value"] == expected
+        assert abs((dt.datetime.now(dt.UTC) - row["timestamp"]).total_seconds()) < 600
 
 
 @pytest.mark.parametrize("count", [1, 37, 3000])

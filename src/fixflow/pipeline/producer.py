@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.fact_columns import Messages
+from fixflow.pipeline.librdkafka import QuietLog
 from fixflow.pipeline.publish import PublishError
 
 if TYPE_CHECKING:  # confluent_kafka is imported where used
@@ -91,14 +92,6 @@ class _Delivery:
         self.broker_error = error.str()
 
 
-class _QuietLog(logging.LoggerAdapter):
-    """librdkafka's own log lines at DEBUG: the errors that matter reach the PublishError
-    (through the callbacks) as one line, not as a burst of connection messages."""
-
-    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
-        self.logger.debug(msg, *args, **kwargs)
-
-
 class Publisher:
     """One librdkafka producer, for one or more sends.
 
@@ -116,7 +109,7 @@ class Publisher:
                 producer_settings(config),
                 on_delivery=self.delivery.on_delivery,
                 error_cb=self.delivery.on_error,
-                logger=_QuietLog(log, {}),
+                logger=QuietLog(log, {}),
             )
         except KafkaException as error:
             raise PublishError(f"cannot create a Kafka producer: {error.args[0].str()}") from error
