@@ -46,8 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphs
-from bench_stream import free_port
-from benchlib import log, machine, write_report
+from benchlib import free_port, log, machine, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 COPY = """.decl edge(src: number, dst: number)

@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import socket
 import statistics
 import sys
 import tempfile
@@ -75,7 +74,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import graphs
-from benchlib import log, machine, write_report
+from benchlib import free_port, log, machine, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = {
@@ -284,12 +283,6 @@ def on_shortest_paths(present: EdgeSet, deleted: Sequence[Edge], source: int) ->
 
 
 # ---------------------------------------------------------------- the stream
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def publish(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import socket
 import sys
 from pathlib import Path
 
@@ -26,6 +27,13 @@ def machine() -> str:
         ]
         cpu = names[0] if names else cpu
     return f"nproc {os.cpu_count()}, memory {memory}, CPU {cpu}, {platform.platform()}"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a broker of the benchmark's own)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def log(message: str) -> None:

@@ -22,7 +22,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import log, machine, write_report
+from benchlib import free_port, log, machine, write_report
 
 from fixflow.pipeline.config import load_config
 from fixflow.pipeline.lakehouse import ProgramLake, read_table
@@ -110,12 +109,6 @@ enabled = false
 """
     )
     return conf
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def fixflow(*args: str) -> None:
