@@ -11,9 +11,10 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker.model import Report
-from fixflow.operators.core import EvalOptions
+from fixflow.operators.core import SEGMENTS, EvalOptions
 from fixflow.operators.evaluate import evaluate
 from fixflow.operators.maintain import Epoch, Maintainer
+from fixflow.operators.materialize import checkpoint_rdds
 from reference.evaluator import evaluate as oracle
 
 from .helpers import Row, edb_frames, report_of
@@ -353,3 +354,44 @@ def test_partitions_stay_bounded_across_epochs(spark: SparkSession) -> None:
 
 def _partitions(maintainer: Maintainer) -> dict[str, int]:
     return {r: f.rdd.getNumPartitions() for r, f in maintainer.frames.items()}
+
+
+COPY_AND_TWO_HOPS = """
+.decl arc(src: number, dst: number)
+.input arc
+.decl copy(src: number, dst: number)
+.output copy
+.decl two(src: number, dst: number)
+.output two
+copy(X, Y) :- arc(X, Y).
+two(X, Z) :- arc(X, Y), arc(Y, Z).
+"""
+
+
+def test_insert_only_relations_grow_by_segments_and_compact_releasing_them(
+    spark: SparkSession,
+) -> None:
+    """Under insertions the EDB and the delta-rule relations gain a stored segment per
+    epoch instead of being stored whole again; at ``SEGMENTS`` they are stored as one and
+    the old segments' blocks are freed (a freed block still read would fail the check)."""
+    persistent = spark.sparkContext._jsc.getPersistentRDDs().size()
+    report = report_of(COPY_AND_TWO_HOPS)
+    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    facts: Facts = {"arc": [(100, 101)]}
+    maintainer.load(declared(report, edb_frames(spark, report, facts)))
+    seen = []
+    for i in range(SEGMENTS + 2):
+        step = {"arc": [(i, i + 1)]}
+        facts["arc"].extend(step["arc"])
+        epoch = maintainer.apply(declared(report, edb_frames(spark, report, step)), {})
+        assert set(strategies(epoch).values()) == {"update:delta-rules"}
+        check_current(spark, report, maintainer, facts, 0.0, engine=False)
+        seen.append({r: len(checkpoint_rdds(f)) for r, f in maintainer.frames.items()})
+    assert sorted(seen[0]) == sorted([*report.analysis.loaded.values(), "copy", "two"])
+    counts = [max(by_relation.values()) for by_relation in seen]
+    assert max(counts) == SEGMENTS, counts  # grown to the limit ...
+    assert counts[SEGMENTS] < SEGMENTS, counts  # ... then stored as one
+    # Still persisted: the live segments (at most SEGMENTS per relation) and the last
+    # epoch's deltas; without releasing, every epoch's segments would pile up.
+    grown = spark.sparkContext._jsc.getPersistentRDDs().size() - persistent
+    assert grown <= 3 * SEGMENTS, grown

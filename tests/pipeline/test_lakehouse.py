@@ -10,6 +10,7 @@ import pytest
 
 from fixflow.pipeline.lakehouse import (
     BatchCommit,
+    Merged,
     ProgramLake,
     already_committed,
     append_rows,
@@ -18,6 +19,7 @@ from fixflow.pipeline.lakehouse import (
     overwrite_rows,
     read_before_batch,
     read_table,
+    table_rows,
 )
 
 
@@ -61,14 +63,17 @@ def test_append_is_idempotent_per_query_and_batch(tmp_path: Path) -> None:
 
 def test_merge_upserts_and_deletes_by_key_in_one_commit(tmp_path: Path) -> None:
     path = str(tmp_path / "results")
+    assert table_rows(path) == 0
     start = pa.table({"node": [1, 2, 3], "b'": ["x", "y", "z"], "dist": [0.0, 1.0, 2.0]})
-    assert merge_changes(path, ["node"], upserts=start, commit=BatchCommit("q", 0))
+    assert merge_changes(path, ["node"], upserts=start, commit=BatchCommit("q", 0)) == Merged(3)
     upserts = pa.table({"node": [2, 4], "b'": ["y", "w"], "dist": [0.5, 3.0]})
     deletes = pa.table({"node": [3]})
-    assert merge_changes(path, ["node"], upserts, deletes, BatchCommit("q", 1))
+    # One row updated, one inserted, one deleted: as many rows as before.
+    assert merge_changes(path, ["node"], upserts, deletes, BatchCommit("q", 1)) == Merged(0)
     expected = [(1, "x", 0.0), (2, "y", 0.5), (4, "w", 3.0)]
     assert _rows(read_table(path)) == expected
-    assert not merge_changes(path, ["node"], upserts, deletes, BatchCommit("q", 1))
+    assert table_rows(path) == 3
+    assert merge_changes(path, ["node"], upserts, deletes, BatchCommit("q", 1)) is None
     assert _rows(read_table(path)) == expected
     # Keys on every column (EDB facts), with a primed attribute name.
     assert merge_changes(
@@ -76,8 +81,9 @@ def test_merge_upserts_and_deletes_by_key_in_one_commit(tmp_path: Path) -> None:
         ["node", "b'", "dist"],
         deletes=pa.table({"node": [4], "b'": ["w"], "dist": [3.0]}),
         commit=BatchCommit("q", 2),
-    )
+    ) == Merged(-1)
     assert _rows(read_table(path)) == expected[:2]
+    assert table_rows(path) == 2
 
 
 def test_read_before_batch_time_travels_on_replay(tmp_path: Path) -> None:

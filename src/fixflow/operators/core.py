@@ -40,7 +40,7 @@ from fixflow.operators.compiler import (
     spark_type,
 )
 from fixflow.operators.engines.base import EngineEnv, EngineOptions, MraEngine, MraState, RoundInfo
-from fixflow.operators.materialize import Materializer
+from fixflow.operators.materialize import Materializer, checkpoint_rdds
 from fixflow.operators.plan import (
     Aggregate,
     Cast,
@@ -348,6 +348,26 @@ class StratumRun:
             self.options.witness,
             self.options.engine_options,
         )
+
+
+SEGMENTS = 8
+"""A relation that only grows (an input relation under insertions, a non-recursive
+relation under delta rules) is kept as a union of at most this many stored segments: an
+epoch stores only its added rows, instead of storing the whole relation again (a job that
+grows with the relation, not with the change); the epoch that would exceed it stores the
+union as one segment again. Scans read the segments' blocks as they would one store's."""
+
+
+def extended(
+    materializer: Materializer, rows: DataFrame, added: DataFrame, *, stored: bool = False
+) -> DataFrame:
+    """``rows`` ∪ ``added`` (``appended``) as a segmented relation (``SEGMENTS``): only
+    ``added`` is stored, unless ``stored`` says it is already a projection of a store of
+    ``materializer`` (no job then); at the segment limit, the whole union is stored."""
+    if len(checkpoint_rdds(rows)) >= SEGMENTS:
+        return materializer.keep(appended(rows, added))
+    segment = added if stored else materializer.keep(compacted(added))
+    return appended(rows, segment)
 
 
 def appended(rows: DataFrame, added: DataFrame) -> DataFrame:

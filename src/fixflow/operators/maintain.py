@@ -32,7 +32,7 @@ from pyspark.sql.types import StructField, StructType
 from fixflow.checker import ast
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.compiler import join_on, minus, positional, spark_type
-from fixflow.operators.core import EvalOptions, Frames, StratumRun, appended
+from fixflow.operators.core import EvalOptions, Frames, StratumRun, appended, extended
 from fixflow.operators.engines import engine_for
 from fixflow.operators.engines.base import MraState
 from fixflow.operators.epoch import (
@@ -247,7 +247,7 @@ class Maintainer:
                 continue
             old[rel], deltas[rel] = self.frames[rel], delta
             self.edb_rows[rel] += delta.n_added - delta.n_removed
-            self.frames[rel] = self.materializer.keep(_changed(old[rel], delta))
+            self.frames[rel] = self._changed(old[rel], delta)
         if not deltas and not self.carried:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
         if self.whole_program_only:
@@ -598,6 +598,15 @@ class Maintainer:
             removed = join_on(current, F.broadcast(removed.distinct()), columns, "left_semi")
         return stored_delta(self.materializer, added, removed)
 
+    def _changed(self, rows: DataFrame, delta: Delta) -> DataFrame:
+        """An input relation's rows after ``delta``, stored: under insertions only, the
+        added rows become a new segment (``core.extended``); removed rows are left out by
+        a broadcast anti join (no shuffle of the relation) and the result stored whole."""
+        if not delta.n_removed:
+            return extended(self.materializer, rows, delta.added)
+        kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")
+        return self.materializer.keep(appended(kept.select(*rows.columns), delta.added))
+
     def _positional_input(self, relation: str, frame: DataFrame | None) -> DataFrame:
         """``frame`` with exactly the relation's declared columns and types (empty if None),
         in positional columns."""
@@ -631,15 +640,6 @@ class Maintainer:
         for frame in self._garbage:
             release_frame(frame, live)
         self._garbage = []
-
-
-def _changed(rows: DataFrame, delta: Delta) -> DataFrame:
-    """An input relation's rows after ``delta``: removed rows left out by a broadcast
-    anti join (no shuffle of the relation), added rows appended."""
-    if not delta.n_removed:
-        return appended(rows, delta.added)
-    kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")
-    return appended(kept.select(*rows.columns), delta.added)
 
 
 def _witnessed(report: Report, relation: str) -> bool:

@@ -164,21 +164,37 @@ def checkpoint_rdd(frame: DataFrame) -> JavaObject | None:
         return None
 
 
+def checkpoint_rdds(frame: DataFrame) -> list[JavaObject]:
+    """Every RDD-backed leaf of ``frame``'s plan: the checkpoints a segmented relation (a
+    union of stored segments, ``core.extended``) reads, or the one under a stored frame."""
+    try:
+        pending = [frame._jdf.queryExecution().logical()]
+    except Exception:
+        log.debug("no plan under %s", frame, exc_info=True)
+        return []
+    found = []
+    while pending:
+        plan = pending.pop()
+        children = plan.children()
+        if children.size() == 0:
+            if plan.nodeName() == "LogicalRDD":
+                found.append(plan.rdd())
+            continue
+        pending.extend(children.apply(i) for i in range(children.size()))
+    return found
+
+
 def live_rdds(frames: Iterable[DataFrame]) -> set[int]:
     """Ids of the checkpointed RDDs under ``frames`` (blocks that must be kept)."""
-    ids = set()
-    for frame in frames:
-        rdd = checkpoint_rdd(frame)
-        if rdd is not None:
-            ids.add(int(rdd.id()))
-    return ids
+    return {int(rdd.id()) for frame in frames for rdd in checkpoint_rdds(frame)}
 
 
 def release_frame(frame: DataFrame, keep: set[int]) -> None:
-    """Free the blocks of a locally checkpointed frame nobody reads any more, unless its
-    RDD's id is in ``keep``; its id joins ``keep`` (several frames may project one
-    checkpoint, e.g. a ``Delta``'s two sides: it is released once)."""
-    rdd = checkpoint_rdd(frame)
-    if rdd is not None and int(rdd.id()) not in keep:
-        keep.add(int(rdd.id()))
-        rdd.unpersist(False)
+    """Free the blocks of a locally checkpointed frame (every segment of a segmented one)
+    nobody reads any more, except RDDs whose id is in ``keep``; released ids join ``keep``
+    (several frames may project one checkpoint, e.g. a ``Delta``'s two sides: it is
+    released once)."""
+    for rdd in checkpoint_rdds(frame):
+        if int(rdd.id()) not in keep:
+            keep.add(int(rdd.id()))
+            rdd.unpersist(False)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
@@ -184,6 +185,19 @@ def open_table(table_path: str, version: int | None = None) -> DeltaTable | None
         return None
 
 
+def table_rows(table_path: str) -> int:
+    """The rows of the table's latest version (0 if it does not exist), from the row counts
+    its log records per file; only files without one are read."""
+    table = open_table(table_path)
+    if table is None:
+        return 0
+    counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+    if counts.null_count:
+        rows = read_table(table_path)
+        return 0 if rows is None else rows.num_rows
+    return int(pc.sum(counts).as_py() or 0)
+
+
 def read_table(table_path: str, version: int | None = None) -> pa.Table | None:
     """The table's rows (at ``version``, default the latest), or None if it does not exist."""
     from fixflow.pipeline.datafusion_sql import read_delta
@@ -300,6 +314,14 @@ def _properties(
     return CommitProperties(custom_metadata=dict(metadata)) if metadata else None
 
 
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """A commit ``merge_changes`` made."""
+
+    rows_gained: int
+    """Rows the table has more than before (negative: fewer)."""
+
+
 def merge_changes(
     table_path: str,
     key_columns: Sequence[str],
@@ -309,10 +331,10 @@ def merge_changes(
     metadata: Mapping[str, str] | None = None,
     *,
     new_rows: bool = False,
-) -> bool:
+) -> Merged | None:
     """Upsert ``upserts`` and delete the rows whose key matches a row of ``deletes``, in one
     commit. Rows are matched on ``key_columns``; ``deletes`` needs only those columns. A key
-    both upserted and deleted is an error (normalize first). True if a commit was made.
+    both upserted and deleted is an error (normalize first). The commit made, or None.
     ``metadata``: more ``fixflow.*`` commit entries (e.g. ``fixflow.provisional``); without
     ``commit`` the commit is not tied to a batch (work between batches). ``new_rows``: the
     caller knows no upserted key is in the table, so without deletes the commit is an
@@ -320,20 +342,20 @@ def merge_changes(
     upserts = _empty_if_none(upserts)
     deletes = _empty_if_none(deletes)
     if upserts.num_rows == 0 and deletes.num_rows == 0:
-        return False
+        return None
     if commit is not None and already_committed(table_path, commit.query_id, commit.batch_id):
         log.info("%s: batch %d already committed, skipping merge", table_path, commit.batch_id)
-        return False
+        return None
     # (idempotence is checked above: the appends below do not check it again)
     if new_rows and deletes.num_rows == 0:
         _append(table_path, upserts, commit, metadata=metadata)  # no need to open the table
-        return True
+        return Merged(upserts.num_rows)
     table = open_table(table_path)
     if table is None:
         if upserts.num_rows == 0:
-            return False  # deleting from a table that does not exist: nothing to do
+            return None  # deleting from a table that does not exist: nothing to do
         _append(table_path, upserts, commit, metadata=metadata)
-        return True
+        return Merged(upserts.num_rows)
     source = _merge_source(pa.schema(table.schema().to_arrow()), key_columns, upserts, deletes)
     merger = table.merge(
         source,
@@ -344,13 +366,14 @@ def merge_changes(
     )
     is_delete = f"s.{OP_COLUMN} = 'delete'"
     is_upsert = f"s.{OP_COLUMN} = 'upsert'"
-    (
+    metrics = (
         merger.when_matched_delete(predicate=is_delete)
         .when_matched_update_all(predicate=is_upsert, except_cols=[OP_COLUMN])
         .when_not_matched_insert_all(predicate=is_upsert, except_cols=[OP_COLUMN])
         .execute()
     )
-    return True
+    inserted, deleted = metrics["num_target_rows_inserted"], metrics["num_target_rows_deleted"]
+    return Merged(int(inserted) - int(deleted))
 
 
 def _empty_if_none(rows: pa.Table | None) -> pa.Table:

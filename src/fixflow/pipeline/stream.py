@@ -64,6 +64,7 @@ from fixflow.pipeline.lakehouse import (
     overwrite_rows,
     read_before_batch,
     record_program,
+    table_rows,
 )
 from fixflow.pipeline.metrics import Health, Metrics, Strategy
 
@@ -165,6 +166,9 @@ class ProgramStream:
         self.reports: list[BatchReport] = []
         self._last_finished: float | None = None
         self._last_lag = 0
+        self.result_rows: dict[str, int] = {}
+        """Per output relation, the rows of its result table: counted once from the table's
+        log, then kept up to date from what every commit added and removed (no Spark job)."""
         self.ensure_result_tables()
 
     # ------------------------------------------------------------ the hook
@@ -262,6 +266,7 @@ class ProgramStream:
         for relation in self.program.outputs:
             if open_table(self.lake.results(relation)) is None:
                 append_rows(self.lake.results(relation), self.result_schema(relation).empty_table())
+            self.result_rows[relation] = table_rows(self.lake.results(relation))
 
     def _commit_epoch(self, epoch: Epoch, commit: BatchCommit | None) -> dict[str, int]:
         """Commit an epoch's changed result rows (and, async, the pending deltas)."""
@@ -280,7 +285,7 @@ class ProgramStream:
                     self._table_columns(relation, one), self.result_schema(relation)
                 )
                 new_rows = False
-            if merge_changes(
+            merged = merge_changes(
                 self.lake.results(relation),
                 self._table_keys(relation, change),
                 upserts,
@@ -288,8 +293,10 @@ class ProgramStream:
                 commit,
                 metadata,
                 new_rows=new_rows,
-            ):
+            )
+            if merged is not None:
                 changed[relation] = upserts.num_rows + deletes.num_rows
+                self.result_rows[relation] += merged.rows_gained
             if self.async_mode:
                 self._flagged[relation] = epoch.provisional
         if self.async_mode:
@@ -403,10 +410,8 @@ class ProgramStream:
                     )
                     self.metrics.choose_strategy(stratum.stratum, kind)
                     self.metrics.rounds.labels(stratum=str(stratum.stratum)).inc(stratum.rounds)
-        for relation in self.program.outputs:
-            if relation in self.maintainer.relations:
-                rows = self.maintainer.relations[relation].count()
-                self.metrics.result_rows.labels(relation=relation).set(rows)
+        for relation, rows in self.result_rows.items():
+            self.metrics.result_rows.labels(relation=relation).set(rows)
 
     def adapt_batch_size(self, report: BatchReport, lag: int) -> int:
         """PowerLog's β rule on the per-trigger record limit (docs/architecture.md §4).

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame
 from fixflow.checker import ast
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import join_on, minus, positional
-from fixflow.operators.core import Bootstrapped, StratumRun, appended, atoms_over
+from fixflow.operators.core import Bootstrapped, StratumRun, appended, atoms_over, extended
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan, Scan, Union
 
@@ -52,7 +52,12 @@ def delta_rules(ctx: UpdateContext) -> Outcome:
         derived = ctx.combine(relation, ctx.inserted_rows(relation))
         added = join_on(derived, current, current.columns, "left_anti")
         delta = ctx.delta(added, ctx.frames.empty(relation))
-        frames[relation] = ctx.keep(appended(current, delta.added)) if delta.n_added else current
+        # The delta is stored (ctx.delta): the relation gains it as a segment, no job.
+        frames[relation] = (
+            extended(ctx.materializer, current, delta.added, stored=True)
+            if delta.n_added
+            else current
+        )
         deltas[relation] = delta
     return Outcome(frames, deltas)
 
