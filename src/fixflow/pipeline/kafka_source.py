@@ -592,7 +592,9 @@ def read_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
         position = part.start
         deadline = time.monotonic() + part.timeout_s
         while position < part.end:
-            records = _records(consumer.consume(READ_CHUNK, 0.2))
+            # Never ask for more than the range still holds: consume() waits its whole
+            # timeout for a count it cannot reach (0.2 s of every small batch's read).
+            records = _records(consumer.consume(min(READ_CHUNK, part.end - position), 0.2))
             wanted = [r for r in records if part.start <= r.offset() < part.end]
             if wanted:
                 position = wanted[-1].offset() + 1
