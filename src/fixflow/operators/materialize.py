@@ -87,7 +87,8 @@ class Materializer:
         values = dict(observation.get) if observation is not None else {}
         if corrected:
             stored = exact_size(stored, int(values[ROWS]))
-        return Stored(stored, checkpoint_rdd(stored), values)
+        (rdd,) = checkpoint_rdds(stored) or [None]  # a fresh store has exactly one
+        return Stored(stored, rdd, values)
 
     def keep(self, frame: DataFrame) -> DataFrame:
         """``frame`` materialized (one job)."""
@@ -151,22 +152,10 @@ def exact_size(stored: DataFrame, rows: int) -> DataFrame:
     return DataFrame(frame, spark)
 
 
-def checkpoint_rdd(frame: DataFrame) -> JavaObject | None:
-    """The checkpointed RDD holding ``frame``'s rows, looking through projections and
-    filters (such as an MRA state's relation rows); None when there is none."""
-    try:
-        plan = frame._jdf.queryExecution().logical()
-        while plan.children().size() == 1:
-            plan = plan.children().head()
-        return plan.rdd()
-    except Exception:  # not a checkpointed LogicalRDD (e.g. an empty local relation)
-        log.debug("no checkpoint under %s", frame, exc_info=True)
-        return None
-
-
 def checkpoint_rdds(frame: DataFrame) -> list[JavaObject]:
     """Every RDD-backed leaf of ``frame``'s plan: the checkpoints a segmented relation (a
-    union of stored segments, ``core.extended``) reads, or the one under a stored frame."""
+    union of stored segments, ``core.extended``) reads, or the one under a stored frame
+    (looking through projections and filters, such as an MRA state's relation rows)."""
     try:
         pending = [frame._jdf.queryExecution().logical()]
     except Exception:
