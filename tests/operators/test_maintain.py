@@ -395,3 +395,33 @@ def test_insert_only_relations_grow_by_segments_and_compact_releasing_them(
     # epoch's deltas; without releasing, every epoch's segments would pile up.
     grown = spark.sparkContext._jsc.getPersistentRDDs().size() - persistent
     assert grown <= 3 * SEGMENTS, grown
+
+
+def _shuffles(frame: DataFrame) -> bool:
+    return "Exchange" in frame._jdf.queryExecution().executedPlan().toString()
+
+
+def test_an_insert_only_change_is_reported_without_a_shuffle(spark: SparkSession) -> None:
+    """Insertions only: the epoch's exact delta is the change (its added rows upserted, no
+    key deleted), with no EXCEPT against the removed side, so collecting it shuffles
+    nothing; an epoch that also deletes still diffs the two sides."""
+    report = report_of(COPY_AND_TWO_HOPS)
+    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer.load(declared(report, edb_frames(spark, report, {"arc": [(100, 101)]})))
+    maintainer.pending_changes()  # the consumer now holds the loaded rows
+    epoch = maintainer.apply(
+        declared(report, edb_frames(spark, report, {"arc": [(1, 2), (2, 3)]})), {}
+    )
+    copy, two = epoch.changes["copy"], epoch.changes["two"]
+    assert {tuple(r) for r in copy.upserts.collect()} == {(1, 2), (2, 3)}
+    assert {tuple(r) for r in two.upserts.collect()} == {(1, 3)}
+    assert copy.deletes.count() == two.deletes.count() == 0
+    assert not any(_shuffles(f) for c in (copy, two) for f in (c.upserts, c.deletes))
+    epoch = maintainer.apply(
+        declared(report, edb_frames(spark, report, {"arc": [(3, 4)]})),
+        declared(report, edb_frames(spark, report, {"arc": [(1, 2)]})),
+    )
+    copy = epoch.changes["copy"]
+    assert {tuple(r) for r in copy.upserts.collect()} == {(3, 4)}
+    assert {tuple(r) for r in copy.deletes.collect()} == {(1, 2)}
+    assert _shuffles(copy.deletes)
