@@ -279,7 +279,7 @@ def test_naive_gcn_is_reevaluated(spark: SparkSession) -> None:
 
 def test_elastic_switch_bootstraps(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     # The deadline alone: with switch_fraction 0 the prediction would fire first.
-    monkeypatch.setattr(Maintainer, "_outgrown", lambda self, changed: "")
+    monkeypatch.setattr(Maintainer, "_outgrown", lambda self, stratum, changed: "")
     epochs = run_epochs(
         spark,
         SSSP,
@@ -299,6 +299,47 @@ def test_elastic_switch_predicts_a_change_that_outgrows_the_inputs(spark: SparkS
     assert "outgrows" not in epochs[0].strata[0].note  # (an update, unless its deadline ran out)
     assert strategies(epochs[1]) == {"sp": "bootstrap:switched"}
     assert "the change of warc (4 facts) outgrows its 3 facts before" in epochs[1].strata[0].note
+
+
+def test_an_abandoned_update_sends_changes_as_large_to_a_bootstrap_for_a_while(
+    spark: SparkSession,
+) -> None:
+    """The elastic switch's lesson: after an update ran past its budget, a change at least
+    as large (relative to its input) is bootstrapped at once, a smaller one is updated, and
+    after LESSON_EPOCHS epochs the lesson is forgotten."""
+    report = report_of(SSSP)
+    # No prediction from size alone, and no abandonment after the first epoch's: its
+    # bootstrap measures the budget anew, a million times what the bootstrap took.
+    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    facts = {"warc": [(i, i + 1, 1.0) for i in range(1, 11)]}  # 10 facts
+    maintainer.load(declared(report, edb_frames(spark, report, facts)))
+    maintainer.bootstrap_seconds = dict.fromkeys(maintainer.bootstrap_seconds, 0.0)
+    steps = [
+        [(11, 12, 1.0), (12, 13, 1.0)],  # 2/10: abandoned (a zero budget)
+        [(13, 14, 1.0), (14, 15, 1.0), (15, 16, 1.0)],  # 3/12 >= 2/10: the lesson
+        [(16, 17, 1.0)],  # 1/15: an update
+        [(20 + i, 21 + i, 1.0) for i in range(5)],  # 5/16: the lesson
+        [(30 + i, 31 + i, 1.0) for i in range(6)],  # 6/21: the lesson, its last epoch
+        [(40 + i, 41 + i, 1.0) for i in range(7)],  # 7/27: forgotten, an update
+    ]
+    epochs = []
+    for rows in steps:
+        facts["warc"] += rows
+        epochs.append(
+            maintainer.apply(declared(report, edb_frames(spark, report, {"warc": rows})), {})
+        )
+        check_current(spark, report, maintainer, facts, 0.0, engine=False)
+    assert "abandoned" in epochs[0].strata[0].note
+    assert [strategies(e)["sp"] for e in epochs] == [
+        "bootstrap:switched",
+        "bootstrap:switched",
+        "update:mra-improve",
+        "bootstrap:switched",
+        "bootstrap:switched",
+        "update:mra-improve",
+    ]
+    assert "no smaller than one whose update was abandoned (20.00%" in epochs[1].strata[0].note
+    assert maintainer.lessons == {}
 
 
 def test_changes_are_relative_to_published(spark: SparkSession) -> None:

@@ -123,6 +123,19 @@ class StratumEpoch:
     """Spark jobs of the stratum's materializations in this epoch."""
 
 
+LESSON_EPOCHS = 4
+"""How many epochs that change a stratum an abandoned update's lesson lasts."""
+
+
+@dataclass
+class Lesson:
+    """An update abandoned by the elastic switch: changes at least ``share`` of their input
+    go straight to a bootstrap for the next ``epochs_left`` epochs of the stratum."""
+
+    share: float
+    epochs_left: int = LESSON_EPOCHS
+
+
 @dataclass
 class Epoch:
     changes: dict[str, RelationChange] = field(default_factory=dict)
@@ -177,6 +190,8 @@ class Maintainer:
         self._published_rows: dict[str, DataFrame] = {}
         """Per output relation, the ``frames`` entry that was published (when it was)."""
         self.bootstrap_seconds: dict[int, float] = {}
+        self.lessons: dict[int, Lesson] = {}
+        """Per stratum, what the elastic switch learned from an update it abandoned."""
         self.epochs = 0
         self._garbage: list[DataFrame] = []
         self.edb_rows: dict[str, int] = {}
@@ -283,7 +298,7 @@ class Maintainer:
         partitions = self._partitions()
         with session_conf(self.spark, round_conf(partitions)):
             ctx = self._context(stratum, partitions, old, changed, carried, started)
-            outgrown = self._outgrown(changed)
+            outgrown = self._outgrown(stratum, changed)
             method = self._choose(ctx) if not outgrown else None
             updated = self._update(method, ctx, old, deltas) if method is not None else None
             if isinstance(updated, StratumEpoch):
@@ -293,6 +308,8 @@ class Maintainer:
                 if updated is not None and method is not None:  # the update was abandoned
                     result.strategy = "bootstrap:switched" if updated.switched else "bootstrap"
                     result.note = f"update:{method.name} abandoned: {updated}"
+                    if updated.switched:
+                        self._learn(stratum, changed)
                 elif outgrown:
                     result.strategy, result.note = "bootstrap:switched", outgrown
                 self._carry(stratum, {})
@@ -312,21 +329,58 @@ class Maintainer:
         )
         return result
 
-    def _outgrown(self, changed: Mapping[str, Delta]) -> str:
+    def _outgrown(self, stratum: Stratum, changed: Mapping[str, Delta]) -> str:
         """Why the elastic switch predicts that an update costs more than a bootstrap, or
-        "": an input fact changed this epoch costs an update at least what a bootstrap pays
-        per fact, so a change larger than ``switch_fraction`` x the inputs' facts before
-        the epoch (a first batch into an empty EDB, a bulk load) goes to a bootstrap at
-        once rather than after a first, wasted round."""
-        for rel, delta in changed.items():
-            if rel not in self.edb_rows:
-                continue  # a lower stratum's change: its size before is not counted
-            size = delta.n_added + delta.n_removed
-            before = self.edb_rows[rel] - delta.n_added + delta.n_removed
+        "". An input fact changed this epoch costs an update at least what a bootstrap
+        pays per fact, so a change larger than ``switch_fraction`` x the inputs' facts
+        before the epoch (a first batch into an empty EDB, a bulk load) goes to a bootstrap
+        at once rather than after a first, wasted round. So does a change no smaller (as a
+        share of its input) than one whose update this stratum abandoned lately: that
+        update paid a whole budget before its bootstrap, which the prediction saves."""
+        lesson = self.lessons.get(stratum.index)
+        if lesson is not None:
+            lesson.epochs_left -= 1
+            if lesson.epochs_left < 0:
+                del self.lessons[stratum.index]  # forgotten: the next update is tried again
+                lesson = None
+        for rel, size, before in self._edb_changes(changed):
+            name = self.report.analysis.input_relation(rel)
             if size > self.switch_fraction * max(before, 1):
-                name = self.report.analysis.input_relation(rel)
                 return f"the change of {name} ({size} facts) outgrows its {before} facts before"
+            if lesson is not None and size / max(before, 1) >= lesson.share:
+                return (
+                    f"the change of {name} ({size} of {before} facts) is no smaller than "
+                    f"one whose update was abandoned ({lesson.share:.2%} of its input)"
+                )
         return ""
+
+    def _learn(self, stratum: Stratum, changed: Mapping[str, Delta]) -> None:
+        """An update of ``changed`` ran past its budget: predict the same of changes at
+        least as large (relative to their inputs) for the next ``LESSON_EPOCHS`` epochs
+        that change the stratum. Forgetting matters: one slow update (a cold JVM, a busy
+        machine) must not send every later change of that size to a bootstrap."""
+        shares = [size / max(before, 1) for _, size, before in self._edb_changes(changed)]
+        if not shares:
+            return  # only lower strata changed: no input share to compare with
+        share = max(shares)
+        known = self.lessons.get(stratum.index)
+        self.lessons[stratum.index] = Lesson(min(share, known.share) if known else share)
+        log.info(
+            "stratum %d: the elastic switch bootstraps changes of %.2f%% of an input or more "
+            "for the next %d epochs",
+            stratum.index,
+            100 * self.lessons[stratum.index].share,
+            LESSON_EPOCHS,
+        )
+
+    def _edb_changes(self, changed: Mapping[str, Delta]) -> list[tuple[str, int, int]]:
+        """(relation, facts changed, facts before the epoch) of each changed EDB input
+        (a lower stratum's change is not counted: its size before is not known)."""
+        return [
+            (rel, d.n_added + d.n_removed, self.edb_rows[rel] - d.n_added + d.n_removed)
+            for rel, d in changed.items()
+            if rel in self.edb_rows
+        ]
 
     def _context(
         self,
