@@ -1,24 +1,26 @@
-"""`fixflow eval` on a Spark standalone cluster (a master and two workers on loopback)
-gives the results of local mode: SSSP and CC exactly, PageRank within 1e-6.
+"""`fixflow eval` on a Spark standalone cluster (a master and two workers on loopback) gives
+the results of local mode: SSSP and CC exactly, PageRank within the golden's tolerance.
 
 Every evaluation is a `fixflow eval` subprocess (a second SparkContext cannot live in the
-test process). ``ENGINES`` lists the MRA engines run this way. The local-mode references
-run one after the other in a background thread, from before the cluster starts, so they
-overlap the cluster's start and its (sequential: each app takes both workers) runs.
+test process). ``ENGINES`` lists the MRA engines run this way. Local mode's results are the
+golden directory's expected files (computed independently, with networkx and numpy): the
+same engine in local mode is held to them by tests/operators/test_async_engine.py (and the
+sync engine by test_golden.py). Comparing with them rather than with a local `fixflow eval`
+per case saves three JVMs running beside the cluster's on two cores.
 """
 
 from __future__ import annotations
 
 import csv
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+
+from reference.golden import compare_rows, load_golden
 
 from .conftest import Cluster
 
@@ -32,18 +34,16 @@ cluster can break. The sync engine is Spark DataFrames and checkpoints only, the
 the async engine makes around its stages; running it here too cost three minutes of CI."""
 ASYNC_SHARDS = 2
 """The async engine runs two shards here: one task each, so both workers hold a shard."""
-ASYNC_TOLERANCE = 2e-5
-"""Async stages flush by time and adaptive β, so a sum program's values may differ from
-run to run within its termination tolerance (the golden directory's)."""
 TIMEOUT = 300.0
 PARTITIONS = 2
 """One partition per worker core (fewer tasks per round than the default 4)."""
 
 CASES = {
-    # name: (examples/<name>.dl with facts from tests/programs/<name>, output, float tolerance)
-    "powerlog_p1_sssp": ("sssp", 0.0),
-    "powerlog_p3_cc": ("cc", 0.0),
-    "powerlog_p2b_pagerank": ("rank", 1e-6),
+    # name: its output relation (examples/<name>.dl, facts and expected rows from
+    # tests/programs/<name>)
+    "powerlog_p1_sssp": "sssp",
+    "powerlog_p3_cc": "cc",
+    "powerlog_p2b_pagerank": "rank",
 }
 
 
@@ -51,7 +51,7 @@ def fixflow_eval(
     name: str, engine: str, out: Path, master: str | None, env: dict[str, str] | None = None
 ) -> list[dict[str, str]]:
     """Rows of the output relation of `fixflow eval examples/<name>.dl` (its CSV)."""
-    relation = CASES[name][0]
+    relation = CASES[name]
     command = [
         str(FIXFLOW) if FIXFLOW.exists() else sys.executable,
         *([] if FIXFLOW.exists() else ["-m", "fixflow.pipeline.cli"]),
@@ -89,63 +89,26 @@ def fixflow_eval(
         return list(csv.DictReader(handle))
 
 
-def keyed(rows: list[dict[str, str]], value: str) -> dict[tuple[str, ...], str]:
-    """Rows by their key columns (every column but ``value``)."""
-    return {tuple(v for k, v in row.items() if k != value): row[value] for row in rows}
-
-
-LocalRuns = dict[tuple[str, str], "Future[list[dict[str, str]]]"]
-
-
-@pytest.fixture(scope="module")
-def local_runs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalRuns]:
-    """Every selected (name, engine) evaluated in local mode, in a background thread."""
-    selected = [
-        (str(item.callspec.params["name"]), str(item.callspec.params["engine"]))
-        for item in request.session.items
-        if isinstance(item, pytest.Function)
-        and item.module is request.module
-        and hasattr(item, "callspec")
-    ]
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONF_DIR"}
-    directory = tmp_path_factory.mktemp("local")
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        runs = {
-            (name, engine): pool.submit(
-                fixflow_eval, name, engine, directory / f"{name}-{engine}", None, env
-            )
-            for name, engine in selected
-        }
-        yield runs
-        for future in runs.values():
-            future.cancel()
-
-
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("name", list(CASES))
 def test_cluster_equals_local(
-    local_runs: LocalRuns, standalone_cluster: Cluster, tmp_path: Path, name: str, engine: str
+    standalone_cluster: Cluster, tmp_path: Path, name: str, engine: str
 ) -> None:
-    relation, tolerance = CASES[name]
-    if engine != "sync" and tolerance:
-        tolerance = ASYNC_TOLERANCE
+    relation = CASES[name]
     on_cluster = fixflow_eval(
         name, engine, tmp_path / "cluster", standalone_cluster.master, standalone_cluster.env
     )
     apps = standalone_cluster.executors()
     latest = max(set.union(*apps))
     assert all(latest in worker for worker in apps), f"{latest} did not run on both workers"
-    local = local_runs[name, engine].result(timeout=3 * TIMEOUT)
-    assert local, f"{name}: local mode produced no rows"
-    value = list(local[0])[-1]  # the value column is the last one of these relations
-    expected, got = keyed(local, value), keyed(on_cluster, value)
-    assert got.keys() == expected.keys()
-    for key, want in expected.items():
-        if tolerance == 0.0:
-            assert got[key] == want, f"{relation}{key}: cluster {got[key]}, local {want}"
-        else:
-            assert abs(float(got[key]) - float(want)) <= tolerance, (
-                f"{relation}{key}: cluster {got[key]}, local {want}"
-            )
+    golden = load_golden(ROOT / "tests" / "programs" / name)
+    types = [a.type for a in golden.program.declaration(relation).attributes]
+    rows = [_typed(row.values(), types) for row in on_cluster]
+    assert rows, f"{name}: the cluster produced no rows"
+    assert compare_rows(rows, golden.expected[relation], golden.tolerance) == []
+
+
+def _typed(values: Iterable[str], types: list[str]) -> tuple[object, ...]:
+    """A CSV row with its declared types (numbers as int, floats as float)."""
+    cast = {"number": int, "float": float}
+    return tuple(cast.get(t, str)(v) for v, t in zip(values, types, strict=True))
