@@ -449,6 +449,27 @@ class ProgramStream:
     def _frame(self, table: pa.Table) -> DataFrame:
         return self.spark.createDataFrame(table)
 
+    def run_available_now(self, timeout_s: float | None = None) -> Any:
+        """One ``availableNow`` run to its end (the query, ended); a start that lost Spark's
+        connect-back race (``missed_connect_back``) is started again, ``START_ATTEMPTS`` in
+        all. A failed batch raises; so does a run still going after ``timeout_s`` (stopped
+        first), a guard for tests."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            query = self.start(available_now=True)
+            try:
+                if query.awaitTermination(timeout_s) is False:
+                    query.stop()
+                    raise TimeoutError(f"the query did not finish within {timeout_s} s")
+            except TimeoutError:
+                raise
+            except Exception:
+                if attempt == START_ATTEMPTS or not missed_connect_back(query):
+                    raise
+                log.warning(START_AGAIN, attempt, START_ATTEMPTS)
+                continue
+            return query
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
     def start(self, available_now: bool = False) -> Any:
         """Start the streaming query (see ``ingest.start_ingest_query``)."""
         write_limit_file(self.limit_file, self.beta)
@@ -466,6 +487,24 @@ class ProgramStream:
 
 
 UPSERT = "#upsert"
+
+CONNECT_BACK = "Python worker failed to connect back"
+START_ATTEMPTS = 3
+START_AGAIN = (
+    "the Kafka source's Python worker did not connect back to Spark within its fixed 10 s "
+    "(a loaded machine): starting the query again on its checkpoint (attempt %d of %d failed)"
+)
+
+
+def missed_connect_back(query: Any) -> bool:
+    """Whether ``query`` failed because a Python worker Spark started (the Kafka source's
+    runner, a data source's planner) did not connect back in time: Spark 4.2 gives it a
+    hard-coded 10 s (PythonWorkerFactory.createSimpleWorker), which a start on a loaded
+    machine can miss. Those workers run while a micro-batch is planned, before Fixflow's
+    batch function runs, so nothing was applied or committed: starting the query again on
+    the same checkpoint reads the same offsets."""
+    error = query.exception()
+    return error is not None and CONNECT_BACK in str(error)
 
 
 def _tagged_union(change: RelationChange) -> DataFrame:
@@ -507,17 +546,22 @@ def run_until_stopped(
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
     health = stream.metrics.health if stream.metrics is not None else Health()
-    seen = 0
+    seen, attempt = 0, 1
     try:
         health.set("running")
-        while query.isActive and not stopping.is_set():
-            time.sleep(poll_s)
-            if broker_watch is not None:
-                broker_watch.check()
-            if len(stream.reports) > seen:
-                seen = _after_batches(stream, query, seen)
-            elif _idle(query) and stream.maintainer.provisional:
-                stream.converge()  # async: no input arrives, so carry pending deltas on
+        while True:
+            while query.isActive and not stopping.is_set():
+                time.sleep(poll_s)
+                if broker_watch is not None:
+                    broker_watch.check()
+                if len(stream.reports) > seen:
+                    seen = _after_batches(stream, query, seen)
+                elif _idle(query) and stream.maintainer.provisional:
+                    stream.converge()  # async: no input arrives, so carry pending deltas on
+            if stopping.is_set() or attempt == START_ATTEMPTS or not missed_connect_back(query):
+                break
+            log.warning(START_AGAIN, attempt, START_ATTEMPTS)
+            query, attempt = stream.start(), attempt + 1
         health.set("stopping")
         _stop_between_batches(query)
         query.awaitTermination()

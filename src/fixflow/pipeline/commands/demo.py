@@ -189,8 +189,7 @@ class Demo:
             say(f"{label} {name} ...")
             before = len(stream.reports)
             started = time.monotonic()
-            query = stream.start(available_now=True)
-            query.awaitTermination()
+            stream.run_available_now()
             stream.settle()
             seconds = time.monotonic() - started
             reports = stream.reports[before:]

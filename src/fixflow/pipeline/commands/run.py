@@ -60,13 +60,13 @@ def _run(config: Config, program: str, available_now: bool) -> int:
         print(session.describe())
         session.stream.on_batch = session.print_batch
         session.stream.on_round = RoundPrinter()
-        query = session.stream.start(available_now=available_now)
         if available_now:
-            query.awaitTermination()
+            session.stream.run_available_now()
             session.stream.settle()  # async consistency: converge before exiting
         else:
             from fixflow.pipeline.stream import run_until_stopped
 
+            query = session.stream.start()
             run_until_stopped(session.stream, query, broker_watch=session.broker_watch)
         print(f"stopped after {len(session.stream.reports)} batch(es)")
     return 0
