@@ -35,6 +35,7 @@ ONE_WORKER_GROUPS = {
     "tests/pipeline/test_stream_metrics.py": "live-run",  # streams/live.py's one live run,
     "tests/pipeline/test_run_cli.py": "live-run",  # shared by both modules
     "tests/pipeline/test_nullary.py": "nullary",  # one `fixflow eval` subprocess
+    "tests/pipeline/test_demo.py": "demo",  # one `fixflow demo` (three programs, a broker)
 }
 """Modules whose tests share a fixture that costs a JVM or a cluster: under pytest-xdist
 (`make test` runs several workers) a group stays on one worker, so it is paid once."""
