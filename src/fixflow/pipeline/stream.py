@@ -457,16 +457,15 @@ class ProgramStream:
         for attempt in range(1, START_ATTEMPTS + 1):
             query = self.start(available_now=True)
             try:
-                if query.awaitTermination(timeout_s) is False:
-                    query.stop()
-                    raise TimeoutError(f"the query did not finish within {timeout_s} s")
-            except TimeoutError:
-                raise
+                finished = query.awaitTermination(timeout_s)
             except Exception:
-                if attempt == START_ATTEMPTS or not missed_connect_back(query):
-                    raise
-                log.warning(START_AGAIN, attempt, START_ATTEMPTS)
-                continue
+                if attempt < START_ATTEMPTS and missed_connect_back(query):
+                    log.warning(START_AGAIN, attempt, START_ATTEMPTS)
+                    continue
+                raise
+            if finished is False:  # None without a timeout
+                query.stop()
+                raise TimeoutError(f"the query did not finish within {timeout_s} s")
             return query
         raise AssertionError("unreachable: the last attempt returns or raises")
 
