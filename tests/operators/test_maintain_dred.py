@@ -171,7 +171,7 @@ def test_nonrecursive_count_and_sum_deletions(spark: SparkSession) -> None:
 def test_elastic_switch_abandons_dred(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the elastic switch sends a deletion to the bootstrap (here its deadline: with
     switch_fraction 0 its prediction would fire before the update starts)."""
-    monkeypatch.setattr(Maintainer, "_outgrown", lambda self, changed: "")
+    monkeypatch.setattr(Maintainer, "_outgrown", lambda self, stratum, changed: "")
     epochs = run_epochs(
         spark,
         program("nexus_reachability"),
