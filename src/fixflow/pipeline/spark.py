@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from fixflow.pipeline import jvm_lookups
 from fixflow.pipeline.errors import UserFacingError
 
 QUIET_LOG4J = Path(__file__).resolve().parent / "log4j2-quiet.properties"
@@ -66,6 +67,7 @@ def make_session(
             "(a JDK 17 or 21) and [spark] settings such as spark.driver.memory"
         ) from error
     session.sparkContext.setLogLevel("ERROR")
+    jvm_lookups.install()
     return session
 
 
