@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -52,3 +54,21 @@ def close(actual: Mapping[object, float], expected: Mapping[object, float], tol:
     if set(actual) != set(expected):
         return False
     return all(abs(actual[k] - expected[k]) <= tol for k in expected)
+
+
+@contextmanager
+def py4j_commands(spark: SparkSession) -> Iterator[list[str]]:
+    """The py4j commands this thread sends to the JVM inside the block."""
+    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
+    original = type(client).send_command
+    sent: list[str] = []
+
+    def counting(self: Any, command: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(command)
+        return original(self, command, *args, **kwargs)
+
+    type(client).send_command = counting  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        type(client).send_command = original  # type: ignore[method-assign]

@@ -40,7 +40,7 @@ from fixflow.operators.compiler import (
     spark_type,
 )
 from fixflow.operators.engines.base import EngineEnv, EngineOptions, MraEngine, MraState, RoundInfo
-from fixflow.operators.materialize import Materializer, checkpoint_rdds
+from fixflow.operators.materialize import Materializer, checkpoint_rdds, reading_checkpoints_of
 from fixflow.operators.plan import (
     Aggregate,
     Cast,
@@ -367,7 +367,7 @@ def extended(
     if len(checkpoint_rdds(rows)) >= SEGMENTS:
         return materializer.keep(appended(rows, added))
     segment = added if stored else materializer.keep(compacted(added))
-    return appended(rows, segment)
+    return reading_checkpoints_of(appended(rows, segment), rows, segment)
 
 
 def appended(rows: DataFrame, added: DataFrame) -> DataFrame:

@@ -87,7 +87,7 @@ class Materializer:
         values = dict(observation.get) if observation is not None else {}
         if corrected:
             stored = exact_size(stored, int(values[ROWS]))
-        (rdd,) = checkpoint_rdds(stored) or [None]  # a fresh store has exactly one
+        (rdd,) = _walk(stored) or [None]  # a fresh store has exactly one
         return Stored(stored, rdd, values)
 
     def keep(self, frame: DataFrame) -> DataFrame:
@@ -152,10 +152,37 @@ def exact_size(stored: DataFrame, rows: int) -> DataFrame:
     return DataFrame(frame, spark)
 
 
+CHECKPOINTS = "_fixflow_checkpoints"
+"""Where a frame keeps the checkpoints its plan reads, once walked (``checkpoint_rdds``)."""
+
+
 def checkpoint_rdds(frame: DataFrame) -> list[JavaObject]:
     """Every RDD-backed leaf of ``frame``'s plan: the checkpoints a segmented relation (a
     union of stored segments, ``core.extended``) reads, or the one under a stored frame
     (looking through projections and filters, such as an MRA state's relation rows)."""
+    return [rdd for _, rdd in _checkpoints(frame)]
+
+
+def _checkpoints(frame: DataFrame) -> tuple[tuple[int, JavaObject], ...]:
+    """(id, RDD) of the checkpoints under ``frame``, walked once per frame: the walk is
+    three or four py4j calls a plan node, and a segmented relation is walked at every
+    epoch (its segments, the garbage collection), which made a one-fact epoch's calls grow
+    by ~130 a segment. A DataFrame's plan never changes, so the answer is kept on it."""
+    known = frame.__dict__.get(CHECKPOINTS)
+    if known is None:
+        known = tuple((int(rdd.id()), rdd) for rdd in _walk(frame))
+        frame.__dict__[CHECKPOINTS] = known
+    return known
+
+
+def reading_checkpoints_of(frame: DataFrame, *parts: DataFrame) -> DataFrame:
+    """``frame``, recorded as reading exactly the checkpoints of ``parts`` (it is their
+    union, maybe re-partitioned): its plan, which grows with the parts, is never walked."""
+    frame.__dict__[CHECKPOINTS] = tuple(c for part in parts for c in _checkpoints(part))
+    return frame
+
+
+def _walk(frame: DataFrame) -> list[JavaObject]:
     try:
         pending = [frame._jdf.queryExecution().logical()]
     except Exception:
@@ -175,7 +202,7 @@ def checkpoint_rdds(frame: DataFrame) -> list[JavaObject]:
 
 def live_rdds(frames: Iterable[DataFrame]) -> set[int]:
     """Ids of the checkpointed RDDs under ``frames`` (blocks that must be kept)."""
-    return {int(rdd.id()) for frame in frames for rdd in checkpoint_rdds(frame)}
+    return {rdd_id for frame in frames for rdd_id, _ in _checkpoints(frame)}
 
 
 def release_frame(frame: DataFrame, keep: set[int]) -> None:
@@ -183,7 +210,7 @@ def release_frame(frame: DataFrame, keep: set[int]) -> None:
     nobody reads any more, except RDDs whose id is in ``keep``; released ids join ``keep``
     (several frames may project one checkpoint, e.g. a ``Delta``'s two sides: it is
     released once)."""
-    for rdd in checkpoint_rdds(frame):
-        if int(rdd.id()) not in keep:
-            keep.add(int(rdd.id()))
+    for rdd_id, rdd in _checkpoints(frame):
+        if rdd_id not in keep:
+            keep.add(rdd_id)
             rdd.unpersist(False)
