@@ -42,9 +42,18 @@ def log(message: str) -> None:
 
 
 def write_report(text: str, args: argparse.Namespace) -> None:
-    """The report to stdout with ``--markdown``, else to ``--out``."""
+    """The report to stdout with ``--markdown``, else to ``--out``: appended as a new
+    section when the file exists (the results files keep every session's runs and their
+    commentary; a run must not erase them), written whole when it does not."""
     if args.markdown:
         sys.stdout.write(text)
+        return
+    out: Path = args.out
+    if out.exists():
+        section = text.replace("# ", "## Run: ", 1) if text.startswith("# ") else text
+        with out.open("a", encoding="utf-8") as results:
+            results.write("\n" + section)
+        log(f"appended to {out}")
     else:
-        args.out.write_text(text)
-        log(f"wrote {args.out}")
+        out.write_text(text, encoding="utf-8")
+        log(f"wrote {out}")
