@@ -174,7 +174,11 @@ def test_publish_without_broker_says_how_to_start_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     conf = tmp_path / "c.toml"
-    conf.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:9"\n')
+    # Its own empty lake: the default `./lake` may hold programs declaring `edge` (after
+    # `make demo`), whose columns would be checked before the broker is tried.
+    conf.write_text(
+        f'[kafka]\nbootstrap_servers = "127.0.0.1:9"\n[lake]\npath = "{tmp_path / "lake"}"\n'
+    )
     facts = tmp_path / "e.csv"
     facts.write_text("src\n1\n")
     assert main(["publish", "edge", str(facts), "--conf", str(conf)]) == 1
