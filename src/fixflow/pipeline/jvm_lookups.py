@@ -17,15 +17,13 @@ starts empty.
 
 from __future__ import annotations
 
-import threading
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from py4j import java_gateway
 
 _LOOKUPS = "_fixflow_lookups"
-_installed = threading.Lock()
-_done = False
 
 
 def _remembering(
@@ -33,6 +31,7 @@ def _remembering(
 ) -> Callable[[Any, str], Any]:
     """``lookup`` (a ``__getattr__``) with its answers of ``kinds`` kept per object."""
 
+    @functools.wraps(lookup)  # sets ``__wrapped__``: how ``install`` knows it is done
     def getattr_remembered(self: Any, name: str) -> Any:
         if java_gateway.is_magic_member(name):  # never asked of Java (py4j's own rule)
             return lookup(self, name)
@@ -50,15 +49,12 @@ def _remembering(
 
 def install() -> None:
     """Make py4j remember lookups in this process (idempotent)."""
-    global _done
-    with _installed:
-        if _done:
-            return
-        view, klass = java_gateway.JVMView, java_gateway.JavaClass
-        view.__getattr__ = _remembering(
-            view.__getattr__, (java_gateway.JavaClass, java_gateway.JavaPackage)
-        )
-        klass.__getattr__ = _remembering(
-            klass.__getattr__, (java_gateway.JavaMember, java_gateway.JavaClass)
-        )
-        _done = True
+    view, klass = java_gateway.JVMView, java_gateway.JavaClass
+    if hasattr(view.__getattr__, "__wrapped__"):
+        return
+    view.__getattr__ = _remembering(
+        view.__getattr__, (java_gateway.JavaClass, java_gateway.JavaPackage)
+    )
+    klass.__getattr__ = _remembering(
+        klass.__getattr__, (java_gateway.JavaMember, java_gateway.JavaClass)
+    )
