@@ -581,7 +581,10 @@ def main() -> None:
     )
     parser.add_argument("--programs", type=choices(tuple(PROGRAMS)), default=list(PROGRAMS))
     parser.add_argument(
-        "--engines", type=choices(ENGINES), default=["sync"], help="[engine] mode: sync, async"
+        "--engines",
+        type=choices(ENGINES),
+        default=["hybrid"],
+        help="[engine] mode: sync, async, hybrid (default: hybrid, the embedded default)",
     )
     parser.add_argument(
         "--max-iterations",

@@ -89,8 +89,13 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 def test_shipped_engine_settings_are_accepted() -> None:
     """Every engine mode and priority scheduling are implemented: the shipped cluster
-    configs (mode = "hybrid") load, and the defaults schedule by priority."""
+    configs and the embedded default (mode = "hybrid") load, and the defaults schedule by
+    priority."""
     root = Path(__file__).resolve().parents[2]
-    for path in (root / "conf" / "cluster.toml", root / "deploy" / "compose" / "cluster.toml"):
+    for path in (
+        root / "conf" / "cluster.toml",
+        root / "deploy" / "compose" / "cluster.toml",
+        root / "conf" / "local.toml",
+    ):
         assert load_config(path).engine.mode == "hybrid"
     assert load_config(root / "conf" / "local.toml").engine.priority

@@ -77,15 +77,23 @@ def project(tmp_path: Path) -> Path:
 
 
 @pytest.mark.spark  # the `fixflow eval` subprocess starts Spark of its own
-def test_eval_writes_delta_tables_and_csv(project: Path) -> None:
+@pytest.mark.parametrize("engine", [None, "sync"])
+def test_eval_writes_delta_tables_and_csv(project: Path, engine: str | None) -> None:
+    """The default MRA engine (hybrid: one stage per stratum here) and `--engine sync`
+    (rounds) write the same tables."""
     out = project / "out"
-    result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", out, "--csv")
+    choice = [] if engine is None else ["--engine", engine]
+    result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", out, "--csv", *choice)
     assert result.returncode == 0, result.stderr
     assert "sssp: 3 rows" in result.stdout
+    assert ("(sssp): hybrid engine, 1 stages" in result.stderr) == (engine is None)
     # Without -v the JVM's start-up notices and warnings are hidden (pipeline/spark.py), the
     # JVM's own line about Spark's incubator module too (test_jvm_noise_is_filtered...).
-    # Fixflow's own progress lines ("  stratum 0 (sssp, mra): round 2, ...") stay.
-    noise = [line for line in result.stderr.splitlines() if not line.startswith("  stratum ")]
+    # Fixflow's own progress lines ("  stratum 0 (sssp, mra): round 2, ...") and the
+    # engine's summary line ("stratum 0 (sssp): hybrid engine, ...") stay.
+    noise = [
+        line for line in result.stderr.splitlines() if not line.lstrip().startswith("stratum ")
+    ]
     assert noise == [], result.stderr
     sssp = DeltaTable(str(out / "sssp")).to_pyarrow_table()
     assert sssp.schema == pa.schema([("node", pa.int64()), ("dist", pa.float64())])

@@ -107,7 +107,7 @@ class BufferConfig:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    mode: str = _key("sync", choices=("sync", "async", "hybrid"))
+    mode: str = _key("hybrid", choices=("sync", "async", "hybrid"))
     shards: int = _key(0, minimum=0)
     """MonoTable shards of the async/hybrid engine; 0 = one per 2M auxiliary rows, at most
     one per Spark core (a stage ships every shard's rows, so small shards do not pay)."""

@@ -71,10 +71,10 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
         choices=ENGINES,
-        default="sync",
+        default="hybrid",
         help="MRA engine: sync (one Spark job per round), async (sharded local loops, "
         "buffers flushed by the adaptive beta rule) or hybrid (shards exchange only when "
-        "locally quiescent) (default: sync)",
+        "locally quiescent) (default: hybrid)",
     )
     parser.add_argument(
         "--shards",
