@@ -11,6 +11,8 @@ Programs are generated here (deterministic) so the bench needs nothing outside t
   per source (a non-recursive aggregate, an output).
 - ``tc_small``: the transitive closure of the same edges (one recursive stratum).
 - ``nonlinear45``: ``n(x+1) :- n(x), n(0), x < 45.`` (45 rounds, two recursive atoms).
+- ``sssp_small``, ``pagerank_small``: `mra` strata (min; sum with a termination clause)
+  over the same edges; ``--modes sync,spark,driver`` also runs them in sync rounds.
 
 Each program runs twice per repeat, in the same run: ``spark`` (``--local-rows 0``: every
 stratum on Spark, as before the driver path existed) and ``driver`` (the default: strata of
@@ -92,7 +94,46 @@ n(x + 1) :- n(x), n(0), x < 45.
     return program, {}
 
 
-PROGRAMS = {"strata40": strata40, "tc_small": tc_small, "nonlinear45": nonlinear45}
+def sssp_small() -> tuple[str, dict[str, list[tuple[int, ...]]]]:
+    """An `mra` min stratum: shortest distances from node 0 over the same edges."""
+    program = """\
+.decl edge(x: number, y: number, w: float)
+.input edge
+.decl dist(x: number, d: float)
+.output dist
+dist(x, d) :- x = 0, d = 0.0.
+dist(y, min[d]) :- dist(x, dx), edge(x, y, w), d = dx + w.
+"""
+    edges = [(a, b, float(1 + (a * 7 + b) % 5)) for a, b in _edges()]
+    return program, {"edge": edges}
+
+
+def pagerank_small() -> tuple[str, dict[str, list[tuple[int, ...]]]]:
+    """An `mra` sum stratum with a termination clause: PageRank over the same edges."""
+    program = """\
+.decl edge(x: number, y: number)
+.input edge
+.decl node(x: number)
+.decl degree(x: number, n: number)
+.decl rank(x: number, r: float)
+.output rank
+node(x) :- edge(x, _).
+node(y) :- edge(_, y).
+degree(x, count[*]) :- edge(x, _).
+rank(x, sum[r]) :- node(x), r = 0.15
+                 ; rank(y, ry), edge(y, x), degree(y, n), r = 0.85 * ry / n
+                 ; {sum[Δr] < 0.0001}.
+"""
+    return program, {"edge": list(_edges())}
+
+
+PROGRAMS = {
+    "strata40": strata40,
+    "tc_small": tc_small,
+    "nonlinear45": nonlinear45,
+    "sssp_small": sssp_small,
+    "pagerank_small": pagerank_small,
+}
 
 
 def write_case(directory: Path, name: str) -> Path:
@@ -105,8 +146,14 @@ def write_case(directory: Path, name: str) -> Path:
     return directory / "program.dl"
 
 
-MODES = {"spark": ["--local-rows", "0"], "driver": []}
-"""How each program is evaluated: every stratum on Spark, or small strata in the driver."""
+MODES = {
+    "spark": ["--local-rows", "0"],
+    "driver": [],
+    "sync": ["--local-rows", "0", "--engine", "sync"],
+}
+"""How each program is evaluated: every stratum on Spark (`mra` strata on the default
+hybrid engine: a stage), small strata in the driver (the default), or every stratum on
+Spark with `mra` strata in sync rounds (a job a round)."""
 
 
 def eval_args(program: Path, out: Path, mode: str) -> list[str]:
@@ -149,6 +196,7 @@ def spark_jobs(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", default=",".join(PROGRAMS))
+    parser.add_argument("--modes", default="spark,driver", help=f"of {', '.join(MODES)}")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/fixflow-bench-small"))
@@ -161,7 +209,7 @@ def main() -> None:
     rows = []
     for name in args.programs.split(","):
         program = write_case(args.work / name, name)
-        for mode in MODES:
+        for mode in args.modes.split(","):
             out = args.work / name / f"out-{mode}"
             jobs = spark_jobs(spark, program, out / "jobs", args.timeout, mode)
             times = []

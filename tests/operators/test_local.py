@@ -2,7 +2,8 @@
 and aggregates agree with Spark SQL (nulls included), a local stratum runs no Spark job,
 and whatever the driver cannot run, or outgrows the limit, runs on Spark with the same
 results. Every golden program is also evaluated with the local path on
-(``test_golden_program_in_the_driver``)."""
+(``test_golden_program_in_the_driver``), and those with `mra` strata with the hybrid
+engine's loop in the driver (``test_mra_golden_program_in_the_driver``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from pyspark.sql import SparkSession
 
 from fixflow.checker import load
 from fixflow.operators.compiler import SparkBackend, relation_struct
+from fixflow.operators.engines.async_engine import unsupported
+from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.engines.kernels import Batch, Kernel, anti_join
+from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.evaluate import EvalOptions, evaluate_with_stats
 from fixflow.operators.plan import Aggregate, AntiJoin, Scan
 from reference.golden import compare_rows, load_golden
@@ -193,3 +197,63 @@ def test_golden_program_in_the_driver(spark: SparkSession, name: str) -> None:
     for relation, expected in case.expected.items():
         actual = [tuple(row) for row in evaluation.relations[relation].collect()]
         assert compare_rows(actual, expected, case.tolerance) == [], f"{relation} vs expected"
+
+
+def _driver_runs_mra(name: str) -> bool:
+    """Every stratum of the golden is non-recursive, `set`, or an `mra` relation whose
+    plans compile to kernels and that is not iteration-indexed (its start runs on Spark)."""
+    report = load(load_golden(PROGRAMS / name).source, name)
+    if any(s.eval_class not in (None, "set", "mra") for s in report.strata):
+        return False
+    schemas = {r: tuple(a.type for a in attrs) for r, attrs in report.analysis.schemas.items()}
+    for spec in report.mra.values():
+        program = MraProgram(spec, schemas)
+        if program.indexed or unsupported(program) is not None:
+            return False
+    return bool(report.mra)
+
+
+MRA_DRIVER_CASES = [name for name in CASES if _driver_runs_mra(name)]
+HYBRID = EngineOptions(mode="hybrid")
+
+
+def test_some_mra_golden_programs_run_in_the_driver() -> None:
+    assert len(MRA_DRIVER_CASES) >= 8, MRA_DRIVER_CASES
+
+
+@pytest.mark.parametrize("name", MRA_DRIVER_CASES)
+def test_mra_golden_program_in_the_driver(spark: SparkSession, name: str) -> None:
+    """With the hybrid engine, a small `mra` stratum runs its one shard's loop in the
+    driver: no Spark job, the golden's expected rows (within its tolerance for sums)."""
+    case = load_golden(PROGRAMS / name)
+    report = load(case.source, str(case.directory / "program.dl"))
+    options = EvalOptions(local_rows=LOCAL, engine_options=HYBRID)
+    evaluation = evaluate_with_stats(report, edb_frames(spark, report, case.facts), spark, options)
+    assert all(s.local and s.jobs == 0 for s in evaluation.stats), evaluation.stats
+    for relation, expected in case.expected.items():
+        actual = [tuple(row) for row in evaluation.relations[relation].collect()]
+        assert compare_rows(actual, expected, case.tolerance) == [], f"{relation} vs expected"
+
+
+def test_sync_and_asked_for_shards_keep_mra_on_spark(spark: SparkSession) -> None:
+    """`--engine sync` means rounds on Spark, and `--shards 2` shards on Spark: neither
+    runs in the driver, and both give the driver's rows."""
+    name = MRA_DRIVER_CASES[0]
+    case = load_golden(PROGRAMS / name)
+    report = load(case.source, name)
+    results = {}
+    for engine in (HYBRID, EngineOptions(mode="sync"), EngineOptions(mode="hybrid", shards=2)):
+        options = EvalOptions(local_rows=LOCAL, engine_options=engine)
+        evaluation = evaluate_with_stats(
+            report, edb_frames(spark, report, case.facts), spark, options
+        )
+        mra = [s for s in evaluation.stats if set(s.relations) & set(report.mra)]
+        assert all(s.local == (engine is HYBRID) for s in mra), (engine, evaluation.stats)
+        results[engine] = {
+            r: sorted(tuple(row) for row in evaluation.relations[r].collect())
+            for r in case.expected
+        }
+    first, *others = results.values()
+    for other in others:
+        for relation in case.expected:
+            assert compare_rows(other[relation], first[relation], case.tolerance) == []

@@ -9,7 +9,9 @@ already in the driver, ``Bootstrap`` runs it here instead, over numpy batches
 - the same plans as on Spark: ``exit_rules``/``delta_rules`` of ``strategies.seminaive``,
   ``combine_plan`` (G) of ``core``, compiled by the kernel backend instead of the Spark one;
 - non-recursive strata: G over every body, once; ``set`` strata (recursion without
-  aggregates): semi-naive rounds, new = derived − all. Other classes, plans the kernels
+  aggregates): semi-naive rounds, new = derived − all; ``mra`` strata on the ``async`` or
+  ``hybrid`` engine with one shard: that engine's shard loop (``ShardLoop.in_driver``),
+  seeded and fed by the kernels, as a Spark task would run it. Other classes, plans the kernels
   cannot run (Soufflé's functors), inputs that are not local, and strata that grow past the
   limit go to Spark (``LocalUnsupported`` says why; the stratum restarts there from its
   inputs, so nothing is lost);
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +39,8 @@ from pyspark.sql import DataFrame, SparkSession
 from fixflow.checker.ast import TypeName
 from fixflow.operators.compiler import head_columns, relation_struct
 from fixflow.operators.core import StratumRun, combine_plan
-from fixflow.operators.engines.base import RoundInfo
+from fixflow.operators.engines.async_engine import GAIN_MARGIN, stage_params, unsupported
+from fixflow.operators.engines.base import EngineOptions, RoundInfo
 from fixflow.operators.engines.kernels import (
     NUMPY_TYPES,
     Batch,
@@ -46,6 +50,8 @@ from fixflow.operators.engines.kernels import (
     anti_join,
     concat,
 )
+from fixflow.operators.engines.program import MraProgram, RecursiveBody
+from fixflow.operators.engines.shard_loop import DESTINATION, ShardLoop, valid_candidates
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.strategies.seminaive import delta_rules, exit_rules
 
@@ -152,6 +158,8 @@ class LocalStratum:
             for relation in self.run.relations:
                 self.full[relation] = self.derive(relation, self.run.body_plans(relation))
             return {r: self.full[r] for r in self.run.relations}, 1
+        if strategy == "mra":
+            return self.mra()
         if strategy != "set" or any(e.aggregate is not None for e in self.run.entries()):
             raise LocalUnsupported(f"a `{strategy}` stratum runs on Spark")
         return self.seminaive()
@@ -175,6 +183,92 @@ class LocalStratum:
         if capped:
             raise LocalUnsupported("the iteration cap: Spark reports it")
         return {r: self.full[r] for r in relations}, rounds
+
+    def mra(self) -> tuple[dict[str, Batch], int]:
+        """An MRA relation as the sharded engines run it, with one shard in the driver:
+        the same round plans and local loop (``engines.shard_loop``), seeded by X⁰ and C,
+        run to local quiescence (or the termination clause's local bound)."""
+        program = self.mra_program()
+        options = self.run.options.engine_options
+        aux = [self.aux_rows(program, body) for body in program.bodies]
+        seeds = self.seeds(program)
+        loop, iterations = self.mra_loop(program, options, aux, seeds)
+        if loop.gain >= 1.0 - GAIN_MARGIN and loop.negative and options.priority:
+            # A sum of both signs that F′ does not shrink: another order, another sum
+            # (``async_engine._order_dependence``). Round order, as the engine does.
+            log.info(
+                "%s: in round order (deltas of both signs, gain %.3f)", program.relation, loop.gain
+            )
+            loop, iterations = self.mra_loop(program, replace(options, priority=False), aux, seeds)
+        keys, values = loop.relation_rows()
+        rows = Batch(len(values))
+        for key, pos in zip(keys, program.spec.key_positions, strict=True):
+            rows.cols[f"c{pos}"] = key
+        rows.cols[f"c{program.spec.value_pos}"] = values
+        self.full[program.relation] = rows
+        self.check_size()
+        beta = float(options.buffer.initial)  # what a hybrid stage on Spark reports
+        detail = {"local_iterations": float(iterations), "beta_min": beta, "beta_max": beta}
+        self.run.round(RoundInfo(1, 0, None, detail))
+        return {program.relation: rows}, 1
+
+    def mra_program(self) -> MraProgram:
+        """The stratum's MRA program when the driver can run it; else ``LocalUnsupported``."""
+        options = self.run.options.engine_options
+        if options.mode == "sync":
+            raise LocalUnsupported("the sync engine runs a `mra` stratum on Spark, a job a round")
+        if options.shards > 1:
+            raise LocalUnsupported(f"{options.shards} shards were asked for")
+        spec = self.run.mra_spec()
+        if spec is None:
+            raise LocalUnsupported("MRA over several relations runs on Spark")
+        program = MraProgram(spec, self.run.catalog.types)
+        if program.indexed:
+            raise LocalUnsupported("an iteration-indexed relation starts on Spark")
+        reason = unsupported(program)
+        if reason is not None:
+            raise LocalUnsupported(reason)
+        return program
+
+    def mra_loop(
+        self, program: MraProgram, options: EngineOptions, aux: list[Batch], seeds: pa.Table
+    ) -> tuple[ShardLoop, int]:
+        """The shard's loop run until nothing is pending, at most ``max_iterations`` times
+        (a run of the loop is a stage of the engine)."""
+        params = stage_params(program, options, witness=False, shards=1, hybrid=True)
+        loop = ShardLoop.in_driver(params, aux, seeds)
+        for _ in range(self.run.max_iterations):
+            loop.run()  # to quiescence, the clause's local bound or the loop's guard
+            if not loop.has_pending:
+                return loop, loop.iterations
+            bound = params.local_bound
+            if bound is not None and loop.table.local_measure() < bound:
+                return loop, loop.iterations  # the termination clause holds
+        raise LocalUnsupported("the iteration cap: Spark reports it")
+
+    def aux_rows(self, program: MraProgram, body: RecursiveBody) -> Batch:
+        """A body's auxiliary side in columns ``c0..``, all in the one shard (0); distinct
+        for sums, where a duplicate would count a contribution twice."""
+        assert body.aux_plan is not None
+        plan = replace(body.aux_plan, distinct=program.g == "sum")
+        batch = Kernel(plan).run(self.sources(plan))
+        out = Batch(batch.n, {f"c{i}": batch.cols[n] for i, (n, _) in enumerate(plan.schema)})
+        out.cols[DESTINATION] = np.zeros(batch.n, dtype=np.int32)
+        return out
+
+    def seeds(self, program: MraProgram) -> pa.Table:
+        """X⁰ and C's candidates as the shard's messages: ``k0..``, ``acc``."""
+        parts = []
+        for plan in [*program.init_plans, *program.constant_plans]:
+            batch = Kernel(plan).run(self.sources(plan))
+            parts.append(valid_candidates(batch, len(program.keys)))
+        names = [*program.keys, "v"]
+        if not parts:
+            types = [*program.key_types, program.value_type]
+            empty = {n: np.zeros(0, NUMPY_TYPES[t]) for n, t in zip(names, types, strict=True)}
+            parts = [Batch(0, empty)]
+        seeds = concat(parts)
+        return pa.table([seeds.cols[n] for n in names], names=[*program.keys, "acc"])
 
     def new_rows(self, relation: str, plans: Sequence[Plan]) -> Batch:
         derived = self.derive(relation, plans)

@@ -41,6 +41,7 @@ from fixflow.operators.compiler import SparkBackend, column_name, positional, sp
 from fixflow.operators.engines import blocks, kernels
 from fixflow.operators.engines.base import (
     EngineEnv,
+    EngineOptions,
     MraEngine,
     MraOutcome,
     MraState,
@@ -67,6 +68,54 @@ UNBOUNDED = float("inf")
 
 
 # ---------------------------------------------------------------- what compiles
+
+
+def stage_params(
+    program: MraProgram,
+    options: EngineOptions,
+    *,
+    witness: bool,
+    shards: int,
+    hybrid: bool,
+    beta: dict[tuple[int, int], float] | None = None,
+) -> StageParams:
+    """What a shard's local loop needs (``shard_loop.StageParams``): a Spark task's, or
+    the driver's for a small stratum (``operators.local``). Hybrid flushes only at local
+    quiescence: no τ, no β."""
+    buffer = options.buffer
+    return StageParams(
+        relation=program.relation,
+        arity=len(program.types),
+        key_positions=program.spec.key_positions,
+        value_pos=program.spec.value_pos,
+        index_pos=program.spec.index_pos,
+        key_types=program.key_types,
+        value_type=program.value_type,
+        g=program.g,
+        witness=witness,
+        plans=tuple((body.plan, body.aux_name or "") for body in program.bodies),
+        aux_types=aux_types(program),
+        dest_columns=tuple(
+            tuple(_head_key_columns(program, body, _scan_of(body), program.keys) or ())
+            for body in program.bodies
+        ),
+        beta={} if hybrid else dict(beta or {}),
+        beta0=UNBOUNDED if hybrid else float(buffer.initial),
+        tau=UNBOUNDED if hybrid else buffer.interval_ms / 1000.0,
+        priority=options.priority,
+        portion=options.schedule_portion,
+        local_bound=_local_bound(program, shards),
+        local_func=program.spec.termination.func if program.spec.termination else "sum",
+    )
+
+
+def aux_types(program: MraProgram) -> tuple[tuple[TypeName, ...], ...]:
+    """Per recursive body, the types of its auxiliary columns ``c0..``."""
+    out = []
+    for body in program.bodies:
+        assert body.aux_plan is not None
+        out.append(tuple(t for _, t in body.aux_plan.schema))
+    return tuple(out)
 
 
 def _aux_scan(body: RecursiveBody) -> Scan | None:
@@ -410,7 +459,7 @@ class AsyncEngine:
             # idempotent, so they skip the shuffle that removing duplicates costs.
             aux = [t.distinct() for t in aux]
         witness = env.witness and program.g != "sum"
-        layout = Layout(program, witness, tuple(self._aux_types(program)))
+        layout = Layout(program, witness, aux_types(program))
         known = self.shard_maps.get(program.relation)
         if (known.shards if known is not None else env.options.shards) <= 1:
             run = self._single_shard(program, env, layout, aux, counted=known is None)
@@ -475,14 +524,6 @@ class AsyncEngine:
             return env.materializer.store(stored.frame.repartition(shard_map.shards, "shard"))
         finally:
             env.materializer.release(stored)
-
-    @staticmethod
-    def _aux_types(program: MraProgram) -> list[tuple[TypeName, ...]]:
-        out = []
-        for body in program.bodies:
-            assert body.aux_plan is not None
-            out.append(tuple(t for _, t in body.aux_plan.schema))
-        return out
 
     @staticmethod
     def _aux_tables(program: MraProgram, backend: SparkBackend) -> list[DataFrame]:
@@ -646,33 +687,13 @@ class AsyncEngine:
     # ------------------------------------------------------------ stages
 
     def _params(self, run: _Run) -> StageParams:
-        program, options = run.program, run.env.options
-        buffer = options.buffer
-        tau = UNBOUNDED if self.hybrid else buffer.interval_ms / 1000.0
-        beta0 = UNBOUNDED if self.hybrid else float(buffer.initial)
-        return StageParams(
-            relation=program.relation,
-            arity=len(program.types),
-            key_positions=program.spec.key_positions,
-            value_pos=program.spec.value_pos,
-            index_pos=program.spec.index_pos,
-            key_types=program.key_types,
-            value_type=program.value_type,
-            g=program.g,
+        return stage_params(
+            run.program,
+            run.env.options,
             witness=run.layout.witness,
-            plans=tuple((body.plan, body.aux_name or "") for body in program.bodies),
-            aux_types=run.layout.aux_types,
-            dest_columns=tuple(
-                tuple(_head_key_columns(program, body, _scan_of(body), program.keys) or ())
-                for body in program.bodies
-            ),
-            beta={} if self.hybrid else dict(run.beta),
-            beta0=beta0,
-            tau=tau,
-            priority=options.priority,
-            portion=options.schedule_portion,
-            local_bound=_local_bound(program, run.shard_map.shards),
-            local_func=program.spec.termination.func if program.spec.termination else "sum",
+            shards=run.shard_map.shards,
+            hybrid=self.hybrid,
+            beta=run.beta,
         )
 
     def _stage(self, run: _Run, frame: DataFrame) -> Stored:

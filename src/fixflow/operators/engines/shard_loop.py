@@ -275,13 +275,34 @@ def _object_order(sort_key: np.ndarray, ranked: np.ndarray) -> np.ndarray:
 
 class ShardLoop:
     def __init__(self, params: StageParams, shard: int, rows: pa.Table) -> None:
+        """A Spark task's shard: its rows of the stage frame (state, messages, blocks)."""
         self.params = params
-        self.shard = shard
         kind = rows.column("kind").to_numpy()
-        self.table = self._state(rows.filter(pa.array(kind == STATE)))
-        self.kernels = self._kernels(rows, kind)
+        self._start(
+            shard,
+            self._state(rows.filter(pa.array(kind == STATE))),
+            self._aux_batches(rows, kind),
+            rows.filter(pa.array(kind == MESSAGE)),
+        )
+
+    @classmethod
+    def in_driver(cls, params: StageParams, aux: list[Batch], seeds: pa.Table) -> ShardLoop:
+        """The only shard of a small relation, run in the driver (``operators.local``):
+        no rows yet, every body's auxiliary rows with ``DESTINATION`` 0, and the seeds
+        (columns ``k0..``, ``acc``) as its messages."""
+        loop = cls.__new__(cls)
+        loop.params = params
+        keys: list[np.ndarray] = [np.zeros(0, dtype=_numpy_type(t)) for t in params.key_types]
+        empty = LocalTable(params, keys, np.zeros(0, dtype=_numpy_type(params.value_type)))
+        loop._start(0, empty, aux, seeds)
+        return loop
+
+    def _start(self, shard: int, table: LocalTable, aux: list[Batch], messages: pa.Table) -> None:
+        self.shard = shard
+        self.table = table
+        self.kernels = self._kernels(aux)
         self._reserve()
-        self.messages = rows.filter(pa.array(kind == MESSAGE))
+        self.messages = messages
         self.buffers: dict[int, list[Batch]] = {}
         self.buffered: dict[int, int] = {}
         self.iterations = 0
@@ -305,14 +326,19 @@ class ShardLoop:
             p, keys, _numpy(rows, "acc", p.value_type), pending, _row_witness(rows, p)
         )
 
-    def _kernels(self, rows: pa.Table, kind: np.ndarray) -> list[tuple[Kernel, dict]]:
+    def _aux_batches(self, rows: pa.Table, kind: np.ndarray) -> list[Batch]:
+        """Each body's auxiliary rows, from the blocks of the stage frame."""
         blocks: dict[int, list[pa.Table]] = {}
         for blob in rows.filter(pa.array(kind == AUX)).column(BLOB).to_pylist():
             table = decode(blob)
             blocks.setdefault(int((table.schema.metadata or {})[b"body"]), []).append(table)
+        types = self.params.aux_types
+        return [_aux_batch(blocks.get(b, []), types[b]) for b in range(len(self.params.plans))]
+
+    def _kernels(self, aux: list[Batch]) -> list[tuple[Kernel, dict]]:
         kernels = []
-        for b, (plan, aux_name) in enumerate(self.params.plans):
-            sources = {(aux_name, "aux"): _aux_batch(blocks.get(b, []), self.params.aux_types[b])}
+        for (plan, aux_name), batch in zip(self.params.plans, aux, strict=True):
+            sources = {(aux_name, "aux"): batch}
             kernel = Kernel(plan)
             kernel.prepare(sources)
             kernels.append((kernel, sources))
@@ -366,7 +392,7 @@ class ShardLoop:
         derived = []
         for kernel, sources in self.kernels:
             derived.append(kernel.run({**sources, (p.relation, "delta"): frontier}))
-        candidates = _valid_rows(concat(derived), len(p.key_positions), p.witness)
+        candidates = valid_candidates(concat(derived), len(p.key_positions))
         if p.g == "sum":
             self._observe_gain(deltas, candidates.cols["v"])
         here = candidates.cols[DESTINATION] == self.shard
@@ -410,6 +436,15 @@ class ShardLoop:
         )
 
     # ------------------------------------------------------------ output
+
+    def relation_rows(self) -> tuple[list[np.ndarray], np.ndarray]:
+        """The keys reached and their values (keys reserved but never reached left out)."""
+        keep = np.flatnonzero(self.table.present)
+        return [c[keep] for c in self.table.columns], self.table.acc[keep]
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self.table.pending.any())
 
     def emit(self, seconds: float, iterations: int, schema: pa.Schema) -> pa.Table:
         parts = [self._state_rows(schema), *self._message_rows(schema)]
@@ -491,7 +526,7 @@ def _row_witness(rows: pa.Table, p: StageParams) -> list[np.ndarray]:
     return [*wits, rows.column("wit0").is_valid().to_numpy(zero_copy_only=False)]
 
 
-def _valid_rows(batch: Batch, keys: int, witness: bool) -> Batch:
+def valid_candidates(batch: Batch, keys: int) -> Batch:
     """Candidates whose key and value are not null (a null candidate contributes nothing)."""
     names = [f"k{j}" for j in range(keys)] + ["v"]
     keep = np.ones(batch.n, dtype=bool)

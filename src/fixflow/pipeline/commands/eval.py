@@ -182,9 +182,11 @@ def _evaluate_and_write(
     for stats in evaluation.stats:
         last = printer.last.get(stats.stratum) if isinstance(printer, RoundPrinter) else None
         if last is not None and last.detail:
+            where = " in the driver" if stats.local else ""
             print(
-                f"stratum {stats.stratum} ({', '.join(stats.relations)}): {args.engine} engine, "
-                f"{stats.rounds} stages, {stats.jobs} Spark jobs{engine_figures(last.detail)}",
+                f"stratum {stats.stratum} ({', '.join(stats.relations)}): {args.engine} engine"
+                f"{where}, {stats.rounds} stages, {stats.jobs} Spark jobs"
+                f"{engine_figures(last.detail)}",
                 file=sys.stderr,
             )
     for stats in evaluation.capped:
