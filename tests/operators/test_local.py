@@ -257,3 +257,23 @@ def test_sync_and_asked_for_shards_keep_mra_on_spark(spark: SparkSession) -> Non
     for other in others:
         for relation in case.expected:
             assert compare_rows(other[relation], first[relation], case.tolerance) == []
+
+
+APSP = """
+.decl edge(x: number, y: number)
+.input edge
+.decl path(x: number, y: number, d: number)
+.output path
+path(x, y, 1) :- edge(x, y).
+path(x, z, min[d]) :- path(x, y, dy), edge(y, z), d = dy + 1.
+"""
+
+
+def test_an_mra_stratum_that_outgrows_the_limit_runs_on_spark(spark: SparkSession) -> None:
+    """30 chain edges fit a limit of 100 rows, their 465 shortest paths do not: the loop
+    stops in the driver and the stratum runs on Spark, with the same rows."""
+    small, in_driver = run(spark, APSP, {"edge": CHAIN}, local_rows=LOCAL, engine_options=HYBRID)
+    grown, on_spark = run(spark, APSP, {"edge": CHAIN}, local_rows=100, engine_options=HYBRID)
+    assert small == grown and len(grown["path"]) == 465
+    assert in_driver.stats[0].local and in_driver.stats[0].jobs == 0
+    assert not on_spark.stats[0].local and on_spark.stats[0].jobs > 0

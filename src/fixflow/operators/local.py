@@ -236,9 +236,11 @@ class LocalStratum:
         """The shard's loop run until nothing is pending, at most ``max_iterations`` times
         (a run of the loop is a stage of the engine)."""
         params = stage_params(program, options, witness=False, shards=1, hybrid=True)
-        loop = ShardLoop.in_driver(params, aux, seeds)
+        loop = ShardLoop.in_driver(params, aux, seeds, row_limit=self.limit)
         for _ in range(self.run.max_iterations):
-            loop.run()  # to quiescence, the clause's local bound or the loop's guard
+            loop.run()  # to quiescence, the clause's local bound, the row limit or the guard
+            if len(loop.table) > self.limit:
+                raise LocalUnsupported(f"it grew past {self.limit} rows")
             if not loop.has_pending:
                 return loop, loop.iterations
             bound = params.local_bound

@@ -285,13 +285,20 @@ class ShardLoop:
             rows.filter(pa.array(kind == MESSAGE)),
         )
 
+    row_limit: int | None = None
+    """In the driver: ``run`` stops once the table holds more keys (the stratum then runs
+    on Spark) instead of growing without bound in the driver's memory."""
+
     @classmethod
-    def in_driver(cls, params: StageParams, aux: list[Batch], seeds: pa.Table) -> ShardLoop:
+    def in_driver(
+        cls, params: StageParams, aux: list[Batch], seeds: pa.Table, row_limit: int
+    ) -> ShardLoop:
         """The only shard of a small relation, run in the driver (``operators.local``):
         no rows yet, every body's auxiliary rows with ``DESTINATION`` 0, and the seeds
         (columns ``k0..``, ``acc``) as its messages."""
         loop = cls.__new__(cls)
         loop.params = params
+        loop.row_limit = row_limit
         keys: list[np.ndarray] = [np.zeros(0, dtype=_numpy_type(t)) for t in params.key_types]
         empty = LocalTable(params, keys, np.zeros(0, dtype=_numpy_type(params.value_type)))
         loop._start(0, empty, aux, seeds)
@@ -368,6 +375,8 @@ class ShardLoop:
             self._iterate()
             self.iterations += 1
             if self._flush_due(time.perf_counter() - started):
+                break
+            if self.row_limit is not None and len(self.table) > self.row_limit:
                 break
         return time.perf_counter() - started, self.iterations
 
