@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from pyspark.errors.utils import is_debugging_enabled
 from pyspark.sql import functions as F
 
+from fixflow.pipeline import spark as spark_module
 from operators.helpers import py4j_commands
 
 
@@ -33,3 +35,33 @@ def test_class_and_method_lookups_are_asked_of_the_jvm_once(spark: Any) -> None:
     assert sent.count("r\n") == 3, sent
     assert maximum == 2**31 - 1
     assert str(column) == "Column<'coalesce(a, 1)'>"
+
+
+RUNNER_TRACEBACK = b"""Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File ".../pyspark/sql/streaming/python_streaming_source_runner.py", line 313, in <module>
+    return next(self.gen)
+pyspark.errors.exceptions.base.PySparkRuntimeError: [CANNOT_OPEN_SOCKET] Can not open socket
+"""
+OTHER_TRACEBACK = b"""Traceback (most recent call last):
+  File "worker.py", line 1, in <module>
+ValueError: a real failure
+"""
+
+
+def test_jvm_stderr_drops_the_runner_that_missed_connect_back_and_keeps_the_rest() -> None:
+    """The copy of the JVM's stderr drops the start-up notice and the Kafka source runner's
+    connect-back traceback (the stream starts the query again and says so), and keeps
+    every other line and traceback, in order, a traceback cut short at the end included."""
+    read_end, write_end = os.pipe()
+    out_read, out_write = os.pipe()
+    with os.fdopen(write_end, "wb") as jvm:
+        jvm.write(b"WARNING: Using incubator modules: jdk.incubator.vector\nfirst\n")
+        jvm.write(RUNNER_TRACEBACK + b"second\n" + OTHER_TRACEBACK + b"third\n")
+        jvm.write(b"Traceback (most recent call last):\n  cut short\n")
+    spark_module._copy_lines(read_end, out_write)
+    os.close(out_write)
+    with os.fdopen(out_read, "rb") as copied:
+        text = copied.read()
+    tail = b"Traceback (most recent call last):\n  cut short\n"
+    assert text == b"first\nsecond\n" + OTHER_TRACEBACK + b"third\n" + tail

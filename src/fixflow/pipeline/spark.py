@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import BinaryIO
 
 from pyspark.sql import SparkSession
 
@@ -127,16 +128,35 @@ def _jvm_stderr_without_noise() -> Iterator[None]:
         os.close(write_end)
 
 
+MISSED_CONNECT_BACK = (b"python_streaming_source_runner", b"CANNOT_OPEN_SOCKET")
+"""A traceback holding both is the Kafka source's Python runner that missed Spark's fixed
+10 s connect-back window on a loaded machine. ``ProgramStream`` starts the query again and
+says so in one warning line (``stream.START_AGAIN``), so the runner's own traceback is
+dropped unless -v."""
+
+
 def _copy_lines(source: int, target: int) -> None:
     with open(source, "rb") as lines, open(target, "wb", closefd=False) as sink:
+        traceback: list[bytes] = []
         for line in lines:  # until the JVM exits; always drained, or the JVM would block
-            if line.startswith(JVM_NOISE):
-                continue
-            try:
-                sink.write(line)
-                sink.flush()
-            except OSError:  # our stderr is gone (a closed terminal): keep draining
-                pass
+            if traceback or line.startswith(b"Traceback (most recent call last):"):
+                traceback.append(line)
+                if line.startswith((b" ", b"\t", b"Traceback")):
+                    continue  # the traceback goes on up to its exception line
+                text, traceback = b"".join(traceback), []
+                if not all(marker in text for marker in MISSED_CONNECT_BACK):
+                    _write(sink, text)
+            elif not line.startswith(JVM_NOISE):
+                _write(sink, line)
+        _write(sink, b"".join(traceback))
+
+
+def _write(sink: BinaryIO, data: bytes) -> None:
+    try:
+        sink.write(data)
+        sink.flush()
+    except OSError:  # our stderr is gone (a closed terminal): keep draining
+        pass
 
 
 def cluster_packages() -> str:
