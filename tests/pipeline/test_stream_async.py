@@ -5,7 +5,11 @@ the shortest distances need several epochs. Each batch commits after its bounded
 ``fixflow.provisional = true`` and the pending deltas in ``state/sp``; ``settle`` (what
 ``fixflow run --available-now`` does before exiting, and what the idle loop of ``run``
 does between batches) carries them on until the results equal the oracle, and the commit
-that completes convergence says ``false``."""
+that completes convergence says ``false``.
+
+Both tests run the sync engine, whose "round" is one propagation step: on the default
+``hybrid`` engine a round is a stage, and one stage runs the path's shard to local
+quiescence, so nothing is left pending (the batch commits converged results)."""
 
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ def test_async_batches_commit_provisional_results_then_converge(
     )
     # No elastic switch to a (converging) bootstrap, however slow the shared machine is.
     config = replace(config, elastic=replace(config.elastic, switch_fraction=1e6))
+    config = replace(config, engine=replace(config.engine, mode="sync"))
     stream = ProgramStream(spark, config, program_file)
     program = stream.program
     facts: dict[str, set[Any]] = {"warc": set()}
@@ -84,7 +89,7 @@ def test_fixflow_run_converges_while_idle(broker: Config, tmp_path: Path) -> Non
         config,
         trigger_ms=200,
         stream_keys='consistency = "async"\nasync_rounds_per_batch = 1',
-        sections="[elastic]\nswitch_fraction = 1e6",
+        sections='[elastic]\nswitch_fraction = 1e6\n[engine]\nmode = "sync"',
     )
     lake = ProgramLake.for_program(config.lake.path, program_file)
     parsed = parse(PROGRAM, str(program_file))
