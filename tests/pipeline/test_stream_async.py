@@ -107,11 +107,13 @@ def test_fixflow_run_converges_while_idle(broker: Config, tmp_path: Path) -> Non
                 and _newest_flag(lake.results("sp")) in (None, "false")
             )
 
-        run.wait_until(converged, "the path's distances")
+        # Hang guards: a sync round per epoch is ~10 s beside two other test workers on
+        # 2 cores, and the path needs about a dozen epochs.
+        run.wait_until(converged, "the path's distances", timeout_s=600)
         shortcut = [(1, 3, 1.0)]
         publish(config, parsed, step_messages({"warc": shortcut}, {}))
         facts["warc"] |= set(shortcut)
-        run.wait_until(converged, "the shortcut's distances, converged while idle")
+        run.wait_until(converged, "the shortcut's distances, converged while idle", 600)
         assert _newest_flag(lake.results("sp")) == "false"
         assert "carrying pending deltas on" in run.output
         assert "(provisional: deltas pending)" in run.output
