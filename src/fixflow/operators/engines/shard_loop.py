@@ -274,6 +274,10 @@ def _object_order(sort_key: np.ndarray, ranked: np.ndarray) -> np.ndarray:
 
 
 class ShardLoop:
+    row_limit: int | None = None
+    """In the driver: ``run`` stops once the table holds more keys (the stratum then runs
+    on Spark) instead of growing without bound in the driver's memory."""
+
     def __init__(self, params: StageParams, shard: int, rows: pa.Table) -> None:
         """A Spark task's shard: its rows of the stage frame (state, messages, blocks)."""
         self.params = params
@@ -284,10 +288,6 @@ class ShardLoop:
             self._aux_batches(rows, kind),
             rows.filter(pa.array(kind == MESSAGE)),
         )
-
-    row_limit: int | None = None
-    """In the driver: ``run`` stops once the table holds more keys (the stratum then runs
-    on Spark) instead of growing without bound in the driver's memory."""
 
     @classmethod
     def in_driver(
