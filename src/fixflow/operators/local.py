@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from fixflow.checker.ast import TypeName
 from fixflow.operators.compiler import head_columns, relation_struct
 from fixflow.operators.core import StratumRun, combine_plan
-from fixflow.operators.engines.async_engine import GAIN_MARGIN, stage_params, unsupported
+from fixflow.operators.engines.async_engine import order_dependence, stage_params, unsupported
 from fixflow.operators.engines.base import EngineOptions, RoundInfo
 from fixflow.operators.engines.kernels import (
     NUMPY_TYPES,
@@ -193,12 +193,10 @@ class LocalStratum:
         aux = [self.aux_rows(program, body) for body in program.bodies]
         seeds = self.seeds(program)
         loop, iterations = self.mra_loop(program, options, aux, seeds)
-        if loop.gain >= 1.0 - GAIN_MARGIN and loop.negative and options.priority:
-            # A sum of both signs that F′ does not shrink: another order, another sum
-            # (``async_engine._order_dependence``). Round order, as the engine does.
-            log.info(
-                "%s: in round order (deltas of both signs, gain %.3f)", program.relation, loop.gain
-            )
+        reason = order_dependence(program.g, loop.gain, loop.negative)
+        if reason is not None and options.priority:
+            # Another order, another sum: round order, as the engine does.
+            log.info("%s: in round order: %s", program.relation, reason)
             loop, iterations = self.mra_loop(program, replace(options, priority=False), aux, seeds)
         keys, values = loop.relation_rows()
         rows = Batch(len(values))

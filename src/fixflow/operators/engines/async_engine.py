@@ -396,7 +396,7 @@ class _Run:
     aux: Stored
     beta: dict[tuple[int, int], float] = field(default_factory=dict)
     gain: float = 0.0
-    """Sum programs: the largest gain of F′ any shard observed (``_order_dependence``)."""
+    """Sum programs: the largest gain of F′ any shard observed (``order_dependence``)."""
     negative: int = 0
     """Sum programs: negative deltas propagated so far."""
 
@@ -731,7 +731,9 @@ class AsyncEngine:
                 stored = new
                 pending, measure, detail = self._observe(run, stored)
                 on_round(RoundInfo(stage, pending, measure, detail))
-                reason = None if _in_round_order(run) else _order_dependence(run)
+                reason = None
+                if not _in_round_order(run):
+                    reason = order_dependence(program.g, run.gain, run.negative)
                 if reason is not None:
                     env.materializer.release(stored)
                     raise OrderDependent(program.relation, reason)
@@ -825,7 +827,7 @@ def _observe_signs(run: _Run, stats: list[dict[str, Any]]) -> None:
         run.negative += negative
 
 
-def _order_dependence(run: _Run) -> str | None:
+def order_dependence(g: str, gain: float, negative: int) -> str | None:
     """Why this sum's result could depend on the order of propagation, or None.
 
     The accumulated deltas form a series; the async engine sums it in a different order
@@ -835,10 +837,10 @@ def _order_dependence(run: _Run) -> str | None:
     absolutely, which holds when F′ shrinks every delta (gain < 1). A gain of 1 with mixed
     signs is a conditionally convergent series: another order, another sum (belief
     propagation with a stochastic F′ ends anywhere between 0 and the synchronous value)."""
-    if run.program.g != "sum" or run.negative == 0 or run.gain < 1.0 - GAIN_MARGIN:
+    if g != "sum" or negative == 0 or gain < 1.0 - GAIN_MARGIN:
         return None
     return (
-        f"deltas of both signs and an F′ that does not shrink them (gain {run.gain:.3f} ≥ 1): "
+        f"deltas of both signs and an F′ that does not shrink them (gain {gain:.3f} ≥ 1): "
         "the sum could depend on the order of propagation"
     )
 
