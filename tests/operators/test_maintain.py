@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker.model import Report
 from fixflow.operators.core import SEGMENTS, EvalOptions
+from fixflow.operators.epoch import Delta
 from fixflow.operators.evaluate import evaluate
 from fixflow.operators.maintain import Epoch, Maintainer
 from fixflow.operators.materialize import checkpoint_rdds
@@ -466,3 +467,70 @@ def test_an_insert_only_change_is_reported_without_a_shuffle(spark: SparkSession
     assert {tuple(r) for r in copy.upserts.collect()} == {(3, 4)}
     assert {tuple(r) for r in copy.deletes.collect()} == {(1, 2)}
     assert _shuffles(copy.deletes)
+
+
+COPIES = """
+.decl arc(src: number, dst: number)
+.input arc
+.decl copy(src: number, dst: number)
+.output copy
+.decl flip(dst: number, src: number, tag: number)
+.output flip
+.decl up(src: number, dst: number)
+.output up
+.decl loop(n: number)
+.output loop
+.decl from1(dst: number)
+.output from1
+.decl src(n: number)
+.output src
+.decl both(src: number, dst: number)
+.output both
+copy(X, Y) :- arc(X, Y).
+flip(Y, X, 7) :- arc(X, Y).
+up(X, Y) :- arc(X, Y), X < Y.
+loop(X) :- arc(X, X).
+from1(Y) :- arc(1, Y).
+src(X) :- arc(X, _).
+both(X, Y) :- arc(X, Y).
+both(X, Y) :- arc(Y, X).
+"""
+
+
+@pytest.mark.parametrize("net", [False, True], ids=["diffed", "net-counts"])
+def test_a_one_to_one_copy_takes_the_inserted_rows_without_a_job(
+    spark: SparkSession, net: bool
+) -> None:
+    """A relation whose one rule maps one changed atom one to one onto its rows gains the
+    input's new rows as they are: a plain copy (``copy``, ``flip``) runs no job of its
+    own, a filter (``up``, ``loop``, ``from1``) one store and no shuffle; a projection
+    (``src``) or a second rule (``both``) still takes the anti join. The relations stay
+    equal to the oracle's, whether the caller's rows are diffed or given as net."""
+    from fixflow.operators.strategies.nonrecursive import copied_atom
+
+    report = report_of(COPIES)
+    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    facts: Facts = {"arc": [(1, 2), (3, 3)]}
+    maintainer.load(declared(report, edb_frames(spark, report, facts)))
+    maintainer.pending_changes()  # the consumer now holds the loaded rows
+    for step in ([(1, 5), (4, 4), (6, 2)], [(1, 7), (8, 9)]):
+        facts["arc"] = [*facts["arc"], *step]
+        frames = declared(report, edb_frames(spark, report, {"arc": step}))
+        counts = {"arc": (len(step), 0)} if net else None
+        epoch = maintainer.apply(frames, {}, net_counts=counts)
+        assert set(strategies(epoch).values()) == {"update:delta-rules"}
+        check_current(spark, report, maintainer, facts, 0.0, engine=False)
+        jobs = {rel: s.jobs for s in epoch.strata for rel in s.relations}
+        assert jobs["copy"] == jobs["flip"] == 0, jobs
+        assert jobs["up"] == jobs["loop"] == jobs["from1"] == 1, jobs
+        assert epoch.changes["up"].upserts.count() == sum(x < y for x, y in step)
+    for relation, copied in [("copy", True), ("up", True), ("src", False), ("both", False)]:
+        stratum = next(s for s in report.strata if relation in s.relations)
+        delta = _one_row_delta(spark)
+        ctx = maintainer._context(stratum, 2, {"arc": delta.added}, {"arc": delta}, {}, 0.0)
+        assert (copied_atom(ctx, relation) is not None) == copied, relation
+
+
+def _one_row_delta(spark: SparkSession) -> Delta:
+    rows = spark.createDataFrame([(1, 2)], "c0 long, c1 long")
+    return Delta(rows, rows.limit(0), 1, 0)

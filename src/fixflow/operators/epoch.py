@@ -42,12 +42,15 @@ class Abandon(Exception):
 
 @dataclass
 class Delta:
-    """One relation's change in this epoch (positional columns, materialized)."""
+    """One relation's change in this epoch (positional columns)."""
 
     added: DataFrame
     removed: DataFrame
     n_added: int
     n_removed: int
+    stored: bool = True
+    """Whether ``added`` is (a projection of) a store of the epoch's materializer; a
+    caller's net EDB rows are not, until the relation's new segment stores them."""
 
     @property
     def empty(self) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
@@ -32,7 +32,15 @@ from pyspark.sql.types import StructField, StructType
 from fixflow.checker import ast
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.compiler import join_on, minus, positional, spark_type
-from fixflow.operators.core import EvalOptions, Frames, StratumRun, appended, extended
+from fixflow.operators.core import (
+    EvalOptions,
+    Frames,
+    StratumRun,
+    appended,
+    compacted,
+    extended,
+    segments_full,
+)
 from fixflow.operators.engines import engine_for
 from fixflow.operators.engines.base import MraState
 from fixflow.operators.epoch import (
@@ -262,7 +270,7 @@ class Maintainer:
                 continue
             old[rel], deltas[rel] = self.frames[rel], delta
             self.edb_rows[rel] += delta.n_added - delta.n_removed
-            self.frames[rel] = self._changed(old[rel], delta)
+            self.frames[rel], deltas[rel] = self._changed(old[rel], delta)
         if not deltas and not self.carried:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
         if self.whole_program_only:
@@ -644,7 +652,8 @@ class Maintainer:
     ) -> Delta:
         added = self._positional_input(relation, inserts)
         if net_counts is not None:  # net already: no job (the caller's rows are local)
-            return Delta(added, self._positional_input(relation, deletes), *net_counts)
+            removed = self._positional_input(relation, deletes)
+            return Delta(added, removed, *net_counts, stored=False)
         current = self.frames[relation]
         columns = current.columns
         # A batch is small beside the relation: it is broadcast, so finding which of its
@@ -657,14 +666,21 @@ class Maintainer:
             removed = join_on(current, F.broadcast(removed.distinct()), columns, "left_semi")
         return stored_delta(self.materializer, added, removed)
 
-    def _changed(self, rows: DataFrame, delta: Delta) -> DataFrame:
-        """An input relation's rows after ``delta``, stored: under insertions only, the
-        added rows become a new segment (``core.extended``); removed rows are left out by
-        a broadcast anti join (no shuffle of the relation) and the result stored whole."""
+    def _changed(self, rows: DataFrame, delta: Delta) -> tuple[DataFrame, Delta]:
+        """An input relation's rows after ``delta``, stored, and the delta as the strata
+        read it. Under insertions only, the added rows become a new segment
+        (``core.extended``), and the delta's added rows are that segment: stored once, so
+        a rule that only copies them needs no job of its own; the caller's net rows are
+        stored by the first job that reads them (``keep_later``), so that an epoch that
+        only copies them runs no job at all. Removed rows are left out by a broadcast anti
+        join (no shuffle of the relation) and the result stored whole."""
         if not delta.n_removed:
-            return extended(self.materializer, rows, delta.added)
+            if not delta.stored and not segments_full(rows):
+                segment = self.materializer.keep_later(compacted(delta.added), delta.n_added)
+                delta = replace(delta, added=segment, stored=True)
+            return extended(self.materializer, rows, delta.added, stored=delta.stored), delta
         kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")
-        return self.materializer.keep(appended(kept.select(*rows.columns), delta.added))
+        return self.materializer.keep(appended(kept.select(*rows.columns), delta.added)), delta
 
     def _positional_input(self, relation: str, frame: DataFrame | None) -> DataFrame:
         """``frame`` with exactly the relation's declared columns and types (empty if None),

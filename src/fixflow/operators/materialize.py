@@ -94,6 +94,13 @@ class Materializer:
         """``frame`` materialized (one job)."""
         return self.store(frame).frame
 
+    def keep_later(self, frame: DataFrame, rows: int) -> DataFrame:
+        """``frame``, known to hold ``rows`` rows, stored by the first job that reads it
+        rather than by a job now: for rows a caller already holds (a micro-batch's net
+        facts), which that job computes as cheaply as a store would. It is sized as
+        ``rows`` rows (``exact_size``), as a store that counted them would be."""
+        return exact_size(frame.localCheckpoint(eager=False), rows)
+
     def keep_counted(self, frame: DataFrame) -> tuple[DataFrame, int]:
         """``frame`` materialized and its rows counted, in one job."""
         stored = self.store(frame, count=True)

@@ -45,21 +45,75 @@ def delta_rules_applies(ctx: UpdateContext) -> bool:
 
 
 def delta_rules(ctx: UpdateContext) -> Outcome:
-    """Insert-only, no aggregate: added = ∪ delta rules − current."""
+    """Insert-only, no aggregate: added = ∪ delta rules − current; for a one-to-one copy
+    of one input (``copied_atom``), added = the input's added rows, mapped."""
     frames, deltas = {}, {}
     for relation in ctx.relations:
         current = ctx.frames.full[relation]
-        derived = ctx.combine(relation, ctx.inserted_rows(relation))
-        added = join_on(derived, current, current.columns, "left_anti")
-        delta = ctx.delta(added, ctx.frames.empty(relation))
-        # The delta is stored (ctx.delta): the relation gains it as a segment, no job.
+        copied = copied_atom(ctx, relation)
+        if copied is not None:
+            delta = _copied_delta(ctx, relation, copied)
+        else:
+            derived = ctx.combine(relation, ctx.inserted_rows(relation))
+            added = join_on(derived, current, current.columns, "left_anti")
+            delta = ctx.delta(added, ctx.frames.empty(relation))
+        # A stored delta (ctx.delta, or a map of a stored input delta) becomes a segment of
+        # the relation with no job.
         frames[relation] = (
-            extended(ctx.materializer, current, delta.added, stored=True)
+            extended(ctx.materializer, current, delta.added, stored=delta.stored)
             if delta.n_added
             else current
         )
         deltas[relation] = delta
     return Outcome(frames, deltas)
+
+
+def copied_atom(ctx: UpdateContext, relation: str) -> int | None:
+    """The literal index of the one changed atom that ``relation``'s only rule maps one to
+    one onto head rows (``out(x, y) :- edge(x, y), x < y.``), else None.
+
+    One to one: every variable of the atom is a head argument of the same type and the
+    atom's other arguments are constants, so distinct input rows give distinct head rows.
+    As no other rule derives the relation, the rows new inputs derive are new rows: no
+    distinct and no anti join against the relation is needed, i.e. no shuffle."""
+    rules = ctx.rules(relation)
+    if len(rules) != 1 or len(rules[0].bodies) != 1:
+        return None
+    head, body = rules[0].head, rules[0].bodies[0]
+    atoms = [(i, lit) for i, lit in enumerate(body.literals) if isinstance(lit, ast.Atom)]
+    if len(atoms) != 1 or atoms[0][1].relation not in ctx.deltas:
+        return None
+    index, atom = atoms[0]
+    in_types = ctx.entry(atom.relation).types
+    head_types = ctx.entry(relation).types
+    head_vars = {
+        arg.name: head_types[i] for i, arg in enumerate(head.args) if isinstance(arg, ast.Var)
+    }
+    for arg, type_ in zip(atom.args, in_types, strict=True):
+        if isinstance(arg, ast.Var) and head_vars.get(arg.name) == type_:
+            continue
+        if not isinstance(arg, ast.NumberLit | ast.FloatLit | ast.StringLit):
+            return None
+    return index
+
+
+def _copied_delta(ctx: UpdateContext, relation: str, index: int) -> Delta:
+    """The head rows of the input's added rows. A body of the atom alone, over distinct
+    variables, keeps every row: their count is the input's, and the rows are a map of its
+    (stored) rows, so no job runs; a filter (constants, comparisons) is stored and
+    counted in one job."""
+    rule = ctx.rules(relation)[0]
+    body = rule.bodies[0]
+    atom = body.literals[index]
+    assert isinstance(atom, ast.Atom)
+    source = ctx.deltas[atom.relation]
+    rows = ctx.head_rows(
+        relation, ctx.rule_rows(rule, body, relation_of={index: f"{atom.relation}@add"})
+    )
+    names = [a.name for a in atom.args if isinstance(a, ast.Var)]
+    if len(body.literals) == 1 and len(names) == len(atom.args) == len(set(names)):
+        return Delta(rows, ctx.frames.empty(relation), source.n_added, 0, stored=source.stored)
+    return ctx.delta(rows, ctx.frames.empty(relation))
 
 
 # ---------------------------------------------------------------- update: affected groups
