@@ -13,6 +13,7 @@ import pytest
 from fixflow.pipeline.broker import ensure_topics
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka_source import (
+    DriverRead,
     KafkaRange,
     KafkaStreamReader,
     cap_offsets,
@@ -121,6 +122,48 @@ def test_a_range_reads_exactly_its_records_with_keys_timestamps_and_bad_bytes(
         expected = "\ufffd\ufffd not utf-8" if n == 4321 else values[n].decode()
         assert row["value"] == expected
         assert abs((dt.datetime.now(dt.UTC) - row["timestamp"]).total_seconds()) < 600
+
+
+def test_the_driver_reads_the_very_records_of_a_small_batch(
+    spark: Any, broker: Config, tmp_path: Path
+) -> None:
+    """``DriverRead``: from the second batch on, the ranges in Spark's offset log are read
+    in the driver and give exactly the records the source's Spark job gives (in the same
+    order once sorted); the first batch, a batch over the limit and a checkpoint off the
+    local file system are left to Spark (None)."""
+    topics = [f"drv-a-{uuid.uuid4().hex[:8]}", f"drv-b-{uuid.uuid4().hex[:8]}"]
+    ensure_topics(broker, topics)
+    _publish(broker, topics[0], [{"n": i} for i in range(150)])
+    _publish(broker, topics[1], [{"n": i} for i in range(150, 230)])
+    checkpoint = str(tmp_path / "ckpt")
+    bootstrap = broker.kafka.bootstrap_servers
+    read = DriverRead(bootstrap, checkpoint, max_records=100)
+    compared: list[int] = []
+
+    def compare(batch_df: Any, batch_id: int) -> None:
+        from fixflow.pipeline.ingest import RECORD_COLUMNS, _sorted_records
+
+        table = read(batch_id)
+        assert DriverRead(bootstrap, checkpoint, max_records=1)(batch_id) is None
+        if batch_id == 0:
+            assert table is None
+            return
+        assert table is not None
+        spark_read = _sorted_records(batch_df.select(*RECORD_COLUMNS).toArrow())
+        assert _sorted_records(table.select(RECORD_COLUMNS)).to_pylist() == spark_read.to_pylist()
+        compared.append(table.num_rows)
+
+    query = (
+        read_stream(spark, broker, topics, max_records_per_trigger=60)
+        .writeStream.foreachBatch(compare)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert len(compared) >= 3 and sum(compared) == 230 - 60, compared
+    assert DriverRead(bootstrap, "s3a://bucket/ckpt", max_records=100)(1) is None
 
 
 @pytest.mark.parametrize("count", [1, 37, 3000])

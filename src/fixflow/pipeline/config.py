@@ -87,6 +87,9 @@ class StreamConfig:
     adaptive: bool = True
     async_rounds_per_batch: int = _key(10, positive=True)
     """With consistency = "async": rounds of work per batch before committing."""
+    driver_read_max_records: int = _key(20_000, minimum=0)
+    """``[kafka] source = "python"``: a batch of at most this many records is read by the
+    driver itself, not by a Spark job (``kafka_source.DriverRead``); 0 = always Spark."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,14 +154,18 @@ def ingest_batch(
     *,
     topic_prefix: str = "",
     query_id: str | None = None,
+    driver_read: Callable[[int], pa.Table | None] | None = None,
 ) -> IngestResult:
-    """Validate, dead-letter and normalize one micro-batch (see the module docstring)."""
+    """Validate, dead-letter and normalize one micro-batch (see the module docstring).
+    ``driver_read`` may read the batch's records in the driver (``kafka_source.DriverRead``;
+    None from it: through Spark)."""
     query = query_id or streaming_query_id(batch_df)
     phases = Phases()
     with phases.timed("read"):
-        records = _sorted_records(
-            batch_df.select("topic", "partition", "offset", "key", "value").toArrow()
-        )
+        table = driver_read(batch_id) if driver_read is not None else None
+        if table is None:
+            table = batch_df.select(*RECORD_COLUMNS).toArrow()
+        records = _sorted_records(table.select(RECORD_COLUMNS))
     commit = BatchCommit(query, batch_id, offsets_covered(records))
     schemas = input_schemas(program)
     with phases.timed("validate"):
@@ -192,6 +196,10 @@ def ingest_batch(
         " (replay)" if replayed else "",
     )
     return result
+
+
+RECORD_COLUMNS = ["topic", "partition", "offset", "key", "value"]
+"""The columns of a batch's Kafka records that ingestion reads."""
 
 
 def streaming_query_id(batch_df: DataFrame) -> str:
@@ -444,13 +452,15 @@ def batch_handler(
     *,
     topic_prefix: str = "",
     lock: AbstractContextManager[Any] | None = None,
+    driver_read: Callable[[int], pa.Table | None] | None = None,
 ) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function: ingest → ``maintain`` (the engine) → EDB commit → metrics.
 
     Any exception propagates and stops the query without committing the batch in Spark's
     checkpoint, so the batch is replayed on restart; the idempotent commits make that safe.
     ``lock`` is held for the whole batch (work between batches, such as carrying pending
-    deltas on under async consistency, takes it too).
+    deltas on under async consistency, takes it too); ``driver_read`` goes to
+    ``ingest_batch``.
     """
 
     def handle(batch_df: DataFrame, batch_id: int) -> None:
@@ -458,7 +468,13 @@ def batch_handler(
         jobs = _JobCounter(batch_df.sparkSession, f"fixflow-batch-{batch_id}-{uuid.uuid4()}")
         with lock or nullcontext():
             result = ingest_batch(
-                batch_df, batch_id, program, lake, metrics, topic_prefix=topic_prefix
+                batch_df,
+                batch_id,
+                program,
+                lake,
+                metrics,
+                topic_prefix=topic_prefix,
+                driver_read=driver_read,
             )
             if maintain is not None:
                 maintain(result)
@@ -506,17 +522,25 @@ def start_ingest_query(
     --available-now``, tests); otherwise a batch starts every ``[stream] trigger_ms``.
     """
     from fixflow.pipeline.broker import ensure_topics
-    from fixflow.pipeline.kafka_source import read_stream
+    from fixflow.pipeline.kafka_source import DriverRead, read_stream
 
     prefix = config.kafka.topic_prefix
     topics = topics_for(program, prefix)
     ensure_topics(config, topics)
     ensure_edb_tables(program, lake)
+    driver_read = None
+    if config.kafka.source == "python" and config.stream.driver_read_max_records:
+        driver_read = DriverRead(
+            config.kafka.bootstrap_servers,
+            lake.checkpoint(),
+            config.stream.driver_read_max_records,
+        )
+    handler = batch_handler(
+        program, lake, metrics, maintain, topic_prefix=prefix, lock=lock, driver_read=driver_read
+    )
     writer = (
         read_stream(spark, config, topics, limit_file=limit_file)
-        .writeStream.foreachBatch(
-            batch_handler(program, lake, metrics, maintain, topic_prefix=prefix, lock=lock)
-        )
+        .writeStream.foreachBatch(handler)
         .option("checkpointLocation", lake.checkpoint())
         .queryName(f"fixflow-{lake.program}")
     )
