@@ -534,3 +534,18 @@ def test_a_one_to_one_copy_takes_the_inserted_rows_without_a_job(
 def _one_row_delta(spark: SparkSession) -> Delta:
     rows = spark.createDataFrame([(1, 2)], "c0 long, c1 long")
     return Delta(rows, rows.limit(0), 1, 0)
+
+
+def test_a_first_batch_into_an_empty_input_is_copied_not_bootstrapped(spark: SparkSession) -> None:
+    """The elastic switch sends a change larger than its input to a bootstrap; a stratum
+    of one-to-one copies is updated anyway, as a map of the change is cheaper than any
+    bootstrap (which takes the distinct of the whole relation)."""
+    report = report_of(COPIES)
+    maintainer = Maintainer(report, spark)
+    maintainer.load(declared(report, edb_frames(spark, report, {"arc": []})))
+    step = [(1, 5), (4, 4), (6, 2)]
+    epoch = maintainer.apply(declared(report, edb_frames(spark, report, {"arc": step})), {})
+    chosen = strategies(epoch)
+    assert chosen["copy"] == chosen["up"] == "update:delta-rules", chosen
+    assert chosen["src"] == chosen["both"] == "bootstrap:switched", chosen
+    check_current(spark, report, maintainer, {"arc": step}, 0.0, engine=False)

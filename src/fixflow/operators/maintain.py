@@ -306,7 +306,7 @@ class Maintainer:
         partitions = self._partitions()
         with session_conf(self.spark, round_conf(partitions)):
             ctx = self._context(stratum, partitions, old, changed, carried, started)
-            outgrown = self._outgrown(stratum, changed)
+            outgrown = "" if nonrecursive.copies_only(ctx) else self._outgrown(stratum, changed)
             method = self._choose(ctx) if not outgrown else None
             updated = self._update(method, ctx, old, deltas) if method is not None else None
             if isinstance(updated, StratumEpoch):
@@ -344,7 +344,9 @@ class Maintainer:
         before the epoch (a first batch into an empty EDB, a bulk load) goes to a bootstrap
         at once rather than after a first, wasted round. So does a change no smaller (as a
         share of its input) than one whose update this stratum abandoned lately: that
-        update paid a whole budget before its bootstrap, which the prediction saves."""
+        update paid a whole budget before its bootstrap, which the prediction saves.
+        (Not asked for a stratum of one-to-one copies, whose update maps the change and so
+        costs less than a bootstrap of any size: ``nonrecursive.copies_only``.)"""
         lesson = self.lessons.get(stratum.index)
         if lesson is not None:
             lesson.epochs_left -= 1

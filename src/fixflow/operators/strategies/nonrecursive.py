@@ -68,6 +68,13 @@ def delta_rules(ctx: UpdateContext) -> Outcome:
     return Outcome(frames, deltas)
 
 
+def copies_only(ctx: UpdateContext) -> bool:
+    """``delta-rules`` applies and every relation of the stratum is a one-to-one copy of
+    a changed atom: the update maps the input's new rows, at no more than one map-only
+    job per relation, whatever their number."""
+    return delta_rules_applies(ctx) and all(copied_atom(ctx, r) is not None for r in ctx.relations)
+
+
 def copied_atom(ctx: UpdateContext, relation: str) -> int | None:
     """The literal index of the one changed atom that ``relation``'s only rule maps one to
     one onto head rows (``out(x, y) :- edge(x, y), x < y.``), else None.
