@@ -109,6 +109,13 @@ def stream_case(name: str, spark: Any, config: Config) -> ProgramStream:
         problems = step_problems(stream, case, facts, step.expected)
         if processed != sent:
             problems["records"] = f"published {sent}, the batches read {processed}"
+        if before == 0 and not any(step.deletes.values()):
+            # Bootstrap = update from empty: a fresh stream's first batch of insertions is
+            # loaded and evaluated once (not an empty load, then an update that outgrows it).
+            first = stream.reports[0].epoch
+            ran = {s.strategy for s in first.strata} if first is not None else set()
+            if ran != {"bootstrap"}:
+                problems["first batch"] = f"ran {sorted(ran)}, expected one bootstrap"
         if step.expect_strategy is not None:
             epochs = [r.epoch for r in stream.reports[before:]]
             if bad := strategy_mismatches(stream.report, epochs, step.expect_strategy):

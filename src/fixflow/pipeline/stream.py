@@ -176,11 +176,13 @@ class ProgramStream:
     def maintain(self, result: IngestResult) -> None:
         """``ingest.Maintain``: one epoch for this batch's changes, results committed."""
         started = time.monotonic()
-        loaded = self._load_before(result) if not self.loaded else None
         changes = result.changes.items()
         inserts = {r: self._frame(c.inserts) for r, c in changes if c.inserts.num_rows}
         deletes = {r: self._frame(c.deletes) for r, c in changes if c.deletes.num_rows}
         with result.phases.timed("maintain"):
+            loaded = None
+            if not self.loaded:
+                loaded, inserts = self._load_before(result, inserts, deletes)
             epoch = self._epoch(result, loaded, inserts, deletes)
         with result.phases.timed("results"):
             changed_rows = self._commit_epoch(epoch, result.commit) if epoch else {}
@@ -214,9 +216,11 @@ class ProgramStream:
             }
             return self.maintainer.apply(inserts, deletes, net_counts=counts)
         if loaded is not None:
-            # Nothing changed in this batch, but the results may lag the EDB they were
-            # loaded with (e.g. rules with constant facts): commit that difference.
-            return self.maintainer.pending_changes()
+            # Nothing changed in this batch (or the load took its facts), but the results
+            # may lag the EDB they were loaded with: commit that difference.
+            epoch = self.maintainer.pending_changes()
+            epoch.strata = loaded.strata  # what ran: the load's bootstrap
+            return epoch
         return None
 
     def _record(self, report: BatchReport) -> None:
@@ -225,16 +229,34 @@ class ProgramStream:
         if self.on_batch is not None:
             self.on_batch(report)
 
-    def _load_before(self, result: IngestResult) -> Epoch:
+    def _load_before(
+        self,
+        result: IngestResult,
+        inserts: dict[str, DataFrame],
+        deletes: dict[str, DataFrame],
+    ) -> tuple[Epoch, dict[str, DataFrame]]:
         """Load the EDB and the result tables as they were before this batch and evaluate
-        everything once; the batch's epoch then carries any difference to the results."""
+        everything once; the batch's epoch then carries any difference to the results.
+        Returns the load's epoch and the insertions still to apply.
+
+        Bootstrap = update from empty: when no EDB table held a fact before the batch and
+        the batch only inserts, the load takes the batch's facts themselves, so a fresh
+        stream evaluates its first batch once (an evaluation of the empty EDB followed by
+        an update that outgrows it, i.e. a second bootstrap, cost the SSSP stream's first
+        batch two evaluations)."""
+        edb = self._tables_before(self.lake.edb, self.program.inputs, result)
+        taken = not edb and not deletes
         epoch = self.maintainer.load(
-            self._tables_before(self.lake.edb, self.program.inputs, result),
+            inserts if taken else edb,
             self._tables_before(self.lake.results, self.program.outputs, result),
         )
         self.loaded = True
-        log.info("loaded the EDB before batch %d and evaluated every stratum", result.batch_id)
-        return epoch
+        log.info(
+            "loaded the EDB %s batch %d and evaluated every stratum",
+            "with" if taken else "before",
+            result.batch_id,
+        )
+        return epoch, {} if taken else inserts
 
     def _tables_before(
         self, path_of: Callable[[str], str], relations: Sequence[str], result: IngestResult
