@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -534,6 +535,20 @@ def minus(left: DataFrame, right: DataFrame) -> DataFrame:
     if left.columns:
         return left.subtract(right)
     return left.limit(1).join(right, None, "left_anti")
+
+
+def set_minus(left: DataFrame, right: DataFrame) -> DataFrame:
+    """``minus`` of two frames that hold no duplicate rows (a relation's rows): a null-safe
+    anti join on every column. EXCEPT DISTINCT is that anti join followed by a distinct, a
+    shuffle of the result that a set does not need. ``right``'s columns are renamed first,
+    so the condition is unambiguous even when both sides come from the same rows."""
+    if not left.columns:
+        return minus(left, right)
+    renamed = [f"#minus{i}" for i in range(len(left.columns))]
+    other = right.select(*(F.col(c).alias(r) for c, r in zip(left.columns, renamed, strict=True)))
+    pairs = zip(left.columns, renamed, strict=True)
+    condition = reduce(lambda a, b: a & b, (F.col(c).eqNullSafe(F.col(r)) for c, r in pairs))
+    return left.join(other, condition, "left_anti")
 
 
 def cross_join(left: DataFrame, right: DataFrame) -> DataFrame:

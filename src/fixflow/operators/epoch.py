@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fixflow.checker import ast
-from fixflow.operators.compiler import join_on, minus, positional, spark_type
+from fixflow.operators.compiler import join_on, positional, set_minus, spark_type
 from fixflow.operators.core import StratumRun, atoms_over, compacted
 from fixflow.operators.engines.base import MraState, RoundInfo
 from fixflow.operators.materialize import Materializer
@@ -89,8 +89,9 @@ def stored_delta(materializer: Materializer, added: DataFrame, removed: DataFram
 
 
 def changes_between(materializer: Materializer, old: DataFrame, new: DataFrame) -> Delta:
-    """Rows only in ``new`` (added) and only in ``old`` (removed), materialized."""
-    return stored_delta(materializer, minus(new, old), minus(old, new))
+    """Rows only in ``new`` (added) and only in ``old`` (removed), materialized: two
+    relations' rows, so neither side needs EXCEPT's distinct."""
+    return stored_delta(materializer, set_minus(new, old), set_minus(old, new))
 
 
 @dataclass
