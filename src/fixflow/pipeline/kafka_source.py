@@ -158,7 +158,7 @@ def broker_view(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Br
         reported = consumer.end_offsets(tps) if tps else {}
         silent: set[Any] = set()
         if probe and tps:
-            reported, silent = _probe_true_ends(consumer, reported, first)
+            reported, silent = _probe_true_ends(bootstrap, reported, first)
         # kafka-python keeps the Metadata response's cluster id on the client's cluster
         # metadata only; None from a broker that sends none (then no reset is detected).
         cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
@@ -188,35 +188,49 @@ def end_offsets(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Of
 
 
 def _probe_true_ends(
-    consumer: Any,
+    bootstrap: str,
     reported: dict[Any, int],
     first: dict[Any, int],
     quiet_s: float = 1.0,
     limit_s: float = 5.0,
 ) -> tuple[dict[Any, int], set[Any]]:
     """Fetch from ``reported - 1`` once per partition: the fetch's high watermark, and the
-    last record of the batch it returns, give the true end. Stop after one answer per
-    partition, so a busy topic is not chased. A partition that stays silent (``limit_s``, or
-    ``quiet_s`` after the others answered) keeps the reported end and is returned as silent."""
+    last record it returns, give the true end. Stop after one answer per partition, so a
+    busy topic is not chased. A partition that stays silent (``limit_s``, or ``quiet_s``
+    after the others answered) keeps the reported end and is returned as silent.
+
+    The fetch goes through librdkafka, which decodes the record batch in C: the answer is
+    a whole batch (``fixflow publish`` sends 10,000 records a batch), and kafka-python
+    decoding it (and checking its CRC in Python) cost 100-130 ms per partition on every
+    trigger that found new records."""
+    from confluent_kafka import TopicPartition
+
     probed = {tp: end for tp, end in reported.items() if end > first.get(tp, 0)}
     if not probed:
         return dict(reported), set()
-    consumer.assign(list(probed))
-    for tp, end in probed.items():
-        consumer.seek(tp, end - 1)
-    ends = dict(reported)
-    pending = set(probed)
-    deadline = time.monotonic() + limit_s
-    while pending and time.monotonic() < deadline:
-        # Partitions answer one fetch at a time, and slowly from an object store: wait for
-        # each, not just the first.
-        for tp, records in consumer.poll(timeout_ms=100, max_records=100_000).items():
-            # The fetch's high watermark is the end; Tansu's s3 engine answers ListOffsets
-            # with a batch picked by its 1-second modification time, far below the end.
-            highwater = consumer.highwater(tp) or 0
-            ends[tp] = max(ends[tp], records[-1].offset + 1, highwater)
-            pending.discard(tp)
-            deadline = min(deadline, time.monotonic() + quiet_s)
+    by_name = {(tp.topic, tp.partition): tp for tp in probed}
+    consumer = _librdkafka_consumer(bootstrap)
+    ends, pending = dict(reported), set(probed)
+    try:
+        consumer.assign([TopicPartition(t, p, probed[tp] - 1) for (t, p), tp in by_name.items()])
+        deadline = time.monotonic() + limit_s
+        while pending and time.monotonic() < deadline:
+            # Partitions answer one fetch at a time, and slowly from an object store: wait
+            # for each, not just the first. consume() waits its whole timeout for a count
+            # it cannot reach: ask for one record per silent partition.
+            for message in _records(consumer.consume(len(pending), 0.1)):
+                tp = by_name[(message.topic(), message.partition())]
+                # The fetch's high watermark is the end; Tansu's s3 engine answers
+                # ListOffsets with a batch picked by its 1-second modification time.
+                _, highwater = consumer.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), cached=True
+                )
+                ends[tp] = max(ends[tp], message.offset() + 1, highwater)
+                if tp in pending:
+                    pending.discard(tp)
+                    deadline = min(deadline, time.monotonic() + quiet_s)
+    finally:
+        consumer.close()
     return ends, pending
 
 
@@ -685,13 +699,22 @@ def read_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
 
 def _range_consumer(part: KafkaRange) -> Any:
     """A group-less librdkafka consumer assigned to ``part`` at its first offset."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
+
+    consumer = _librdkafka_consumer(part.bootstrap)
+    consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+    return consumer
+
+
+def _librdkafka_consumer(bootstrap: str) -> Any:
+    """A group-less librdkafka consumer, not yet assigned."""
+    from confluent_kafka import Consumer
 
     from fixflow.pipeline.librdkafka import QuietLog
 
-    consumer = Consumer(
+    return Consumer(
         {
-            "bootstrap.servers": part.bootstrap,
+            "bootstrap.servers": bootstrap,
             # Required by the client, never joined: offsets are assigned and not committed.
             "group.id": "fixflow-range-reader",
             "enable.auto.commit": False,
@@ -703,8 +726,6 @@ def _range_consumer(part: KafkaRange) -> Any:
         },
         logger=QuietLog(log, {}),
     )
-    consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
-    return consumer
 
 
 def _records(messages: list[Any]) -> list[Any]:
