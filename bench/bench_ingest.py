@@ -17,13 +17,19 @@ default configuration except where a scenario says otherwise.
              (a service's long-lived one) and timed from the send until the result table's
              new Delta version is visible (publish -> commit visible).
   sssp     : SSSP on a random graph of --sssp-edges edges (average out-degree 8): the
-             streaming bootstrap (``publish_facts`` of a CSV -> committed) beside an
+             streaming bootstrap (``publish_facts`` of a CSV -> committed, into a stream
+             that has started and handled its first, empty batch) beside an
              in-process evaluation of the same facts with results written to Delta (what
-             ``fixflow eval`` does, without its JVM start); then a publisher sends 100-edge
-             batches of new edges back to back for --steady-s seconds, and the facts/s the
-             stream commits are measured.
+             ``fixflow eval`` does, without its JVM start); then a publisher process sends
+             100-edge batches of new edges back to back (each acknowledged before the next,
+             at most --steady-rate facts/s) for --steady-s seconds, and the facts/s the
+             stream commits are measured beside the facts/s offered. The eval runs twice:
+             on Spark (the stream's path) and as ``fixflow eval`` runs it by default, with
+             strata of up to 100k rows in the driver (``--local-rows``).
 
-Every scenario runs --repeats times; the report gives medians and the machine load.
+Every scenario runs --repeats times; backlog and sssp run --warmup times more first, not
+counted (the JVM's first runs of their plans pay code generation and JIT). The report gives
+medians and the machine load.
 
     .venv/bin/python bench/bench_ingest.py                       # all, writes INGEST_RESULTS.md
     .venv/bin/python bench/bench_ingest.py --facts 100k --scenarios backlog --markdown
@@ -32,12 +38,12 @@ Every scenario runs --repeats times; the report gives medians and the machine lo
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -107,6 +113,35 @@ def send(
         client.flush(timeout=600)
     if out is None:
         client.close()
+
+
+def publish_batches(
+    config: Any,
+    attributes: Any,
+    nodes: int,
+    seed: int,
+    args: argparse.Namespace,
+    stop: Any,
+    sent: Any,
+) -> None:
+    """The steady-state publisher (a process of its own): 100 new weight-1 edges a batch,
+    each batch sent and acknowledged through the librdkafka publisher before the next,
+    paced to at most ``args.steady_rate`` facts/s (0: as fast as it goes)."""
+    from fixflow.pipeline.fact_columns import Messages
+    from fixflow.pipeline.messages import encode_fact, fact_key
+    from fixflow.pipeline.producer import Publisher
+
+    rng, topic = random.Random(seed), config.kafka.topic("edge")
+    started, count = time.monotonic(), 0
+    with Publisher(config) as publisher:
+        while not stop.is_set():
+            rows = [(rng.randrange(nodes), rng.randrange(nodes), 1.0) for _ in range(100)]
+            keys = [fact_key(row).encode() for row in rows]
+            values = [encode_fact(attributes, row).encode() for row in rows]
+            count += publisher.send(topic, Messages(keys, values))
+            sent.value = count
+            if args.steady_rate:
+                time.sleep(max(0.0, started + count / args.steady_rate - time.monotonic()))
 
 
 def random_pairs(n: int, seed: int) -> list[tuple[int, int]]:
@@ -229,8 +264,13 @@ class Bench:
         edges = list({(rng.randrange(nodes), rng.randrange(nodes)): 0 for _ in range(n)})
         facts = [(s, d, float(rng.randint(1, 9))) for s, d in edges]
         rows[1].values.append(self.eval_seconds(facts))
+        rows[5].values.append(self.eval_seconds(facts, local_rows=100_000))
         stream = self.stream(SSSP, trigger_ms=self.args.trigger_ms)
         query = stream.start()
+        # The stream runs before the facts come, as a service does: its start (the JVM's
+        # query set-up and the first, empty batch) is not the bootstrap's, as the eval's
+        # SparkSession start is not the eval's.
+        wait_started(stream, query)
         from fixflow.pipeline.publish import publish_facts
 
         csv = self.work / f"sssp{self.runs}.csv"
@@ -243,30 +283,40 @@ class Bench:
             boot = list(stream.reports)
             rows[0].detail = f"{batch_table(boot)}\n\nStrategies: {strategies(boot)}."
             rows[2].values.append(rows[0].values[-1] / rows[1].values[-1])
+            rows[6].values.append(rows[0].values[-1] / rows[5].values[-1])
+            seen = len(stream.reports)
             rows[3].values.append(self.steady(stream, query, rng, nodes))
-            rows[3].detail = strategies(stream.reports[-5:])
+            steady = stream.reports[seen:]
+            rows[3].detail = f"{batch_table(steady)}\n\nStrategies: {strategies(steady)}."
+            rows[4].values.append(self.published_rate)
         finally:
             query.stop()
 
     def steady(self, stream: Any, query: Any, rng: random.Random, nodes: int) -> float:
-        """Publish 100-edge batches back to back; the facts/s committed meanwhile."""
-        stop = threading.Event()
-        client = producer(stream.config)
-
-        def publish() -> None:
-            while not stop.is_set():
-                batch = [(rng.randrange(nodes), rng.randrange(nodes), 1.0) for _ in range(100)]
-                send(stream.config, stream.program, batch, flush=True, out=client)
-
+        """100-edge batches published back to back (each acknowledged before the next) by
+        a process of their own, at most --steady-rate facts/s, for --steady-s seconds: the
+        facts/s the stream commits meanwhile. The publisher is a separate process so that
+        it does not share the driver's GIL: what is measured is the stream, not a publisher
+        slowed by the batches it feeds."""
+        context = multiprocessing.get_context("spawn")
+        stop, sent = context.Event(), context.Value("q", 0)
+        attributes = stream.program.declaration("edge").attributes
+        publisher = context.Process(
+            target=publish_batches,
+            args=(stream.config, attributes, nodes, rng.randrange(1 << 30), self.args, stop, sent),
+            daemon=True,
+        )
         seen = len(stream.reports)
-        thread = threading.Thread(target=publish, daemon=True)
-        thread.start()
+        publisher.start()
+        while sent.value == 0 and publisher.is_alive():
+            time.sleep(0.01)
+        started, first = time.monotonic(), sent.value
         time.sleep(self.args.steady_s)
+        self.published_rate = (sent.value - first) / (time.monotonic() - started)
         # Count whole batches committed after the first one that started under load.
         reports = stream.reports[seen + 1 :]
         stop.set()
-        thread.join()
-        client.close()
+        publisher.join()
         # Let the running batch finish: stopping the query inside it fails that batch.
         wait_records(stream, query, sum(r.records for r in stream.reports))
         if len(reports) < 2:
@@ -274,9 +324,13 @@ class Bench:
         span = reports[-1].finished_at - reports[0].started_at
         return sum(r.records for r in reports) / span
 
-    def eval_seconds(self, facts: list[tuple]) -> float:
+    def eval_seconds(self, facts: list[tuple], local_rows: int = 0) -> float:
         """An in-process ``fixflow eval`` of SSSP on ``facts`` with the stream's engine
-        options: build the EDB frame, evaluate, collect and write the results to Delta."""
+        options: build the EDB frame, evaluate, collect and write the results to Delta.
+        With ``local_rows`` the input is an Arrow table and strata of up to that many rows
+        run in the driver, as ``fixflow eval`` runs them (its ``--local-rows``)."""
+        import pyarrow as pa
+
         from fixflow.checker import load
         from fixflow.operators.compiler import relation_struct
         from fixflow.operators.evaluate import EvalOptions, evaluate
@@ -288,12 +342,17 @@ class Bench:
         options = EvalOptions(
             max_iterations=self.config.engine.max_iterations,
             engine_options=engine_options(self.config),
+            local_rows=local_rows,
         )
         started = time.monotonic()
-        edge = self.spark.createDataFrame(facts, relation_struct(["number", "number", "float"]))
+        if local_rows:
+            columns = list(zip(*facts, strict=True))
+            edge: Any = pa.table({"src": columns[0], "dst": columns[1], "w": columns[2]})
+        else:
+            edge = self.spark.createDataFrame(facts, relation_struct(["number", "number", "float"]))
         relations = evaluate(report, {"edge": edge}, self.spark, options)
         table = to_arrow(relations["sssp"], attributes)
-        write_table(self.work / f"eval{self.runs}", table, attributes)
+        write_table(self.work / f"eval{self.runs}-{local_rows}", table, attributes)
         return time.monotonic() - started
 
 
@@ -307,6 +366,17 @@ def wait_records(stream: Any, query: Any, expected: int, timeout_s: float = 1800
             return
         time.sleep(0.01)
     raise TimeoutError(f"{expected} records not processed within {timeout_s} s")
+
+
+def wait_started(stream: Any, query: Any, timeout_s: float = 600) -> None:
+    """Until the query's first batch has been handled and no trigger runs."""
+    deadline = time.monotonic() + timeout_s
+    while not stream.reports or query.status.get("isTriggerActive", False):
+        if query.exception() is not None:
+            raise RuntimeError(f"the streaming query failed: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the query handled no batch within {timeout_s} s")
+        time.sleep(0.01)
 
 
 def phase_text(report: Any) -> str:
@@ -348,6 +418,9 @@ def rows_for(scenario: str) -> list[Row]:
         Row(scenario, "in-process eval (evaluate + write Delta)"),
         Row(scenario, "bootstrap / eval", unit="x"),
         Row(scenario, "steady state, 100-edge batches, facts/s", unit="facts/s"),
+        Row(scenario, "steady state, facts/s offered by the publisher", unit="facts/s"),
+        Row(scenario, "in-process eval in the driver (Arrow input, local rows 100k)"),
+        Row(scenario, "bootstrap / eval in the driver", unit="x"),
     ]
 
 
@@ -382,8 +455,21 @@ def main() -> None:
     parser.add_argument("--warm", type=graphs.parse_size, default=10_000)
     parser.add_argument("--sssp-edges", type=graphs.parse_size, default=100_000)
     parser.add_argument("--steady-s", type=float, default=60.0)
+    parser.add_argument(
+        "--steady-rate",
+        type=graphs.parse_size,
+        default=0,
+        help="offered facts/s of the SSSP steady state (default 0: as fast as the publisher goes)",
+    )
     parser.add_argument("--trigger-ms", type=int, default=None, help="default: the config's")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="runs of backlog and sssp before the counted ones, not counted (the JVM's "
+        "code generation and JIT of their plans)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "INGEST_RESULTS.md")
     parser.add_argument("--markdown", action="store_true", help="print, write no file")
     args = parser.parse_args()
@@ -402,11 +488,15 @@ def main() -> None:
         for scenario in args.scenarios.split(","):
             rows = rows_for(scenario)
             all_rows += rows
-            runs = args.repeats if scenario in ("backlog", "sssp") else 1
-            for _ in range(runs):
-                log(f"{scenario} run {len(rows[0].values) + 1}")
+            repeated = scenario in ("backlog", "sssp")
+            warmups = args.warmup if repeated else 0
+            for run in range(warmups + (args.repeats if repeated else 1)):
+                log(f"{scenario} run {run + 1 - warmups}" if run >= warmups else "warm-up run")
                 getattr(bench, scenario.replace("-", "_"))(rows)
                 bench.spark.catalog.clearCache()
+                if run < warmups:  # the JVM's first runs of these plans: not counted
+                    for row in rows:
+                        row.values.clear()
     finally:
         bench.spark.stop()
         stop_broker(bench.config)
