@@ -173,3 +173,22 @@ def test_program_plans_show_each_stratum_with_its_fixpoint() -> None:
     assert relations_read(plan.init[0]) == {("e", "full")}
     assert relations_read(plan.step[0]) == {("tc", "delta"), ("e", "full")}
     assert explain(plan).splitlines()[0] == "Fixpoint set (tc) cap 50"
+
+
+def test_set_minus_is_except_without_the_distinct_null_safe_and_unambiguous(
+    spark: SparkSession,
+) -> None:
+    from fixflow.operators.compiler import minus, set_minus
+
+    rows = [(1, 1.0), (2, None), (None, 3.0), (4, float("nan")), (5, 5.0)]
+    left = spark.createDataFrame(rows, "c0 long, c1 double")
+    right = left.where("c0 is null or c0 in (2, 4)").union(
+        spark.createDataFrame([(9, 9.0)], "c0 long, c1 double")
+    )
+    expected = sorted(map(tuple, minus(left, right).collect()), key=str)
+    assert expected == [(1, 1.0), (5, 5.0)]
+    assert sorted(map(tuple, set_minus(left, right).collect()), key=str) == expected
+    # Both sides projections of one frame: the condition must still compare left to right.
+    assert set_minus(left, left.where("c0 = 5")).count() == 4
+    nullary = spark.createDataFrame([()], "")
+    assert set_minus(nullary, nullary).count() == 0
