@@ -45,7 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -285,14 +285,17 @@ class Bench:
             rows[2].values.append(rows[0].values[-1] / rows[1].values[-1])
             rows[6].values.append(rows[0].values[-1] / rows[5].values[-1])
             seen = len(stream.reports)
-            rows[3].values.append(self.steady(stream, query, rng, nodes))
+            committed, offered = self.steady(stream, query, rng, nodes)
+            rows[3].values.append(committed)
             steady = stream.reports[seen:]
             rows[3].detail = f"{batch_table(steady)}\n\nStrategies: {strategies(steady)}."
-            rows[4].values.append(self.published_rate)
+            rows[4].values.append(offered)
         finally:
             query.stop()
 
-    def steady(self, stream: Any, query: Any, rng: random.Random, nodes: int) -> float:
+    def steady(
+        self, stream: Any, query: Any, rng: random.Random, nodes: int
+    ) -> tuple[float, float]:
         """100-edge batches published back to back (each acknowledged before the next) by
         a process of their own, at most --steady-rate facts/s, for --steady-s seconds: the
         facts/s the stream commits meanwhile. The publisher is a separate process so that
@@ -312,7 +315,7 @@ class Bench:
             time.sleep(0.01)
         started, first = time.monotonic(), sent.value
         time.sleep(self.args.steady_s)
-        self.published_rate = (sent.value - first) / (time.monotonic() - started)
+        offered = (sent.value - first) / (time.monotonic() - started)
         # Count whole batches committed after the first one that started under load.
         reports = stream.reports[seen + 1 :]
         stop.set()
@@ -320,9 +323,9 @@ class Bench:
         # Let the running batch finish: stopping the query inside it fails that batch.
         wait_records(stream, query, sum(r.records for r in stream.reports))
         if len(reports) < 2:
-            return 0.0
+            return 0.0, offered
         span = reports[-1].finished_at - reports[0].started_at
-        return sum(r.records for r in reports) / span
+        return sum(r.records for r in reports) / span, offered
 
     def eval_seconds(self, facts: list[tuple], local_rows: int = 0) -> float:
         """An in-process ``fixflow eval`` of SSSP on ``facts`` with the stream's engine
@@ -357,26 +360,29 @@ class Bench:
 
 
 def wait_records(stream: Any, query: Any, expected: int, timeout_s: float = 1800) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if query.exception() is not None:
-            raise RuntimeError(f"the streaming query failed: {query.exception()}")
-        done = sum(r.records for r in stream.reports) >= expected
-        if done and not query.status.get("isTriggerActive", False):
-            return
-        time.sleep(0.01)
-    raise TimeoutError(f"{expected} records not processed within {timeout_s} s")
+    """Until ``expected`` records have been handled and no trigger runs."""
+
+    def done() -> bool:
+        return sum(r.records for r in stream.reports) >= expected
+
+    wait_idle(query, done, f"{expected} records not processed", timeout_s)
 
 
 def wait_started(stream: Any, query: Any, timeout_s: float = 600) -> None:
     """Until the query's first batch has been handled and no trigger runs."""
+    wait_idle(query, lambda: bool(stream.reports), "the query handled no batch", timeout_s)
+
+
+def wait_idle(query: Any, done: Callable[[], bool], failure: str, timeout_s: float) -> None:
+    """Until ``done()`` holds while no trigger runs; a failed query or the timeout raises."""
     deadline = time.monotonic() + timeout_s
-    while not stream.reports or query.status.get("isTriggerActive", False):
+    while time.monotonic() < deadline:
         if query.exception() is not None:
             raise RuntimeError(f"the streaming query failed: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the query handled no batch within {timeout_s} s")
+        if done() and not query.status.get("isTriggerActive", False):
+            return
         time.sleep(0.01)
+    raise TimeoutError(f"{failure} within {timeout_s} s")
 
 
 def phase_text(report: Any) -> str:
