@@ -362,6 +362,14 @@ def release_all(spark: Any) -> None:
         rdd.unpersist(False)
 
 
+def local_rows_text(args: argparse.Namespace) -> str:
+    if args.local_rows is None:
+        return "as configured (2,000,000 by default: min/max retractions in the driver)"
+    if args.local_rows == 0:
+        return "0 (retractions on Spark)"
+    return f"{args.local_rows:,} (min/max retractions up to that size in the driver)"
+
+
 def stream_config(base_config: Any, lake_root: Path, prefix: str, records: int, args: Any) -> Any:
     return replace(
         base_config,
@@ -374,7 +382,12 @@ def stream_config(base_config: Any, lake_root: Path, prefix: str, records: int, 
             max_records_per_trigger=max(10 * records, 10_000),
         ),
         engine=replace(
-            base_config.engine, mode=args.engine_mode, max_iterations=args.max_iterations
+            base_config.engine,
+            mode=args.engine_mode,
+            max_iterations=args.max_iterations,
+            local_rows=base_config.engine.local_rows
+            if args.local_rows is None
+            else args.local_rows,
         ),
     )
 
@@ -515,7 +528,8 @@ def report(
         f"Run: `{command_line(args)}` on {when}. Load average (1 / 5 / 15 min) at the start "
         f"{load_text(load_start)}, at the end {load_text(load_end)}.",
         "Embedded default: Tansu broker, local[2] Spark, Delta via delta-rs, converged "
-        "consistency, trigger 50 ms, no adaptive batch size. Latency = first send of a "
+        "consistency, trigger 50 ms, no adaptive batch size, "
+        f"`[engine] local_rows` {local_rows_text(args)}. Latency = first send of a "
         "batch's messages -> every one of them processed and the last micro-batch's EDB "
         "commit (its last Delta commit) visible; the messages may arrive in more than one "
         "micro-batch (`batches`). Bootstrap = the same for the initial graph (and, for "
@@ -591,6 +605,13 @@ def main() -> None:
         type=int,
         default=5000,
         help="[engine] max_iterations (the sync engine needs one round per hop: >1000 on grid_1m)",
+    )
+    parser.add_argument(
+        "--local-rows",
+        type=graphs.parse_size,
+        default=None,
+        help="[engine] local_rows: min/max retractions of relations and inputs up to this "
+        "many rows run in the driver (default: the embedded default's, 2M; 0: on Spark)",
     )
     parser.add_argument(
         "--warmup",

@@ -37,9 +37,17 @@ from fixflow.operators.maintain import Epoch
 from .helpers import Row, report_of
 from .test_maintain import Facts, Step, run_epochs
 
-OPTIONS: tuple[EvalOptions, ...] = (EvalOptions(witness=True),)
+OPTIONS: tuple[EvalOptions, ...] = (
+    EvalOptions(witness=True),
+    EvalOptions(witness=True, local_rows=100_000),
+)
 """The Maintainer's options, as the stream pipeline sets them: with the min/max witness
-(the predecessor key that gave each value), which retraction needs."""
+(the predecessor key that gave each value), which retraction needs; and with
+``local_rows``, as ``[engine] local_rows`` sets it: min/max retractions in the driver."""
+
+MIN_MAX = {"sssp", "cc", "widest_path"}
+"""The cases whose retraction runs in the driver with ``local_rows`` (the others do not
+read it: they run as without it)."""
 
 EXAMPLES = int(os.environ.get("FIXFLOW_DELETION_EXAMPLES", "2"))
 """Random sequences per program."""
@@ -245,8 +253,19 @@ SETTINGS = settings(
 )
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "witness" if o.witness else "default")
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def _option_id(options: EvalOptions) -> str:
+    return "witness-driver" if options.local_rows else "witness"
+
+
+@pytest.mark.parametrize(
+    ("case", "options"),
+    [
+        pytest.param(c, o, id=f"{c.name}-{_option_id(o)}")
+        for c in CASES
+        for o in OPTIONS
+        if not o.local_rows or c.name in MIN_MAX
+    ],
+)
 def test_deletions_are_incremental(spark: SparkSession, case: Case, options: EvalOptions) -> None:
     epochs: list[int] = []
 

@@ -7,20 +7,41 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.engines.base import EngineOptions
+from fixflow.operators.evaluate import evaluate
+from fixflow.operators.maintain import Maintainer
 from fixflow.operators.witness import descendants
 
+from .helpers import report_of
 from .test_maintain import SSSP, Facts, Step, program, run_epochs, strategies
 
-ENGINES = ["sync", "async"]
+ENGINES = ["sync", "async", "driver"]
+"""``driver``: the async engine with ``local_rows``, so retractions run in the driver
+(``operators.local_update``)."""
 
 
 def _options(mode: str) -> EvalOptions:
-    return EvalOptions(witness=True, engine_options=EngineOptions(mode=mode))
+    local_rows = 100_000 if mode == "driver" else 0
+    engine = EngineOptions(mode="async" if mode == "driver" else mode)
+    return EvalOptions(witness=True, engine_options=engine, local_rows=local_rows)
+
+
+def _where(mode: str, epochs: list, relation: str) -> list[str]:
+    """Per epoch, where ``relation``'s stratum was retracted, checked against the jobs."""
+    found = []
+    for epoch in epochs:
+        stratum = next(s for s in epoch.strata if relation in s.relations)
+        found.append(stratum.note or "on Spark")
+        if stratum.note == "in the driver":
+            # At most: the first epoch collects the state, the input and its two changes.
+            assert stratum.jobs <= 4, (stratum.jobs, stratum)
+    assert set(found) == {"in the driver" if mode == "driver" else "on Spark"}, found
+    return found
 
 
 def _walk(parent: dict, roots: set) -> set:
@@ -66,18 +87,22 @@ def test_sssp_deleting_the_witness_of_a_long_chain(spark: SparkSession, mode: st
     ]
     epochs = run_epochs(spark, SSSP, facts, steps, engine=False, options=_options(mode))
     assert [strategies(e)["sp"] for e in epochs] == ["update:mra-retract"] * 3
+    _where(mode, epochs, "sp")
 
 
-def test_cc_split_and_join_in_one_pass(spark: SparkSession) -> None:
+@pytest.mark.parametrize("mode", ["async", "driver"])
+def test_cc_split_and_join_in_one_pass(spark: SparkSession, mode: str) -> None:
     edges = [(1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (7, 8)]
     facts: Facts = {"edge": [*edges, *((b, a) for a, b in edges)]}
     steps: list[Step] = [
         ({}, {"edge": [(3, 4), (4, 3)]}),  # a bridge: {4, 5, 6} gets label 4
         ({"edge": [(6, 7), (7, 6)]}, {"edge": [(1, 2), (2, 1)]}),
+        ({"edge": [(1, 2), (2, 1)]}, {}),  # insertions only: retracted in the driver too
     ]
     cc = program("powerlog_p3_cc")
-    epochs = run_epochs(spark, cc, facts, steps, engine=False, options=_options("async"))
-    assert [strategies(e)["cc"] for e in epochs] == ["update:mra-retract"] * 2
+    epochs = run_epochs(spark, cc, facts, steps, engine=False, options=_options(mode))
+    assert [strategies(e)["cc"] for e in epochs] == ["update:mra-retract"] * 3
+    _where(mode, epochs, "cc")
 
 
 def test_pagerank_node_removal_drops_its_key(spark: SparkSession) -> None:
@@ -109,3 +134,37 @@ def test_a_mixed_epoch_derives_no_candidate_from_a_deleted_fact(spark: SparkSess
     widest = (Path(__file__).resolve().parents[2] / "examples" / "widest_path.dl").read_text()
     epochs = run_epochs(spark, widest, facts, steps, engine=False, options=_options("sync"))
     assert strategies(epochs[0])["wp"] == "update:mra-retract"
+
+
+def _warc(rows: list[tuple[int, int, float]]) -> pa.Table:
+    src, dst, c = zip(*rows, strict=True) if rows else ((), (), ())
+    return pa.table(
+        {"src": pa.array(src, pa.int64()), "dst": pa.array(dst, pa.int64()), "c": pa.array(c)}
+    )
+
+
+def test_arrow_batches_retract_in_the_driver_without_a_job(spark: SparkSession) -> None:
+    """As the stream feeds it (Arrow batches, net counts): after the first epoch, which
+    collects the state its Spark bootstrap stored, a retraction runs no Spark job at all,
+    the changed EDB included, and the rows equal a fresh evaluation's."""
+    report = report_of(SSSP)
+    maintainer = Maintainer(report, spark, _options("driver"), switch_fraction=1e6)
+    facts = [(i, i + 1, 1.0) for i in range(1, 30)] + [(1, 15, 20.0), (3, 20, 4.0)]
+    maintainer.load({"warc": _warc(facts)})
+    steps = [([], [(14, 15, 1.0)]), ([(2, 9, 0.5)], [(3, 4, 1.0)]), ([], [(1, 2, 1.0)])]
+    for number, (added, removed) in enumerate(steps):
+        facts = [f for f in facts if f not in removed] + added
+        jobs = maintainer.materializer.jobs
+        epoch = maintainer.apply(
+            {"warc": _warc(added)} if added else {},
+            {"warc": _warc(removed)},
+            net_counts={"warc": (len(added), len(removed))},
+        )
+        stratum = epoch.strata[0]
+        assert (stratum.strategy, stratum.note) == ("update:mra-retract", "in the driver")
+        if number:
+            assert maintainer.materializer.jobs == jobs, "a Spark job ran"
+        fresh = evaluate(report, {"warc": spark.createDataFrame(_warc(facts))}, spark)
+        assert {tuple(r) for r in maintainer.relation("sp").collect()} == {
+            tuple(r) for r in fresh["sp"].collect()
+        }

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -29,6 +30,9 @@ from fixflow.operators.core import StratumRun, atoms_over, compacted
 from fixflow.operators.engines.base import MraState, RoundInfo
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.plan import Plan
+
+if TYPE_CHECKING:
+    from fixflow.operators.local_update import DriverCopies
 
 
 class Abandon(Exception):
@@ -120,6 +124,7 @@ class UpdateContext(StratumRun):
         carried: Mapping[str, MraState] | None = None,
         round_budget: int | None = None,
         witnessed: Mapping[str, DataFrame] | None = None,
+        copies: DriverCopies | None = None,
     ) -> None:
         super().__init__(
             run.report,
@@ -142,6 +147,9 @@ class UpdateContext(StratumRun):
         self.witnessed = dict(witnessed or {})
         """min/max MRA relations' current rows with their witnesses ``w0..`` (the
         ``mra-retract`` update trims the witness forest on deletions)."""
+        self.copies = copies
+        """Rows the driver holds of the Maintainer's frames, when small min/max relations
+        may be retracted there (``EvalOptions.local_rows``); None: always on Spark."""
         for rel, delta in self.deltas.items():
             self.frames.named[f"{rel}@add"] = delta.added
             self.frames.named[f"{rel}@del"] = delta.removed

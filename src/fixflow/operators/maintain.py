@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
@@ -43,6 +44,7 @@ from fixflow.operators.core import (
 )
 from fixflow.operators.engines import engine_for
 from fixflow.operators.engines.base import MraState
+from fixflow.operators.engines.kernels import Batch, anti_join, distinct_rows
 from fixflow.operators.epoch import (
     Abandon,
     Delta,
@@ -51,7 +53,9 @@ from fixflow.operators.epoch import (
     changes_between,
     stored_delta,
 )
-from fixflow.operators.evaluate import Bootstrap, StratumStats
+from fixflow.operators.evaluate import Bootstrap, Input, StratumStats
+from fixflow.operators.local import LocalUnsupported, table_rows, to_frame, to_table
+from fixflow.operators.local_update import HANDOVER_ROWS, DriverCopies
 from fixflow.operators.materialize import Materializer, live_rdds, release_frame
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.strategies import aggregate_seminaive, dred, mra, nonrecursive, seminaive
@@ -101,6 +105,9 @@ class RelationChange:
     unchanged: bool = False
     """Known to be empty without running a job (the relation's rows are the published
     ones): the consumer need not collect ``upserts`` and ``deletes``."""
+    tables: tuple[pa.Table, pa.Table] | None = None
+    """``upserts`` and ``deletes`` as Arrow tables (result columns), when the driver made
+    the change (``local_update``): the consumer need not collect them either."""
 
     @classmethod
     def nothing(cls, relation: str, keys: tuple[str, ...], rows: DataFrame) -> RelationChange:
@@ -204,6 +211,10 @@ class Maintainer:
         self._garbage: list[DataFrame] = []
         self.edb_rows: dict[str, int] = {}
         self.whole_program_only = self._reads_indexed_relation()
+        limit = self.options.local_rows
+        self.copies = DriverCopies(limit, self.materializer) if limit > 0 else None
+        """The driver's copies of small relations (``local_update``): min/max retractions
+        of at most ``EvalOptions.local_rows`` rows run there without a Spark job."""
 
     # ------------------------------------------------------------ public
 
@@ -218,7 +229,7 @@ class Maintainer:
 
     def load(
         self,
-        edb: Mapping[str, DataFrame],
+        edb: Mapping[str, Input],
         published: Mapping[str, DataFrame] | None = None,
     ) -> Epoch:
         """Start from ``edb`` (input relations, declared columns; missing ones are empty):
@@ -226,8 +237,11 @@ class Maintainer:
         relation (e.g. the result tables); the next ``apply`` (or ``pending_changes``)
         reports changes relative to it. Without ``published`` the consumer holds nothing."""
         for user, rel in self._loaded().items():
-            rows = self._positional_input(rel, edb.get(user)).distinct()
-            self.frames[rel], self.edb_rows[rel] = self.materializer.keep_counted(rows)
+            given = self._positional_input(rel, edb.get(user))
+            self.frames[rel], self.edb_rows[rel] = self.materializer.keep_counted(given.distinct())
+            copy = None if self.copies is None else self.copies.held(given)
+            if copy is not None and self.copies is not None:  # an Arrow input's rows
+                self.copies.hold(self.frames[rel], distinct_rows(copy))
         self.published = dict(published or {})
         self._published_rows = {}
         return self._bootstrap_all(publish=False)
@@ -246,8 +260,8 @@ class Maintainer:
 
     def apply(
         self,
-        inserts: Mapping[str, DataFrame],
-        deletes: Mapping[str, DataFrame],
+        inserts: Mapping[str, Input],
+        deletes: Mapping[str, Input],
         *,
         net_counts: Mapping[str, tuple[int, int]] | None = None,
     ) -> Epoch:
@@ -259,6 +273,8 @@ class Maintainer:
         With no change at all it only carries pending deltas on (async consistency)."""
         started = time.monotonic()
         self._collect_garbage()
+        if self.copies is not None:  # the epoch starts from the current frames
+            self.copies.keep_only([*self.frames.values(), *self.witnessed.values()])
         inserts, deletes = self._stored(inserts), self._stored(deletes)
         net_counts = None if net_counts is None else self._stored(net_counts)
         old: dict[str, DataFrame] = {}
@@ -270,7 +286,7 @@ class Maintainer:
                 continue
             old[rel], deltas[rel] = self.frames[rel], delta
             self.edb_rows[rel] += delta.n_added - delta.n_removed
-            self.frames[rel], deltas[rel] = self._changed(old[rel], delta)
+            self.frames[rel], deltas[rel] = self._changed(rel, old[rel], delta)
         if not deltas and not self.carried:
             return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
         if self.whole_program_only:
@@ -421,6 +437,7 @@ class Maintainer:
             carried=carried,
             round_budget=self.round_budget,
             witnessed={r: self.witnessed[r] for r in stratum.relations if r in self.witnessed},
+            copies=self.copies,
         )
 
     def _choose(self, ctx: UpdateContext) -> UpdateMethod | None:
@@ -450,6 +467,7 @@ class Maintainer:
             return abandoned
         result = self._adopt(ctx.stratum, outcome.frames, outcome.deltas, old, deltas)
         result.strategy, result.rounds = f"update:{method.name}", outcome.rounds
+        result.note = outcome.note
         self._carry(ctx.stratum, outcome.carried)
         self._witness(ctx.stratum, outcome.witnessed)
         return result
@@ -531,10 +549,11 @@ class Maintainer:
         return self._epoch_of(stats)
 
     def _driver(self, partitions: int = 1) -> Bootstrap:
+        # Bootstraps run on Spark: a stratum bootstrapped in the driver keeps no witnesses.
         return Bootstrap(
             self.report,
             self.spark,
-            self.options,
+            replace(self.options, local_rows=0),
             self.engine,
             materializer=self.materializer,
             partitions=partitions,
@@ -594,6 +613,10 @@ class Maintainer:
         removed rows' keys are deleted unless a row was added under them (a new value)."""
         names = [a.name for a in self.catalog[relation].result]
         keys = self.key_columns(relation)
+        tables = self._change_tables(relation, delta)
+        if tables is not None:
+            upserts, gone = (self.spark.createDataFrame(t) for t in tables)
+            return RelationChange(relation, keys, upserts, gone, tables=tables)
         added, removed = delta.added.toDF(*names), delta.removed.toDF(*names)
         if not delta.n_removed:
             # Insertions only (the counts are exact): the added rows are the upserts as
@@ -606,6 +629,26 @@ class Maintainer:
         # A set relation: a row both removed and added stays, so it is neither appended
         # nor deleted, and what is appended is surely new.
         return RelationChange(relation, keys, minus(added, removed), gone)
+
+    def _change_tables(self, relation: str, delta: Delta) -> tuple[pa.Table, pa.Table] | None:
+        """``_delta_change``'s upserts and deleted keys as Arrow tables, made in the driver
+        when it holds both sides of ``delta`` (no job, no shuffle); None otherwise."""
+        copies, entry = self.copies, self.catalog[relation]
+        if copies is None or not entry.types or len(entry.result_positions) != len(entry.types):
+            return None  # (a nullary relation or an iteration index: the frames' way)
+        added, removed = copies.held(delta.added), copies.held(delta.removed)
+        if added is None or removed is None:
+            return None
+        names = [a.name for a in entry.result]
+        keys = list(self.key_columns(relation))
+        columns = [f"c{i}" for i in range(len(names))]
+        key_columns = tuple(columns[names.index(k)] for k in keys)
+        gone = anti_join(removed, added, key_columns)
+        if len(keys) == len(names):  # a set relation: a row removed and added stays
+            added = anti_join(added, removed, tuple(columns))
+        upserts = to_table(added, entry.types).rename_columns(names)
+        deleted = to_table(gone, entry.types).rename_columns(names).select(keys)
+        return upserts, deleted
 
     @staticmethod
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
@@ -648,8 +691,8 @@ class Maintainer:
     def _edb_delta(
         self,
         relation: str,
-        inserts: DataFrame | None,
-        deletes: DataFrame | None,
+        inserts: Input | None,
+        deletes: Input | None,
         net_counts: tuple[int, int] | None = None,
     ) -> Delta:
         added = self._positional_input(relation, inserts)
@@ -668,14 +711,30 @@ class Maintainer:
             removed = join_on(current, F.broadcast(removed.distinct()), columns, "left_semi")
         return stored_delta(self.materializer, added, removed)
 
-    def _changed(self, rows: DataFrame, delta: Delta) -> tuple[DataFrame, Delta]:
-        """An input relation's rows after ``delta``, stored, and the delta as the strata
-        read it. Under insertions only, the added rows become a new segment
-        (``core.extended``), and the delta's added rows are that segment: stored once, so
-        a rule that only copies them needs no job of its own; the caller's net rows are
-        stored by the first job that reads them (``keep_later``), so that an epoch that
-        only copies them runs no job at all. Removed rows are left out by a broadcast anti
-        join (no shuffle of the relation) and the result stored whole."""
+    def _changed(self, relation: str, rows: DataFrame, delta: Delta) -> tuple[DataFrame, Delta]:
+        """An input relation's rows after ``delta``, and the delta as the strata read it.
+        When the driver holds a copy of the rows (a driver update read them), the change is
+        applied to it too, and a small result is handed to Spark as a local relation (no
+        job; ``local_update.HANDOVER_ROWS``), a larger one stored by the first job that
+        reads it (``_changed_later``); otherwise it is made on Spark."""
+        copy = self._copy_after(relation, rows, delta)
+        if copy is not None and copy.n <= HANDOVER_ROWS:
+            frame = to_frame(self.spark, copy, self.catalog[relation].types)
+        elif copy is not None:
+            frame = self._changed_later(rows, delta, copy.n)
+        else:
+            frame, delta = self._changed_on_spark(rows, delta)
+        if copy is not None and self.copies is not None:
+            self.copies.hold(frame, copy)
+        return frame, delta
+
+    def _changed_on_spark(self, rows: DataFrame, delta: Delta) -> tuple[DataFrame, Delta]:
+        """Under insertions only, the added rows become a new segment (``core.extended``),
+        and the delta's added rows are that segment: stored once, so a rule that only copies
+        them needs no job of its own; the caller's net rows are stored by the first job that
+        reads them (``keep_later``), so that an epoch that only copies them runs no job at
+        all. Removed rows are left out by a broadcast anti join (no shuffle of the
+        relation) and the result stored whole."""
         if not delta.n_removed:
             if not delta.stored and not segments_full(rows):
                 segment = self.materializer.keep_later(compacted(delta.added), delta.n_added)
@@ -684,10 +743,34 @@ class Maintainer:
         kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")
         return self.materializer.keep(appended(kept.select(*rows.columns), delta.added)), delta
 
-    def _positional_input(self, relation: str, frame: DataFrame | None) -> DataFrame:
+    def _changed_later(self, rows: DataFrame, delta: Delta, n: int) -> DataFrame:
+        """The new rows (``n`` of them) stored by the first job that reads them: the driver
+        holds their copy, so a stratum updated there needs no job for them (storing a 1M-row
+        relation after a deletion took 1 s of a 2 s epoch), and one on Spark computes them
+        from the last stored rows, the epochs' changes broadcast."""
+        kept = rows
+        if delta.n_removed:
+            kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")
+        frame = appended(kept.select(*rows.columns), delta.added) if delta.n_added else kept
+        return self.materializer.keep_later(frame, n)
+
+    def _copy_after(self, relation: str, rows: DataFrame, delta: Delta) -> Batch | None:
+        """The driver's copy of ``rows`` with ``delta`` applied, when it holds one."""
+        copies = self.copies
+        held = None if copies is None else copies.held(rows)
+        if copies is None or held is None or held.n + delta.n_added > copies.limit:
+            return None
+        try:
+            return copies.after(held, delta, self.catalog[relation].types)
+        except LocalUnsupported:
+            return None
+
+    def _positional_input(self, relation: str, frame: Input | None) -> DataFrame:
         """``frame`` with exactly the relation's declared columns and types (empty if None),
         in positional columns."""
         attributes = self.catalog[relation].attributes
+        if isinstance(frame, pa.Table):
+            return self._arrow_input(relation, frame)
         if frame is None:
             fields = [
                 StructField(positional(i), spark_type(a.type)) for i, a in enumerate(attributes)
@@ -699,6 +782,18 @@ class Maintainer:
                 for i, a in enumerate(attributes)
             )
         )
+
+    def _arrow_input(self, relation: str, table: pa.Table) -> DataFrame:
+        """An Arrow table's rows (declared columns) as a local relation in positional
+        columns; the driver keeps their copy (``DriverCopies``), so a driver update reads
+        the epoch's changes without collecting them."""
+        attributes = self.catalog[relation].attributes
+        types = [a.type for a in attributes]
+        batch = table_rows(table.select([a.name for a in attributes]), types)
+        frame = to_frame(self.spark, batch, types)
+        if self.copies is not None:
+            self.copies.hold(frame, batch)
+        return frame
 
     def _diff(self, relation: str, old: DataFrame | None, new: DataFrame) -> RelationChange:
         keys = self.key_columns(relation)

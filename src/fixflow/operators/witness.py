@@ -45,6 +45,12 @@ def descendants(witnessed: DataFrame, roots: DataFrame, keys: Sequence[str]) -> 
 
 
 def _invalidated(table: pa.Table, keys: list[str], wits: list[str]) -> pa.Table:
+    return table.select(keys).take(pa.array(invalidated_rows(table, keys, wits)))
+
+
+def invalidated_rows(table: pa.Table, keys: list[str], wits: list[str]) -> np.ndarray:
+    """The rows of ``table`` (keys, witnesses and ``ROOT``, as ``descendants`` builds it)
+    that are not roots and whose witness chain passes through a root: their indices."""
     is_root = table.column(ROOT).to_numpy(zero_copy_only=False)
     has_wit = table.column(wits[0]).is_valid().to_numpy(zero_copy_only=False) & ~is_root
     key_ids, wit_ids = _ids(table, keys, wits, has_wit)
@@ -65,8 +71,7 @@ def _invalidated(table: pa.Table, keys: list[str], wits: list[str]) -> pa.Table:
         frontier = np.unique(reached[~seen[reached]])
         seen[frontier] = True
     # One row per invalidated key that has a row (roots without one are not keys).
-    rows = np.flatnonzero(~is_root & seen[key_ids])
-    return table.select(keys).take(pa.array(rows))
+    return np.flatnonzero(~is_root & seen[key_ids])
 
 
 def _ids(

@@ -121,6 +121,11 @@ class EngineConfig:
     from 4.5M to 0.28M. The sync engine's rounds propagate every pending delta."""
     schedule_portion: float = _key(0.5, positive=True, maximum=1.0)
     check_interval_ms: int = _key(1000, positive=True)
+    local_rows: int = _key(2_000_000, minimum=0)
+    """The stream's min/max retractions (deletions) of a relation whose rows and inputs
+    are at most this many run in the driver, without Spark jobs; 0: always on Spark. The
+    default is the automatic shard size: below it the engine runs one shard, i.e. the same
+    loop in one Spark task, so the driver loses no parallelism."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,7 @@ class ProgramStream:
             progress=self._on_round,
             # Deletions retract min/max values along their witness chains (mra-retract).
             witness=True,
+            local_rows=config.engine.local_rows,
         )
         self.async_mode = config.stream.consistency == "async"
         self.maintainer = Maintainer(
@@ -177,8 +178,10 @@ class ProgramStream:
         """``ingest.Maintain``: one epoch for this batch's changes, results committed."""
         started = time.monotonic()
         changes = result.changes.items()
-        inserts = {r: self._frame(c.inserts) for r, c in changes if c.inserts.num_rows}
-        deletes = {r: self._frame(c.deletes) for r, c in changes if c.deletes.num_rows}
+        # Arrow tables: the Maintainer makes them local relations and, when it keeps copies
+        # in the driver (``[engine] local_rows``), holds their rows without collecting.
+        inserts = {r: c.inserts for r, c in changes if c.inserts.num_rows}
+        deletes = {r: c.deletes for r, c in changes if c.deletes.num_rows}
         with result.phases.timed("maintain"):
             loaded = None
             if not self.loaded:
@@ -206,8 +209,8 @@ class ProgramStream:
         self,
         result: IngestResult,
         loaded: Epoch | None,
-        inserts: dict[str, DataFrame],
-        deletes: dict[str, DataFrame],
+        inserts: dict[str, pa.Table],
+        deletes: dict[str, pa.Table],
     ) -> Epoch | None:
         if inserts or deletes or self.maintainer.provisional:
             # (async: a batch of no-ops or dead letters still carries pending deltas on)
@@ -232,9 +235,9 @@ class ProgramStream:
     def _load_before(
         self,
         result: IngestResult,
-        inserts: dict[str, DataFrame],
-        deletes: dict[str, DataFrame],
-    ) -> tuple[Epoch, dict[str, DataFrame]]:
+        inserts: dict[str, pa.Table],
+        deletes: dict[str, pa.Table],
+    ) -> tuple[Epoch, dict[str, pa.Table]]:
         """Load the EDB and the result tables as they were before this batch and evaluate
         everything once; the batch's epoch then carries any difference to the results.
         Returns the load's epoch and the insertions still to apply.
@@ -398,6 +401,9 @@ class ProgramStream:
         key_schema = pa.schema([schema.field(c) for c in keys])
         if change.unchanged:
             return schema.empty_table(), key_schema.empty_table()  # no job to collect nothing
+        if change.tables is not None:  # made in the driver: nothing to collect
+            upserts, deletes = change.tables
+            return _conformed(upserts, schema), _conformed(deletes.select(keys), key_schema)
         tagged = self._table_columns(relation, _tagged_union(change))
         both = _to_arrow(tagged, schema.append(pa.field(UPSERT, pa.bool_())))
         is_upsert = both.column(UPSERT)
@@ -543,7 +549,10 @@ def _tagged_union(change: RelationChange) -> DataFrame:
 
 
 def _to_arrow(frame: DataFrame, schema: pa.Schema) -> pa.Table:
-    table = frame.toArrow()
+    return _conformed(frame.toArrow(), schema)
+
+
+def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.table(
         {name: table.column(name).cast(schema.field(name).type) for name in schema.names},
         schema=schema,

@@ -291,24 +291,42 @@ class ShardLoop:
 
     @classmethod
     def in_driver(
-        cls, params: StageParams, aux: list[Batch], seeds: pa.Table, row_limit: int
+        cls,
+        params: StageParams,
+        aux: list[Batch],
+        seeds: pa.Table,
+        row_limit: int,
+        table: LocalTable | None = None,
     ) -> ShardLoop:
         """The only shard of a small relation, run in the driver (``operators.local``):
-        no rows yet, every body's auxiliary rows with ``DESTINATION`` 0, and the seeds
-        (columns ``k0..``, ``acc``) as its messages."""
+        ``table``'s rows (default: none yet), every body's auxiliary rows with
+        ``DESTINATION`` 0, and the seeds (columns ``k0..``, ``acc``, and ``wit0..`` when
+        witnesses are kept) as its messages. A loop resumed from ``table`` reserves no
+        keys: its keys are there already but for the few an update reset."""
         loop = cls.__new__(cls)
         loop.params = params
         loop.row_limit = row_limit
-        keys: list[np.ndarray] = [np.zeros(0, dtype=_numpy_type(t)) for t in params.key_types]
-        empty = LocalTable(params, keys, np.zeros(0, dtype=_numpy_type(params.value_type)))
-        loop._start(0, empty, aux, seeds)
+        if table is None:
+            keys: list[np.ndarray] = [np.zeros(0, dtype=_numpy_type(t)) for t in params.key_types]
+            table = LocalTable(params, keys, np.zeros(0, dtype=_numpy_type(params.value_type)))
+            loop._start(0, table, aux, seeds)
+        else:
+            loop._start(0, table, aux, seeds, reserve=False)
         return loop
 
-    def _start(self, shard: int, table: LocalTable, aux: list[Batch], messages: pa.Table) -> None:
+    def _start(
+        self,
+        shard: int,
+        table: LocalTable,
+        aux: list[Batch],
+        messages: pa.Table,
+        reserve: bool = True,
+    ) -> None:
         self.shard = shard
         self.table = table
         self.kernels = self._kernels(aux)
-        self._reserve()
+        if reserve:
+            self._reserve()
         self.messages = messages
         self.buffers: dict[int, list[Batch]] = {}
         self.buffered: dict[int, int] = {}

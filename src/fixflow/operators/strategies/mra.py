@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 
 from fixflow.checker import ast
 from fixflow.checker.model import MraSpec
+from fixflow.operators import local_update
 from fixflow.operators.compiler import SparkBackend, positional
 from fixflow.operators.core import Bootstrapped, StratumRun, atoms_over, union_by_name
 from fixflow.operators.engines.program import (
@@ -35,6 +36,7 @@ from fixflow.operators.engines.program import (
     output_column,
 )
 from fixflow.operators.epoch import Abandon, Outcome, UpdateContext
+from fixflow.operators.local import LocalUnsupported
 from fixflow.operators.plan import Plan, Version
 from fixflow.operators.witness import descendants
 
@@ -115,6 +117,11 @@ def retract(ctx: UpdateContext) -> Outcome:
     than before, so resuming from them converges to the new fixpoint."""
     spec = _spec(ctx)
     program = MraProgram(spec, ctx.catalog.types)
+    if ctx.copies is not None:
+        try:
+            return local_update.retract(ctx, program, ctx.copies)
+        except LocalUnsupported as why:
+            log.info("%s: retracting on Spark: %s", spec.relation, why)
     witnessed = ctx.witnessed[spec.relation]
     surviving, seeds = witnessed, []
     roots = _roots(ctx, program, witnessed)
