@@ -6,6 +6,9 @@ evaluation or Maintainer). The strategy reads the engine's state only through
 ``MraState``'s accessors.
 
 - bootstrap: ``MraEngine.bootstrap`` (from empty: X⁰ and C seed the table).
+- ``mra-retract`` (min/max kept with witnesses): in the driver when the Maintainer keeps
+  copies there and the relation is small enough (``operators.local_update``), else on Spark
+  below (``LocalUnsupported`` says why, in the log).
 - ``mra-improve`` (min/max, insertions only): the delta rules over the inserted input rows
   give candidate values; the engine resumes from the current fixpoint and only the keys
   they improve become pending.
