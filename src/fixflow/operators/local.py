@@ -29,7 +29,7 @@ on every example program).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -258,16 +258,8 @@ class LocalStratum:
 
     def seeds(self, program: MraProgram) -> pa.Table:
         """X⁰ and C's candidates as the shard's messages: ``k0..``, ``acc``."""
-        parts = []
-        for plan in [*program.init_plans, *program.constant_plans]:
-            batch = Kernel(plan).run(self.sources(plan))
-            parts.append(valid_candidates(batch, len(program.keys)))
+        seeds = seed_candidates(program, self.sources)
         names = [*program.keys, "v"]
-        if not parts:
-            types = [*program.key_types, program.value_type]
-            empty = {n: np.zeros(0, NUMPY_TYPES[t]) for n, t in zip(names, types, strict=True)}
-            parts = [Batch(0, empty)]
-        seeds = concat(parts)
         return pa.table([seeds.cols[n] for n in names], names=[*program.keys, "acc"])
 
     def new_rows(self, relation: str, plans: Sequence[Plan]) -> Batch:
@@ -316,6 +308,24 @@ class LocalStratum:
         held = sum(self.full[r].n for r in self.run.relations)
         if held > self.limit:
             raise LocalUnsupported(f"it grew past {self.limit} rows")
+
+
+def seed_candidates(
+    program: MraProgram, sources: Callable[[Plan], Mapping[tuple[str, str], Batch]]
+) -> Batch:
+    """X⁰ and C's valid candidates over the kernels: columns ``k0..``, ``v``."""
+    names = [*program.keys, "v"]
+    parts = []
+    for plan in [*program.init_plans, *program.constant_plans]:
+        batch = Kernel(plan).run(sources(plan))
+        parts.append(valid_candidates(batch, len(program.keys)))
+    if not parts:
+        types = [*program.key_types, program.value_type]
+        parts = [
+            Batch(0, {n: np.zeros(0, NUMPY_TYPES[t]) for n, t in zip(names, types, strict=True)})
+        ]
+    found = concat(parts)
+    return Batch(found.n, {n: found.cols[n] for n in names}, {})
 
 
 def run_locally(run: StratumRun, sources: Fetch, limit: int) -> tuple[dict[str, Batch], int]:

@@ -59,10 +59,16 @@ from fixflow.operators.engines.shard_loop import (
     DESTINATION,
     LocalTable,
     ShardLoop,
-    valid_candidates,
 )
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
-from fixflow.operators.local import LocalUnsupported, local_rows, table_rows, to_frame, to_table
+from fixflow.operators.local import (
+    LocalUnsupported,
+    local_rows,
+    seed_candidates,
+    table_rows,
+    to_frame,
+    to_table,
+)
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.plan import Aggregate, AntiJoin, Fixpoint, Plan, children, relations_read
 from fixflow.operators.witness import ROOT, invalidated_rows
@@ -211,14 +217,8 @@ class _Retraction:
         return [*self.program.types, *self.program.key_types]
 
     def _new(self, relation: str) -> Batch:
-        frame = self.ctx.frames.full[relation]
-        found = self.copies.held(frame)
-        if found is None and relation in self.ctx.deltas:
-            before = self.copies.held(self.ctx.old[relation])
-            if before is not None:  # the last epoch's copy and this epoch's change
-                found = self.copies.after(before, self.ctx.deltas[relation], self._types(relation))
-                self.copies.hold(frame, found)
-        return found if found is not None else self.copies.rows(frame, self._types(relation))
+        """A changed input's copy is changed with it (``Maintainer._changed``)."""
+        return self.copies.rows(self.ctx.frames.full[relation], self._types(relation))
 
     def _old(self, relation: str) -> Batch:
         if relation not in self.ctx.deltas:
@@ -276,15 +276,7 @@ class _Retraction:
 
     def _seeds(self) -> Batch:
         """X⁰ and C's candidates over the new inputs: ``k0..``, ``v``."""
-        program, parts = self.program, []
-        for plan in [*program.init_plans, *program.constant_plans]:
-            batch = Kernel(plan).run(_sources(plan, self._new))
-            parts.append(valid_candidates(batch, len(program.keys)))
-        names = [*program.keys, "v"]
-        types = [*program.key_types, program.value_type]
-        empty = {n: np.zeros(0, NUMPY_TYPES[t]) for n, t in zip(names, types, strict=True)}
-        found = concat([Batch(0, empty), *parts])
-        return Batch(found.n, {n: found.cols[n] for n in names})
+        return seed_candidates(self.program, lambda plan: _sources(plan, self._new))
 
     def _bounded(self, rows: int) -> None:
         if rows > self.limit:
@@ -420,8 +412,8 @@ class _Retraction:
         )
         self.copies.hold(witnessed, after)
         rows = witnessed.select(*columns)
-        self.copies.hold(rows, after)
         plain_before, plain_after = _plain(before, columns), _plain(after, columns)
+        self.copies.hold(rows, plain_after)  # a later stratum reads the rows alone
         added = anti_join(plain_after, plain_before, columns)
         removed = anti_join(plain_before, plain_after, columns)
         delta = Delta(

@@ -740,19 +740,14 @@ class Maintainer:
                 segment = self.materializer.keep_later(compacted(delta.added), delta.n_added)
                 delta = replace(delta, added=segment, stored=True)
             return extended(self.materializer, rows, delta.added, stored=delta.stored), delta
-        kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")
-        return self.materializer.keep(appended(kept.select(*rows.columns), delta.added)), delta
+        return self.materializer.keep(_with_removals(rows, delta)), delta
 
     def _changed_later(self, rows: DataFrame, delta: Delta, n: int) -> DataFrame:
         """The new rows (``n`` of them) stored by the first job that reads them: the driver
         holds their copy, so a stratum updated there needs no job for them (storing a 1M-row
         relation after a deletion took 1 s of a 2 s epoch), and one on Spark computes them
         from the last stored rows, the epochs' changes broadcast."""
-        kept = rows
-        if delta.n_removed:
-            kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")
-        frame = appended(kept.select(*rows.columns), delta.added) if delta.n_added else kept
-        return self.materializer.keep_later(frame, n)
+        return self.materializer.keep_later(_with_removals(rows, delta), n)
 
     def _copy_after(self, relation: str, rows: DataFrame, delta: Delta) -> Batch | None:
         """The driver's copy of ``rows`` with ``delta`` applied, when it holds one."""
@@ -812,6 +807,13 @@ class Maintainer:
         for frame in self._garbage:
             release_frame(frame, live)
         self._garbage = []
+
+
+def _with_removals(rows: DataFrame, delta: Delta) -> DataFrame:
+    """``rows`` after ``delta`` (not stored): the removed rows left out by a broadcast anti
+    join (no shuffle of the relation), the added ones appended."""
+    kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")
+    return appended(kept.select(*rows.columns), delta.added)
 
 
 def _witnessed(report: Report, relation: str) -> bool:
