@@ -168,3 +168,36 @@ def test_arrow_batches_retract_in_the_driver_without_a_job(spark: SparkSession) 
         assert {tuple(r) for r in maintainer.relation("sp").collect()} == {
             tuple(r) for r in fresh["sp"].collect()
         }
+
+
+def test_a_large_input_changed_in_the_driver_stays_readable_on_spark(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An input above ``HANDOVER_ROWS`` is stored by the first Spark job that reads it,
+    computed from the last stored rows and the changes since (``ChangedSince``). Read after
+    many epochs it holds the current facts: the stored rows it reads were not released, and
+    crossing ``CHAIN_ROWS`` stores it again (an ever deeper chain of lazy rows replayed every
+    epoch and, after a few hundred, overflowed the JVM's stack)."""
+    monkeypatch.setattr("fixflow.operators.maintain.HANDOVER_ROWS", 4)
+    monkeypatch.setattr("fixflow.operators.maintain.CHAIN_ROWS", 5)
+    report = report_of(SSSP)
+    maintainer = Maintainer(report, spark, _options("driver"), switch_fraction=1e6)
+    facts = [(i, i + 1, 1.0) for i in range(1, 40)] + [(1, 20, 30.0), (5, 25, 2.0)]
+    maintainer.load({"warc": _warc(facts)})
+    stores = []
+    for number in range(8):
+        removed, added = [facts[number * 3]], [(number + 100, number + 101, 1.0)]
+        facts = [f for f in facts if f not in removed] + added
+        jobs = maintainer.materializer.jobs
+        maintainer.apply(
+            {"warc": _warc(added)}, {"warc": _warc(removed)}, net_counts={"warc": (1, 1)}
+        )
+        stores.append(maintainer.materializer.jobs - jobs)
+    # Two rows an epoch: the changes outgrow five rows at the third epoch, and again three
+    # epochs after each store.
+    assert stores[1:] == [0, 1, 0, 0, 1, 0, 0], stores
+    assert {tuple(r) for r in maintainer.edb["warc"].collect()} == set(facts)
+    fresh = evaluate(report, {"warc": spark.createDataFrame(_warc(facts))}, spark)
+    assert {tuple(r) for r in maintainer.relation("sp").collect()} == {
+        tuple(r) for r in fresh["sp"].collect()
+    }

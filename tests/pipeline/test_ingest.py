@@ -85,6 +85,38 @@ def test_normalize_against_a_missing_table_types_per_declaration() -> None:
     assert change.noop_deletes == 1
 
 
+def test_normalize_against_a_large_edb_equals_a_set_oracle() -> None:
+    # More EDB rows than facts: normalization narrows the EDB by the facts' first exact
+    # column before joining, so rows that share ``src`` but differ elsewhere must survive it.
+    generator = random.Random(7)
+
+    def row() -> tuple[int, int, float]:
+        return (
+            generator.randrange(25),
+            100 + generator.randrange(25),
+            generator.choice([0.5, 1.0]),
+        )
+
+    before_rows = {row() for _ in range(300)}
+    ordered = sorted(before_rows)
+    before = pa.table([pa.array(c) for c in zip(*ordered, strict=True)], names=["src", "dst", "w"])
+    facts = [
+        Fact(
+            generator.choice([row(), generator.choice(ordered)]),
+            generator.choice(["insert", "delete"]),
+        )
+        for _ in range(40)
+    ]
+    change = normalize("edge", EDGE, facts_table(facts, arrow_schema(EDGE)), before)
+    last = {fact.values: fact.op for fact in facts}
+    assert _rows(change.inserts) == {v for v, op in last.items() if op == "insert"} - before_rows
+    assert _rows(change.deletes) == {v for v, op in last.items() if op == "delete"} & before_rows
+    # What the EDB commit writes when the batch deletes (``RelationChanges.rows_after``).
+    after = change.rows_after()
+    assert after is not None and after.num_rows == len(_rows(after))
+    assert _rows(after) == (before_rows - _rows(change.deletes)) | _rows(change.inserts)
+
+
 # ---------------------------------------------------------------- end to end
 
 

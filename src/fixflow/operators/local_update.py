@@ -83,6 +83,14 @@ HANDOVER_ROWS = 200_000
 rows; a larger one is stored by Spark as before (making a local relation of 1M rows took
 1.3 s, storing the relation on Spark 0.4 s)."""
 
+CHAIN_ROWS = 20_000
+"""A larger changed input (``Maintainer._changed_later``) is computed, by the first job that
+reads it, from the last rows Spark stored and every change since, as long as those changes
+hold at most this many rows; then it is stored (one job) and becomes the new base. Chaining
+each epoch's lazy rows on the previous ones instead made a chain as deep as the epochs: the
+first job to read it replayed every epoch (22 s after 64) and overflowed the JVM's stack
+after a few hundred, and it read stored rows the garbage collection had released."""
+
 Sources = Callable[[str], Batch]
 """A relation's rows (positional columns ``c0..``) as the update reads them."""
 
@@ -137,7 +145,7 @@ class DriverCopies:
         """``delta``'s added (or removed) rows."""
         frame, n = (delta.added, delta.n_added) if added else (delta.removed, delta.n_removed)
         if n == 0:  # nothing to collect
-            return Batch(0, {f"c{i}": np.zeros(0, NUMPY_TYPES[t]) for i, t in enumerate(types)})
+            return _empty(types)
         return self.rows(frame, types, n)
 
     def hold(self, frame: DataFrame, batch: Batch) -> None:
@@ -147,6 +155,28 @@ class DriverCopies:
         """Forget every copy but those of ``frames`` (the Maintainer's current ones)."""
         live = {id(f) for f in frames}
         self._held = {k: v for k, v in self._held.items() if k in live}
+
+
+class ChangedSince:
+    """The net change of a relation since ``base`` (rows Spark stored), held in the driver:
+    ``base`` minus ``removed`` plus ``added`` is the relation now. ``latest`` is the frame
+    made from them last (``Maintainer._changed_later``): the next epoch continues the
+    chain only from it."""
+
+    def __init__(self, base: DataFrame, types: Sequence[TypeName]) -> None:
+        self.base = self.latest = base
+        self.added = self.removed = _empty(types)
+
+    def apply(self, added: Batch, removed: Batch) -> None:
+        """One more net change (its added rows absent, its removed ones present). A base
+        row removed and added again stays in both, which still counts it once."""
+        columns = tuple(self.added.cols)
+        self.added = concat([anti_join(self.added, removed, columns), added])
+        self.removed = concat([self.removed, removed])
+
+    @property
+    def rows(self) -> int:
+        return self.added.n + self.removed.n
 
 
 # ---------------------------------------------------------------- the update
@@ -440,6 +470,10 @@ def _sources(plan: Plan, read: Sources) -> dict[tuple[str, str], Batch]:
             raise LocalUnsupported(f"a plan reads `{relation}` ({version})")
         found[(relation, version)] = read(relation)
     return found
+
+
+def _empty(types: Sequence[TypeName]) -> Batch:
+    return Batch(0, {f"c{i}": np.zeros(0, NUMPY_TYPES[t]) for i, t in enumerate(types)})
 
 
 def _applied(rows: Batch, added: Batch, removed: Batch) -> Batch:

@@ -55,8 +55,13 @@ from fixflow.operators.epoch import (
 )
 from fixflow.operators.evaluate import Bootstrap, Input, StratumStats
 from fixflow.operators.local import LocalUnsupported, table_rows, to_frame, to_table
-from fixflow.operators.local_update import HANDOVER_ROWS, DriverCopies
-from fixflow.operators.materialize import Materializer, live_rdds, release_frame
+from fixflow.operators.local_update import CHAIN_ROWS, HANDOVER_ROWS, ChangedSince, DriverCopies
+from fixflow.operators.materialize import (
+    Materializer,
+    live_rdds,
+    reading_checkpoints_of,
+    release_frame,
+)
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.strategies import aggregate_seminaive, dred, mra, nonrecursive, seminaive
 
@@ -215,6 +220,9 @@ class Maintainer:
         self.copies = DriverCopies(limit, self.materializer) if limit > 0 else None
         """The driver's copies of small relations (``local_update``): min/max retractions
         of at most ``EvalOptions.local_rows`` rows run there without a Spark job."""
+        self._changed_since: dict[str, ChangedSince] = {}
+        """Per input relation stored lazily (``_changed_later``), its changes since the
+        last rows Spark stored."""
 
     # ------------------------------------------------------------ public
 
@@ -721,7 +729,7 @@ class Maintainer:
         if copy is not None and copy.n <= HANDOVER_ROWS:
             frame = to_frame(self.spark, copy, self.catalog[relation].types)
         elif copy is not None:
-            frame = self._changed_later(rows, delta, copy.n)
+            frame = self._changed_later(relation, rows, delta, copy.n)
         else:
             frame, delta = self._changed_on_spark(rows, delta)
         if copy is not None and self.copies is not None:
@@ -742,12 +750,35 @@ class Maintainer:
             return extended(self.materializer, rows, delta.added, stored=delta.stored), delta
         return self.materializer.keep(_with_removals(rows, delta)), delta
 
-    def _changed_later(self, rows: DataFrame, delta: Delta, n: int) -> DataFrame:
+    def _changed_later(self, relation: str, rows: DataFrame, delta: Delta, n: int) -> DataFrame:
         """The new rows (``n`` of them) stored by the first job that reads them: the driver
         holds their copy, so a stratum updated there needs no job for them (storing a 1M-row
         relation after a deletion took 1 s of a 2 s epoch), and one on Spark computes them
-        from the last stored rows, the epochs' changes broadcast."""
-        return self.materializer.keep_later(_with_removals(rows, delta), n)
+        from the last rows Spark stored and the changes since, broadcast (``ChangedSince``:
+        one step deep, whatever the number of epochs). When those changes outgrow
+        ``CHAIN_ROWS`` the rows are stored now (one job) and become the next base."""
+        assert self.copies is not None
+        types = self.catalog[relation].types
+        since = self._changed_since.pop(relation, None)
+        if since is None or since.latest is not rows:
+            since = ChangedSince(rows, types)
+        since.apply(self.copies.side(delta, True, types), self.copies.side(delta, False, types))
+        spark = self.spark
+        net = Delta(
+            to_frame(spark, since.added, types),
+            to_frame(spark, since.removed, types),
+            since.added.n,
+            since.removed.n,
+        )
+        new = _with_removals(since.base, net)
+        if since.rows > CHAIN_ROWS:
+            log.info("%s: %d changed rows since it was stored: stored again", relation, since.rows)
+            return self.materializer.keep(new)
+        # The base's blocks must outlive the frames computed from it (garbage collection).
+        later = self.materializer.keep_later(new, n)
+        since.latest = reading_checkpoints_of(later, later, since.base)
+        self._changed_since[relation] = since
+        return since.latest
 
     def _copy_after(self, relation: str, rows: DataFrame, delta: Delta) -> Batch | None:
         """The driver's copy of ``rows`` with ``delta`` applied, when it holds one."""

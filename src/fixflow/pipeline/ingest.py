@@ -29,6 +29,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -43,6 +44,7 @@ from fixflow.pipeline.lakehouse import (
     append_rows,
     merge_changes,
     open_table,
+    overwrite_rows,
     read_before_batch,
 )
 from fixflow.pipeline.messages import DeadLetter, Fact, Value, parse_message
@@ -94,10 +96,19 @@ class RelationChanges:
     """Facts present before the batch and absent after it (declared schema)."""
     noop_inserts: int = 0
     noop_deletes: int = 0
+    before: pa.Table | None = field(default=None, repr=False, compare=False)
+    """The EDB rows normalization read (declared schema), when it read any."""
 
     @property
     def empty(self) -> bool:
         return self.inserts.num_rows == 0 and self.deletes.num_rows == 0
+
+    def rows_after(self) -> pa.Table | None:
+        """The relation's rows after the batch, from ``before`` (None without it)."""
+        if self.before is None:
+            return None
+        kept = self.before.filter(pc.invert(_found(self.before, self.deletes)))
+        return pa.concat_tables([kept, self.inserts])
 
 
 @dataclass(frozen=True)
@@ -128,18 +139,25 @@ class IngestResult:
     def commit_edb(self) -> list[str]:
         """Apply the changes to the EDB tables, one idempotent commit per relation; return
         the relations committed now (a replayed batch commits nothing)."""
-        committed = []
-        for relation in self.changed_relations:
-            change = self.changes[relation]
-            names = [a.name for a in change.attributes]
-            # Normalization leaves only facts absent before the batch in ``inserts``.
-            edb = self.lake.edb(relation)
-            if merge_changes(
-                edb, names, change.inserts, change.deletes, self.commit, new_rows=True
-            ):
-                committed.append(relation)
+        committed = [r for r in self.changed_relations if self._commit(self.changes[r])]
         self.edb_committed.extend(committed)
         return committed
+
+    def _commit(self, change: RelationChanges) -> bool:
+        """Deletions rewrite the table from the rows normalization read: a Delta merge
+        rewrites every file holding a deleted row (100 random deletions reach nearly every
+        file) and scans the table to find them, which cost 0.25 s on a 1M-row EDB where
+        writing the rows again costs 0.12 s."""
+        edb = self.lake.edb(change.relation)
+        names = [a.name for a in change.attributes]
+        rows = change.rows_after() if names and change.deletes.num_rows else None
+        if rows is not None:
+            return overwrite_rows(edb, rows, self.commit)
+        # Normalization leaves only facts absent before the batch in ``inserts``.
+        merged = merge_changes(
+            edb, names, change.inserts, change.deletes, self.commit, new_rows=True
+        )
+        return merged is not None
 
 
 # ---------------------------------------------------------------- the entry point
@@ -362,7 +380,8 @@ def normalize(
     is_insert = pc.equal(last.column(OP_COLUMN), "insert")
     inserts = _conform(last.filter(is_insert), schema)
     deletes = _conform(last.filter(pc.invert(is_insert)), schema)
-    existing = _conform(before, schema)
+    every = _conform(before, schema) if before is not None else None
+    existing = _matching(_conform(before, schema), last, schema)
     new_inserts = inserts.join(existing, schema.names, join_type="left anti")
     real_deletes = deletes.join(existing, schema.names, join_type="left semi")
     return RelationChanges(
@@ -372,7 +391,46 @@ def normalize(
         _conform(real_deletes, schema),
         noop_inserts=inserts.num_rows - new_inserts.num_rows,
         noop_deletes=deletes.num_rows - real_deletes.num_rows,
+        before=every,
     )
+
+
+def _matching(existing: pa.Table, facts: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The rows of ``existing`` that may equal one of ``facts``: those whose first exactly
+    comparable column holds one of the facts' values. A hash join builds its table on the
+    EDB side; on a 1M-row EDB and a 100-fact batch that cost 0.2 s, where this membership
+    filter costs a few milliseconds and leaves the joins a handful of rows."""
+    name = _first_exact(schema)
+    if name is None or existing.num_rows <= facts.num_rows:
+        return existing
+    # Nulls match nulls here, so the filter keeps every row an exact join could match.
+    return existing.filter(_may_match(existing, facts, name))
+
+
+def _first_exact(schema: pa.Schema) -> str | None:
+    return next((f.name for f in schema if not pa.types.is_floating(f.type)), None)
+
+
+def _may_match(rows: pa.Table, facts: pa.Table, name: str) -> pa.ChunkedArray:
+    return pc.is_in(rows.column(name), value_set=facts.column(name).combine_chunks())
+
+
+def _found(rows: pa.Table, facts: pa.Table) -> pa.Array:
+    """Per row of ``rows``, whether it equals a row of ``facts`` (same columns)."""
+    found = np.zeros(rows.num_rows, dtype=bool)
+    name = _first_exact(rows.schema)
+    candidates = (
+        np.flatnonzero(_may_match(rows, facts, name).to_numpy(zero_copy_only=False))
+        if name is not None
+        else np.arange(rows.num_rows)
+    )
+    numbered = rows.take(candidates).append_column(_ROW, pa.array(candidates, pa.int64()))
+    hits = numbered.join(facts, rows.schema.names, join_type="left semi").column(_ROW)
+    found[hits.to_numpy()] = True
+    return pa.array(found)
+
+
+_ROW = "_fixflow_row"
 
 
 def _last_operations(facts: pa.Table, schema: pa.Schema) -> pa.Table:
