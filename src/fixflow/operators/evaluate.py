@@ -191,6 +191,7 @@ class Bootstrap:
         *,
         materializer: Materializer | None = None,
         partitions: int = 1,
+        held: Callable[[DataFrame], Batch | None] | None = None,
     ) -> None:
         self.report = report
         self.spark = spark
@@ -201,9 +202,18 @@ class Bootstrap:
         self.materializer = materializer or Materializer(spark)
         self.partitions = partitions
         self.states: dict[str, MraState] = {}
-        self.local: dict[str, Batch] | None = None
+        self.held = held
+        """The driver's rows of a frame when it holds them (the Maintainer's copies): a
+        stratum in the driver reads them instead of collecting the frame. A frame of an
+        input relation it holds is a set."""
+        self.local: dict[str, Batch] | None = (
+            {} if held is not None and options.local_rows > 0 else None
+        )
         """The relations whose rows are in the driver, when small strata may run there
-        (``run`` with ``EvalOptions.local_rows``; the Maintainer's strata run on Spark)."""
+        (``run`` with ``EvalOptions.local_rows``, or a Maintainer's bootstrap)."""
+        self.witnessed: dict[str, Batch] = {}
+        """min/max MRA relations bootstrapped in the driver with ``EvalOptions.witness``:
+        their rows with witnesses (``local.witnessed_rows``)."""
         self.unshared: set[str] = set()
         """Relations in the driver that Spark has no frame of yet (``_share``)."""
 
@@ -237,7 +247,10 @@ class Bootstrap:
         batch = self._local_input(relation, rows)
         if batch is not None and self.local is not None:
             self.local[stored] = batch
-            self.unshared.add(stored)
+            if isinstance(rows, DataFrame) and self._held(rows) is batch:
+                self.frames.full[stored] = rows  # already Spark's: typed, positional, a set
+            else:
+                self.unshared.add(stored)
             return batch.n
         frame = self._spark_input(relation, rows) if isinstance(rows, pa.Table) else rows
         self.frames.full[stored], n = self.materializer.keep_counted(
@@ -266,6 +279,9 @@ class Bootstrap:
             return distinct_rows(table_rows(frame, types))
         if [f.dataType for f in frame.schema.fields] != [spark_type(t) for t in types]:
             return None
+        known = self._held(frame)
+        if known is not None:
+            return known if known.n <= self.options.local_rows else None
         batch = local_rows(frame, self.options.local_rows)
         return None if batch is None else distinct_rows(batch)
 
@@ -316,14 +332,15 @@ class Bootstrap:
         if self.local is None:
             return None
         try:
-            rows, rounds = run_locally(run, self._in_driver_rows, self.options.local_rows)
+            done = run_locally(run, self._in_driver_rows, self.options.local_rows)
         except LocalUnsupported as why:
             log.info("stratum %d runs on Spark: %s", run.stratum.index, why)
             return None
-        self.local.update(rows)
-        self.unshared.update(rows)
-        log.info("stratum %d ran in the driver (%d rounds)", run.stratum.index, rounds)
-        return Bootstrapped(rounds)
+        self.local.update(done.rows)
+        self.unshared.update(done.rows)
+        self.witnessed.update(done.witnessed)
+        log.info("stratum %d ran in the driver (%d rounds)", run.stratum.index, done.rounds)
+        return Bootstrapped(done.rounds)
 
     def _in_driver_rows(self, relation: str) -> Batch | None:
         """A relation's rows for a stratum in the driver: held there, or collected from
@@ -331,6 +348,12 @@ class Bootstrap:
         assert self.local is not None
         if relation not in self.local:
             frame = self.frames.source(relation, "full")
+            known = self._held(frame)
+            if known is not None:
+                if known.n > self.options.local_rows:
+                    return None
+                self.local[relation] = known
+                return known
             if not frame.isLocal():
                 self.materializer.jobs += 1  # the collect: counted with the stratum's jobs
             batch = local_rows(frame, self.options.local_rows)
@@ -338,6 +361,9 @@ class Bootstrap:
                 return None
             self.local[relation] = batch
         return self.local[relation]
+
+    def _held(self, frame: DataFrame) -> Batch | None:
+        return None if self.held is None else self.held(frame)
 
     def _share(self, *relations: str) -> None:
         """Give Spark a frame (a local relation: no job) of relations held in the driver."""

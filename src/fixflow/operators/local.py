@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -51,7 +51,12 @@ from fixflow.operators.engines.kernels import (
     concat,
 )
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
-from fixflow.operators.engines.shard_loop import DESTINATION, ShardLoop, valid_candidates
+from fixflow.operators.engines.shard_loop import (
+    DESTINATION,
+    LocalTable,
+    ShardLoop,
+    valid_candidates,
+)
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.strategies.seminaive import delta_rules, exit_rules
 
@@ -149,6 +154,9 @@ class LocalStratum:
         self.fetch = sources
         self.full: dict[str, Batch] = {}
         self.delta: dict[str, Batch] = {}
+        self.witnessed: dict[str, Batch] = {}
+        """min/max MRA relations with ``EvalOptions.witness``: their rows with witnesses
+        (``witnessed_rows``), as a stream's retraction needs them."""
         self.limit = limit
 
     def bootstrap(self) -> tuple[dict[str, Batch], int]:
@@ -190,20 +198,25 @@ class LocalStratum:
         run to local quiescence (or the termination clause's local bound)."""
         program = self.mra_program()
         options = self.run.options.engine_options
+        witness = self.run.options.witness and program.g in ("min", "max")
         aux = [self.aux_rows(program, body) for body in program.bodies]
-        seeds = self.seeds(program)
-        loop, iterations = self.mra_loop(program, options, aux, seeds)
+        seeds = seed_messages(program, seed_candidates(program, self.sources), witness)
+        loop, iterations = self.mra_loop(program, options, aux, seeds, witness)
         reason = order_dependence(program.g, loop.gain, loop.negative)
         if reason is not None and options.priority:
             # Another order, another sum: round order, as the engine does.
             log.info("%s: in round order: %s", program.relation, reason)
-            loop, iterations = self.mra_loop(program, replace(options, priority=False), aux, seeds)
+            loop, iterations = self.mra_loop(
+                program, replace(options, priority=False), aux, seeds, witness
+            )
         keys, values = loop.relation_rows()
         rows = Batch(len(values))
         for key, pos in zip(keys, program.spec.key_positions, strict=True):
             rows.cols[f"c{pos}"] = key
         rows.cols[f"c{program.spec.value_pos}"] = values
         self.full[program.relation] = rows
+        if witness:
+            self.witnessed[program.relation] = witnessed_rows(program, loop.table)
         self.check_size()
         beta = float(options.buffer.initial)  # what a hybrid stage on Spark reports
         detail = {"local_iterations": float(iterations), "beta_min": beta, "beta_max": beta}
@@ -229,11 +242,16 @@ class LocalStratum:
         return program
 
     def mra_loop(
-        self, program: MraProgram, options: EngineOptions, aux: list[Batch], seeds: pa.Table
+        self,
+        program: MraProgram,
+        options: EngineOptions,
+        aux: list[Batch],
+        seeds: pa.Table,
+        witness: bool = False,
     ) -> tuple[ShardLoop, int]:
         """The shard's loop run until nothing is pending, at most ``max_iterations`` times
         (a run of the loop is a stage of the engine)."""
-        params = stage_params(program, options, witness=False, shards=1, hybrid=True)
+        params = stage_params(program, options, witness=witness, shards=1, hybrid=True)
         loop = ShardLoop.in_driver(params, aux, seeds, row_limit=self.limit)
         for _ in range(self.run.max_iterations):
             loop.run()  # to quiescence, the clause's local bound, the row limit or the guard
@@ -255,12 +273,6 @@ class LocalStratum:
         out = Batch(batch.n, {f"c{i}": batch.cols[n] for i, (n, _) in enumerate(plan.schema)})
         out.cols[DESTINATION] = np.zeros(batch.n, dtype=np.int32)
         return out
-
-    def seeds(self, program: MraProgram) -> pa.Table:
-        """X⁰ and C's candidates as the shard's messages: ``k0..``, ``acc``."""
-        seeds = seed_candidates(program, self.sources)
-        names = [*program.keys, "v"]
-        return pa.table([seeds.cols[n] for n in names], names=[*program.keys, "acc"])
 
     def new_rows(self, relation: str, plans: Sequence[Plan]) -> Batch:
         derived = self.derive(relation, plans)
@@ -328,11 +340,48 @@ def seed_candidates(
     return Batch(found.n, {n: found.cols[n] for n in names}, {})
 
 
-def run_locally(run: StratumRun, sources: Fetch, limit: int) -> tuple[dict[str, Batch], int]:
+def seed_messages(program: MraProgram, seeds: Batch, witness: bool) -> pa.Table:
+    """X⁰ and C's candidates (``seed_candidates``) as the shard loop's messages: ``k0..``,
+    ``acc``, and with ``witness`` a null witness ``wit0..`` (no recursive atom gave them)."""
+    columns = {**{k: seeds.cols[k] for k in program.keys}, "acc": seeds.cols["v"]}
+    if witness:
+        for j, type_ in enumerate(program.key_types):
+            columns[f"wit{j}"] = pa.nulls(seeds.n, type=pa.from_numpy_dtype(NUMPY_TYPES[type_]))
+    return pa.table(columns)
+
+
+def witnessed_rows(program: MraProgram, table: LocalTable) -> Batch:
+    """A witnessed loop's reached keys as relation rows (``c0..``) followed by their
+    witness (``c<arity>..``, valid where a recursive atom gave the value)."""
+    spec, keep = program.spec, np.flatnonzero(table.present)
+    arity = len(program.types)
+    rows = Batch(len(keep))
+    for position, key in zip(spec.key_positions, table.columns, strict=True):
+        rows.cols[f"c{position}"] = key[keep]
+    rows.cols[f"c{spec.value_pos}"] = table.acc[keep]
+    for j, wit in enumerate(table.wits):
+        rows.cols[f"c{arity + j}"] = wit[keep]
+        rows.valid[f"c{arity + j}"] = table.has_wit[keep]
+    return rows
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """A stratum bootstrapped in the driver."""
+
+    rows: dict[str, Batch]
+    rounds: int
+    witnessed: dict[str, Batch]
+    """``LocalStratum.witnessed``."""
+
+
+def run_locally(run: StratumRun, sources: Fetch, limit: int) -> LocalRun:
     """Bootstrap ``run``'s stratum in the driver: its relations' rows and rounds; raises
     ``LocalUnsupported`` (a kernel the backend lacks included) when it cannot. ``sources``
     gives the rows of a relation the stratum reads (None: too many)."""
+    stratum = LocalStratum(run, sources, limit)
     try:
-        return LocalStratum(run, sources, limit).bootstrap()
+        rows, rounds = stratum.bootstrap()
     except KernelUnsupported as error:
         raise LocalUnsupported(str(error)) from None
+    return LocalRun(rows, rounds, stratum.witnessed)

@@ -31,7 +31,7 @@ from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker.ast import TypeName
@@ -65,9 +65,11 @@ from fixflow.operators.local import (
     LocalUnsupported,
     local_rows,
     seed_candidates,
+    seed_messages,
     table_rows,
     to_frame,
     to_table,
+    witnessed_rows,
 )
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.plan import Aggregate, AntiJoin, Fixpoint, Plan, children, relations_read
@@ -397,35 +399,14 @@ class _Retraction:
         has_wit = surviving.mask(self.wit_cols[0])
         wits = [surviving.cols[c] for c in self.wit_cols]
         table = LocalTable(params, keys, acc, (pending, acc.copy()), [*wits, has_wit])
-        messages = pa.table(
-            {
-                **{k: seeds.cols[k] for k in program.keys},
-                "acc": seeds.cols["v"],
-                **{
-                    f"wit{j}": pa.nulls(seeds.n, type=pa.from_numpy_dtype(NUMPY_TYPES[t]))
-                    for j, t in enumerate(program.key_types)
-                },
-            }
-        )
+        messages = seed_messages(program, seeds, witness=True)
         loop = ShardLoop.in_driver(params, aux, messages, row_limit=self.limit, table=table)
         loop.run()  # hybrid parameters: to local quiescence (or the row limit)
         if len(loop.table) > self.limit:
             raise LocalUnsupported(f"it grew past {self.limit} rows")
         if loop.has_pending:
             raise LocalUnsupported("the local loop stopped with deltas pending")
-        return self._rows(loop.table), loop.iterations
-
-    def _rows(self, table: LocalTable) -> Batch:
-        """The table's reached keys as witnessed relation rows."""
-        spec, keep = self.program.spec, np.flatnonzero(table.present)
-        rows = Batch(len(keep))
-        for column, key in zip(self.key_cols, table.columns, strict=True):
-            rows.cols[column] = key[keep]
-        rows.cols[f"c{spec.value_pos}"] = table.acc[keep]
-        for column, wit in zip(self.wit_cols, table.wits, strict=True):
-            rows.cols[column] = wit[keep]
-            rows.valid[column] = table.has_wit[keep]
-        return rows
+        return witnessed_rows(program, loop.table), loop.iterations
 
     # ------------------------------------------------------------ handing over
 
@@ -434,16 +415,9 @@ class _Retraction:
         relation, types = program.relation, program.types
         spark = ctx.spark
         columns = tuple(f"c{i}" for i in range(self.arity))
-        witnessed = spark.createDataFrame(
-            to_table(after, self._witnessed_types()).rename_columns(
-                [*columns, *(f"w{j}" for j in range(len(program.keys)))]
-            ),
-            _witnessed_struct(types, program.key_types),
-        )
-        self.copies.hold(witnessed, after)
-        rows = witnessed.select(*columns)
-        plain_before, plain_after = _plain(before, columns), _plain(after, columns)
-        self.copies.hold(rows, plain_after)  # a later stratum reads the rows alone
+        witnessed, rows = hand_over(spark, types, program.key_types, after, self.copies)
+        plain_before, plain_after = _plain(before, columns), self.copies.held(rows)
+        assert plain_after is not None
         added = anti_join(plain_after, plain_before, columns)
         removed = anti_join(plain_before, plain_after, columns)
         delta = Delta(
@@ -461,6 +435,32 @@ class _Retraction:
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def hand_over(
+    spark: SparkSession,
+    types: Sequence[TypeName],
+    key_types: Sequence[TypeName],
+    witnessed: Batch,
+    copies: DriverCopies,
+    materializer: Materializer | None = None,
+) -> tuple[DataFrame, DataFrame]:
+    """Witnessed rows made in the driver (``local.witnessed_rows``) as Spark frames: the
+    rows with their witness ``w0..`` and the rows alone (a projection of them), both held by
+    ``copies``. A local relation up to ``HANDOVER_ROWS``; a larger one is stored through
+    ``materializer`` (one job) when one is given."""
+    columns = [f"c{i}" for i in range(len(types))]
+    table = to_table(witnessed, [*types, *key_types])
+    frame = spark.createDataFrame(
+        table.rename_columns([*columns, *(f"w{j}" for j in range(len(key_types)))]),
+        _witnessed_struct(types, key_types),
+    )
+    if materializer is not None and witnessed.n > HANDOVER_ROWS:
+        frame = materializer.keep(frame)
+    copies.hold(frame, witnessed)
+    rows = frame.select(*columns)
+    copies.hold(rows, _plain(witnessed, columns))  # a later stratum reads the rows alone
+    return frame, rows
 
 
 def _sources(plan: Plan, read: Sources) -> dict[tuple[str, str], Batch]:

@@ -55,7 +55,13 @@ from fixflow.operators.epoch import (
 )
 from fixflow.operators.evaluate import Bootstrap, Input, StratumStats
 from fixflow.operators.local import LocalUnsupported, table_rows, to_frame, to_table
-from fixflow.operators.local_update import CHAIN_ROWS, HANDOVER_ROWS, ChangedSince, DriverCopies
+from fixflow.operators.local_update import (
+    CHAIN_ROWS,
+    HANDOVER_ROWS,
+    ChangedSince,
+    DriverCopies,
+    hand_over,
+)
 from fixflow.operators.materialize import (
     Materializer,
     live_rdds,
@@ -245,14 +251,29 @@ class Maintainer:
         relation (e.g. the result tables); the next ``apply`` (or ``pending_changes``)
         reports changes relative to it. Without ``published`` the consumer holds nothing."""
         for user, rel in self._loaded().items():
-            given = self._positional_input(rel, edb.get(user))
-            self.frames[rel], self.edb_rows[rel] = self.materializer.keep_counted(given.distinct())
-            copy = None if self.copies is None else self.copies.held(given)
-            if copy is not None and self.copies is not None:  # an Arrow input's rows
-                self.copies.hold(self.frames[rel], distinct_rows(copy))
+            self.frames[rel], self.edb_rows[rel] = self._loaded_input(rel, edb.get(user))
         self.published = dict(published or {})
         self._published_rows = {}
         return self._bootstrap_all(publish=False)
+
+    def _loaded_input(self, relation: str, given: Input | None) -> tuple[DataFrame, int]:
+        """An input relation's loaded rows (a set) and their number. An Arrow table the
+        driver keeps a copy of becomes a local relation up to ``HANDOVER_ROWS`` (no job);
+        anything else is stored on Spark (one job)."""
+        copies, types = self.copies, self.catalog[relation].types
+        small = isinstance(given, pa.Table) and types and given.num_rows <= HANDOVER_ROWS
+        if small and copies is not None:
+            assert isinstance(given, pa.Table)
+            rows = distinct_rows(self._arrow_rows(relation, given))
+            frame = to_frame(self.spark, rows, types)
+            copies.hold(frame, rows)
+            return frame, rows.n
+        positional_rows = self._positional_input(relation, given)
+        frame, n = self.materializer.keep_counted(positional_rows.distinct())
+        copy = None if copies is None else copies.held(positional_rows)
+        if copy is not None and copies is not None:  # an Arrow input's rows
+            copies.hold(frame, distinct_rows(copy))
+        return frame, n
 
     @property
     def provisional(self) -> bool:
@@ -491,6 +512,15 @@ class Maintainer:
     def _bootstrapped(self, driver: Bootstrap, relation: str) -> DataFrame:
         """A bootstrapped relation's rows, stored; with its witnesses when they are kept
         (the rows are then a projection of them)."""
+        local = driver.witnessed.get(relation)
+        if local is not None and self.copies is not None and _witnessed(self.report, relation):
+            types, spec = self.catalog[relation].types, self.report.mra[relation]
+            key_types = [types[p] for p in spec.key_positions]
+            witnessed, rows = hand_over(
+                self.spark, types, key_types, local, self.copies, self.materializer
+            )
+            self.witnessed[relation] = witnessed
+            return rows
         result = driver.result(relation)
         state = driver.states.get(relation)
         if not self.options.witness or state is None or not _witnessed(self.report, relation):
@@ -557,14 +587,18 @@ class Maintainer:
         return self._epoch_of(stats)
 
     def _driver(self, partitions: int = 1) -> Bootstrap:
-        # Bootstraps run on Spark: a stratum bootstrapped in the driver keeps no witnesses.
+        """A bootstrap over the current frames. With driver copies (``local_rows``) a
+        stratum within the limit runs in the driver, reading the rows the copies hold, and
+        a min/max MRA one keeps its witnesses there (``local.witnessed_rows``)."""
+        copies = self.copies
         return Bootstrap(
             self.report,
             self.spark,
-            replace(self.options, local_rows=0),
+            self.options if copies is not None else replace(self.options, local_rows=0),
             self.engine,
             materializer=self.materializer,
             partitions=partitions,
+            held=None if copies is None else copies.held,
         )
 
     # ------------------------------------------------------------ whole program
@@ -660,7 +694,7 @@ class Maintainer:
 
     @staticmethod
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
-        note = "hit the iteration cap" if stats.capped else ""
+        note = "hit the iteration cap" if stats.capped else ("in the driver" if stats.local else "")
         return StratumEpoch(
             stats.stratum,
             stats.relations,
@@ -813,13 +847,16 @@ class Maintainer:
         """An Arrow table's rows (declared columns) as a local relation in positional
         columns; the driver keeps their copy (``DriverCopies``), so a driver update reads
         the epoch's changes without collecting them."""
-        attributes = self.catalog[relation].attributes
-        types = [a.type for a in attributes]
-        batch = table_rows(table.select([a.name for a in attributes]), types)
-        frame = to_frame(self.spark, batch, types)
+        batch = self._arrow_rows(relation, table)
+        frame = to_frame(self.spark, batch, self.catalog[relation].types)
         if self.copies is not None:
             self.copies.hold(frame, batch)
         return frame
+
+    def _arrow_rows(self, relation: str, table: pa.Table) -> Batch:
+        """An Arrow table's declared columns as driver rows (positional, declared types)."""
+        attributes = self.catalog[relation].attributes
+        return table_rows(table.select([a.name for a in attributes]), [a.type for a in attributes])
 
     def _diff(self, relation: str, old: DataFrame | None, new: DataFrame) -> RelationChange:
         keys = self.key_columns(relation)
