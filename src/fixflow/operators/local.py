@@ -143,6 +143,11 @@ def to_frame(spark: SparkSession, batch: Batch, types: Sequence[TypeName]) -> Da
     return spark.createDataFrame(to_table(batch, types), relation_struct(types))
 
 
+def empty_rows(types: Sequence[TypeName]) -> Batch:
+    """No rows, in positional columns of ``types``."""
+    return Batch(0, {f"c{i}": np.zeros(0, NUMPY_TYPES[t]) for i, t in enumerate(types)})
+
+
 # ---------------------------------------------------------------- one stratum
 
 
@@ -313,8 +318,7 @@ class LocalStratum:
         return found
 
     def empty(self, relation: str) -> Batch:
-        types = self.run.entry(relation).types
-        return Batch(0, {f"c{i}": np.zeros(0, NUMPY_TYPES[t]) for i, t in enumerate(types)})
+        return empty_rows(self.run.entry(relation).types)
 
     def check_size(self) -> None:
         held = sum(self.full[r].n for r in self.run.relations)

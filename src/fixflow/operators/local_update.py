@@ -46,7 +46,6 @@ from fixflow.operators.engines.async_engine import (
 )
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.engines.kernels import (
-    NUMPY_TYPES,
     Batch,
     JoinIndex,
     Kernel,
@@ -63,6 +62,7 @@ from fixflow.operators.engines.shard_loop import (
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.local import (
     LocalUnsupported,
+    empty_rows,
     local_rows,
     seed_candidates,
     seed_messages,
@@ -147,11 +147,25 @@ class DriverCopies:
         """``delta``'s added (or removed) rows."""
         frame, n = (delta.added, delta.n_added) if added else (delta.removed, delta.n_removed)
         if n == 0:  # nothing to collect
-            return _empty(types)
+            return empty_rows(types)
         return self.rows(frame, types, n)
 
     def hold(self, frame: DataFrame, batch: Batch) -> None:
         self._held[id(frame)] = (frame, batch)
+
+    def delta(
+        self, spark: SparkSession, before: Batch, after: Batch, types: Sequence[TypeName]
+    ) -> Delta:
+        """The change from ``before`` to ``after`` (two sets of rows) as local relations,
+        held: no job, and the result commit reads it as Arrow (``_change_tables``)."""
+        columns = tuple(before.cols)
+        added, removed = anti_join(after, before, columns), anti_join(before, after, columns)
+        delta = Delta(
+            to_frame(spark, added, types), to_frame(spark, removed, types), added.n, removed.n
+        )
+        self.hold(delta.added, added)
+        self.hold(delta.removed, removed)
+        return delta
 
     def keep_only(self, frames: Iterable[DataFrame]) -> None:
         """Forget every copy but those of ``frames`` (the Maintainer's current ones)."""
@@ -167,7 +181,7 @@ class ChangedSince:
 
     def __init__(self, base: DataFrame, types: Sequence[TypeName]) -> None:
         self.base = self.latest = base
-        self.added = self.removed = _empty(types)
+        self.added = self.removed = empty_rows(types)
 
     def apply(self, added: Batch, removed: Batch) -> None:
         """One more net change (its added rows absent, its removed ones present). A base
@@ -416,15 +430,9 @@ class _Retraction:
         spark = ctx.spark
         columns = tuple(f"c{i}" for i in range(self.arity))
         witnessed, rows = hand_over(spark, types, program.key_types, after, self.copies)
-        plain_before, plain_after = _plain(before, columns), self.copies.held(rows)
+        plain_after = self.copies.held(rows)
         assert plain_after is not None
-        added = anti_join(plain_after, plain_before, columns)
-        removed = anti_join(plain_before, plain_after, columns)
-        delta = Delta(
-            to_frame(spark, added, types), to_frame(spark, removed, types), added.n, removed.n
-        )
-        self.copies.hold(delta.added, added)
-        self.copies.hold(delta.removed, removed)
+        delta = self.copies.delta(spark, _plain(before, columns), plain_after, types)
         return Outcome(
             {relation: rows},
             {relation: delta},
@@ -470,10 +478,6 @@ def _sources(plan: Plan, read: Sources) -> dict[tuple[str, str], Batch]:
             raise LocalUnsupported(f"a plan reads `{relation}` ({version})")
         found[(relation, version)] = read(relation)
     return found
-
-
-def _empty(types: Sequence[TypeName]) -> Batch:
-    return Batch(0, {f"c{i}": np.zeros(0, NUMPY_TYPES[t]) for i, t in enumerate(types)})
 
 
 def _applied(rows: Batch, added: Batch, removed: Batch) -> Batch:

@@ -54,7 +54,13 @@ from fixflow.operators.epoch import (
     stored_delta,
 )
 from fixflow.operators.evaluate import Bootstrap, Input, StratumStats
-from fixflow.operators.local import LocalUnsupported, table_rows, to_frame, to_table
+from fixflow.operators.local import (
+    LocalUnsupported,
+    empty_rows,
+    table_rows,
+    to_frame,
+    to_table,
+)
 from fixflow.operators.local_update import (
     CHAIN_ROWS,
     HANDOVER_ROWS,
@@ -257,14 +263,18 @@ class Maintainer:
         return self._bootstrap_all(publish=False)
 
     def _loaded_input(self, relation: str, given: Input | None) -> tuple[DataFrame, int]:
-        """An input relation's loaded rows (a set) and their number. An Arrow table the
-        driver keeps a copy of becomes a local relation up to ``HANDOVER_ROWS`` (no job);
-        anything else is stored on Spark (one job)."""
+        """An input relation's loaded rows (a set) and their number. When the driver keeps
+        copies, an Arrow table of up to ``HANDOVER_ROWS`` rows, or a missing input (no
+        rows), becomes a local relation (no job) whose rows it holds; anything else is
+        stored on Spark (one job)."""
         copies, types = self.copies, self.catalog[relation].types
-        small = isinstance(given, pa.Table) and types and given.num_rows <= HANDOVER_ROWS
-        if small and copies is not None:
-            assert isinstance(given, pa.Table)
-            rows = distinct_rows(self._arrow_rows(relation, given))
+        small = given is None or (isinstance(given, pa.Table) and given.num_rows <= HANDOVER_ROWS)
+        if small and copies is not None and types:
+            rows = (
+                distinct_rows(self._arrow_rows(relation, given))
+                if isinstance(given, pa.Table)
+                else empty_rows(types)
+            )
             frame = to_frame(self.spark, rows, types)
             copies.hold(frame, rows)
             return frame, rows.n
@@ -577,14 +587,21 @@ class Maintainer:
         new = {rel: self._bootstrapped(driver, rel) for rel in stratum.relations}
         for state in driver.states.values():
             state.release()  # the results are stored on their own
-        changes = {
-            rel: changes_between(self.materializer, self.frames[rel], new[rel])
-            for rel in stratum.relations
-        }
+        changes = {rel: self._bootstrap_change(rel, new[rel]) for rel in stratum.relations}
         self._adopt(stratum, new, changes, old, deltas)
         # What switching to a bootstrap costs: the evaluation, storing and diffing.
         self.bootstrap_seconds[stratum.index] = time.monotonic() - started
         return self._epoch_of(stats)
+
+    def _bootstrap_change(self, relation: str, new: DataFrame) -> Delta:
+        """How a bootstrapped relation's rows differ from its current ones: in the driver
+        when it holds both (no job), else on Spark."""
+        old = self.frames[relation]
+        copies = self.copies
+        before, after = (None, None) if copies is None else (copies.held(old), copies.held(new))
+        if copies is None or before is None or after is None:
+            return changes_between(self.materializer, old, new)
+        return copies.delta(self.spark, before, after, self.catalog[relation].types)
 
     def _driver(self, partitions: int = 1) -> Bootstrap:
         """A bootstrap over the current frames. With driver copies (``local_rows``) a

@@ -123,7 +123,8 @@ class EngineConfig:
     check_interval_ms: int = _key(1000, positive=True)
     local_rows: int = _key(2_000_000, minimum=0)
     """The stream's min/max retractions (deletions) of a relation whose rows and inputs
-    are at most this many run in the driver, without Spark jobs; 0: always on Spark. The
+    are at most this many run in the driver, without Spark jobs, and so do its bootstraps
+    of strata within it (min/max ones with their witnesses); 0: always on Spark. The
     default is the automatic shard size: below it the engine runs one shard, i.e. the same
     loop in one Spark task, so the driver loses no parallelism."""
 
