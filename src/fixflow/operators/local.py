@@ -350,7 +350,7 @@ def seed_messages(program: MraProgram, seeds: Batch, witness: bool) -> pa.Table:
     columns = {**{k: seeds.cols[k] for k in program.keys}, "acc": seeds.cols["v"]}
     if witness:
         for j, type_ in enumerate(program.key_types):
-            columns[f"wit{j}"] = pa.nulls(seeds.n, type=pa.from_numpy_dtype(NUMPY_TYPES[type_]))
+            columns[f"wit{j}"] = pa.nulls(seeds.n, type=ARROW_TYPES[type_])
     return pa.table(columns)
 
 
