@@ -224,7 +224,12 @@ class LocalStratum:
             self.witnessed[program.relation] = witnessed_rows(program, loop.table)
         self.check_size()
         beta = float(options.buffer.initial)  # what a hybrid stage on Spark reports
-        detail = {"local_iterations": float(iterations), "beta_min": beta, "beta_max": beta}
+        detail = {
+            "local_iterations": float(iterations),
+            "beta_min": beta,
+            "beta_max": beta,
+            "propagated": float(loop.propagated),
+        }
         self.run.round(RoundInfo(1, 0, None, detail))
         return {program.relation: rows}, 1
 

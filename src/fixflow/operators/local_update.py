@@ -250,8 +250,9 @@ class _Retraction:
         log.info("%s: %d key(s) lost their witness chain (in the driver)", relation, gone.n)
         surviving = state.take(np.flatnonzero(~_member(state, self.key_cols, gone)))
         pending = self._pending(surviving, gone, new_aux, gained)
-        rows, iterations = self._resume(surviving, pending, new_aux, seeds)
-        ctx.round(RoundInfo(1, 0, None, {"local_iterations": float(iterations)}))
+        rows, loop = self._resume(surviving, pending, new_aux, seeds)
+        detail = {"local_iterations": float(loop.iterations), "propagated": float(loop.propagated)}
+        ctx.round(RoundInfo(1, 0, None, detail))
         return self._outcome(state, rows)
 
     # ------------------------------------------------------------ inputs
@@ -403,7 +404,7 @@ class _Retraction:
 
     def _resume(
         self, surviving: Batch, pending: np.ndarray, aux: list[Batch], seeds: Batch
-    ) -> tuple[Batch, int]:
+    ) -> tuple[Batch, ShardLoop]:
         program, ctx = self.program, self.ctx
         params = stage_params(
             program, ctx.options.engine_options, witness=True, shards=1, hybrid=True
@@ -420,7 +421,7 @@ class _Retraction:
             raise LocalUnsupported(f"it grew past {self.limit} rows")
         if loop.has_pending:
             raise LocalUnsupported("the local loop stopped with deltas pending")
-        return witnessed_rows(program, loop.table), loop.iterations
+        return witnessed_rows(program, loop.table), loop
 
     # ------------------------------------------------------------ handing over
 
