@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from fixflow.checker.ast import TypeName
 from fixflow.operators.compiler import head_columns, relation_struct
@@ -57,6 +58,7 @@ from fixflow.operators.engines.shard_loop import (
     ShardLoop,
     valid_candidates,
 )
+from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.strategies.seminaive import delta_rules, exit_rules
 
@@ -137,10 +139,17 @@ def to_table(batch: Batch, types: Sequence[TypeName]) -> pa.Table:
 
 
 def to_frame(spark: SparkSession, batch: Batch, types: Sequence[TypeName]) -> DataFrame:
-    """A batch in positional columns as a Spark local relation (no job)."""
+    """A batch in positional columns as a Spark local relation (no job), made when Spark
+    first reads it (``LazyFrame``)."""
     if not types:  # a nullary relation: its rows are empty tuples
         return spark.range(batch.n).select()
-    return spark.createDataFrame(to_table(batch, types), relation_struct(types))
+    struct = relation_struct(types)
+    return LazyFrame(spark, lambda: spark.createDataFrame(to_table(batch, types), struct), struct)
+
+
+def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """An Arrow table as a Spark local relation, made when Spark first reads it."""
+    return LazyFrame(spark, lambda: spark.createDataFrame(table), from_arrow_schema(table.schema))
 
 
 def empty_rows(types: Sequence[TypeName]) -> Batch:

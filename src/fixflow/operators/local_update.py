@@ -60,6 +60,7 @@ from fixflow.operators.engines.shard_loop import (
     ShardLoop,
 )
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
+from fixflow.operators.lazy_frame import LazyFrame, deferred
 from fixflow.operators.local import (
     LocalUnsupported,
     empty_rows,
@@ -459,15 +460,19 @@ def hand_over(
     ``copies``. A local relation up to ``HANDOVER_ROWS``; a larger one is stored through
     ``materializer`` (one job) when one is given."""
     columns = [f"c{i}" for i in range(len(types))]
-    table = to_table(witnessed, [*types, *key_types])
-    frame = spark.createDataFrame(
-        table.rename_columns([*columns, *(f"w{j}" for j in range(len(key_types)))]),
-        _witnessed_struct(types, key_types),
+    names = [*columns, *(f"w{j}" for j in range(len(key_types)))]
+    struct = _witnessed_struct(types, key_types)
+    frame: DataFrame = LazyFrame(
+        spark,
+        lambda: spark.createDataFrame(
+            to_table(witnessed, [*types, *key_types]).rename_columns(names), struct
+        ),
+        struct,
     )
     if materializer is not None and witnessed.n > HANDOVER_ROWS:
         frame = materializer.keep(frame)
     copies.hold(frame, witnessed)
-    rows = frame.select(*columns)
+    rows = deferred(frame, lambda f: f.select(*columns), relation_struct(types))
     copies.hold(rows, _plain(witnessed, columns))  # a later stratum reads the rows alone
     return frame, rows
 

@@ -54,8 +54,10 @@ from fixflow.operators.epoch import (
     stored_delta,
 )
 from fixflow.operators.evaluate import Bootstrap, Input, StratumStats
+from fixflow.operators.lazy_frame import deferred, renamed
 from fixflow.operators.local import (
     LocalUnsupported,
+    arrow_frame,
     empty_rows,
     table_rows,
     to_frame,
@@ -129,7 +131,14 @@ class RelationChange:
     @classmethod
     def nothing(cls, relation: str, keys: tuple[str, ...], rows: DataFrame) -> RelationChange:
         """No change of ``relation`` (whose current rows are ``rows``)."""
-        return cls(relation, keys, rows.limit(0), rows.select(*keys).limit(0), unchanged=True)
+        key_schema = StructType([rows.schema[k] for k in keys])
+        return cls(
+            relation,
+            keys,
+            deferred(rows, lambda f: f.limit(0), rows.schema),
+            deferred(rows, lambda f: f.select(*keys).limit(0), key_schema),
+            unchanged=True,
+        )
 
     @property
     def new_rows(self) -> bool:
@@ -341,7 +350,7 @@ class Maintainer:
 
     def relation(self, name: str) -> DataFrame:
         """The current rows of ``name`` (EDB or IDB), with its result columns."""
-        return self.frames[name].toDF(*(a.name for a in self.catalog[name].result))
+        return renamed(self.frames[name], [a.name for a in self.catalog[name].result])
 
     def key_columns(self, relation: str) -> tuple[str, ...]:
         """Result rows are identified by their group-by columns for an aggregate relation
@@ -653,7 +662,8 @@ class Maintainer:
     ) -> None:
         """Record in ``epoch`` how every output relation differs from what was published:
         nothing when its rows are the published ones, this epoch's ``deltas`` when it
-        changed from the published rows (``old``), else a diff of the whole relation."""
+        changed from the published rows (``old``), all its rows when nothing was
+        published, else a diff of the whole relation."""
         for rel in self.outputs:
             rows, before = self.frames[rel], self._published_rows.get(rel)
             current = self.relation(rel)
@@ -663,7 +673,9 @@ class Maintainer:
                 assert deltas is not None
                 change = self._delta_change(rel, deltas[rel])
             else:
-                change = self._diff(rel, self.published.get(rel), current)
+                published = self.published.get(rel)
+                fresh = self._all_rows(rel, rows) if published is None else None
+                change = fresh or self._diff(rel, published, current)
             epoch.changes[rel] = change
             self.published[rel], self._published_rows[rel] = current, rows
 
@@ -674,7 +686,7 @@ class Maintainer:
         keys = self.key_columns(relation)
         tables = self._change_tables(relation, delta)
         if tables is not None:
-            upserts, gone = (self.spark.createDataFrame(t) for t in tables)
+            upserts, gone = (arrow_frame(self.spark, t) for t in tables)
             return RelationChange(relation, keys, upserts, gone, tables=tables)
         added, removed = delta.added.toDF(*names), delta.removed.toDF(*names)
         if not delta.n_removed:
@@ -692,22 +704,30 @@ class Maintainer:
     def _change_tables(self, relation: str, delta: Delta) -> tuple[pa.Table, pa.Table] | None:
         """``_delta_change``'s upserts and deleted keys as Arrow tables, made in the driver
         when it holds both sides of ``delta`` (no job, no shuffle); None otherwise."""
-        copies, entry = self.copies, self.catalog[relation]
-        if copies is None or not entry.types or len(entry.result_positions) != len(entry.types):
-            return None  # (a nullary relation or an iteration index: the frames' way)
+        copies = self.copies
+        if copies is None or not self._in_result_columns(relation):
+            return None
         added, removed = copies.held(delta.added), copies.held(delta.removed)
         if added is None or removed is None:
             return None
-        names = [a.name for a in entry.result]
+        names = [a.name for a in self.catalog[relation].result]
         keys = list(self.key_columns(relation))
         columns = [f"c{i}" for i in range(len(names))]
         key_columns = tuple(columns[names.index(k)] for k in keys)
         gone = anti_join(removed, added, key_columns)
         if len(keys) == len(names):  # a set relation: a row removed and added stays
             added = anti_join(added, removed, tuple(columns))
-        upserts = to_table(added, entry.types).rename_columns(names)
-        deleted = to_table(gone, entry.types).rename_columns(names).select(keys)
-        return upserts, deleted
+        return self._result_table(relation, added), self._result_table(relation, gone).select(keys)
+
+    def _in_result_columns(self, relation: str) -> bool:
+        """The relation's rows are its result columns (not nullary, no iteration index), so
+        driver rows of it convert to result rows as they are."""
+        entry = self.catalog[relation]
+        return bool(entry.types) and len(entry.result_positions) == len(entry.types)
+
+    def _result_table(self, relation: str, rows: Batch) -> pa.Table:
+        entry = self.catalog[relation]
+        return to_table(rows, entry.types).rename_columns([a.name for a in entry.result])
 
     @staticmethod
     def _epoch_of(stats: StratumStats) -> StratumEpoch:
@@ -874,6 +894,20 @@ class Maintainer:
         """An Arrow table's declared columns as driver rows (positional, declared types)."""
         attributes = self.catalog[relation].attributes
         return table_rows(table.select([a.name for a in attributes]), [a.type for a in attributes])
+
+    def _all_rows(self, relation: str, rows: DataFrame) -> RelationChange | None:
+        """Every row of ``relation`` (``rows``) upserted, nothing deleted: the change from
+        nothing published. As Arrow tables when the driver holds the rows (no job: a fresh
+        stream's first batch collected its bootstrap's results in one, 0.5 s for SSSP on
+        100k edges); None otherwise."""
+        held = None if self.copies is None else self.copies.held(rows)
+        if held is None or not self._in_result_columns(relation):
+            return None
+        keys = self.key_columns(relation)
+        upserts = self._result_table(relation, held)
+        tables = upserts, upserts.select(list(keys)).slice(0, 0)
+        upserted, deleted = (arrow_frame(self.spark, t) for t in tables)
+        return RelationChange(relation, keys, upserted, deleted, tables=tables)
 
     def _diff(self, relation: str, old: DataFrame | None, new: DataFrame) -> RelationChange:
         keys = self.key_columns(relation)

@@ -31,6 +31,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from fixflow.operators.lazy_frame import LazyFrame
+
 log = logging.getLogger(__name__)
 
 ROWS = "stored_rows"
@@ -175,6 +177,8 @@ def _checkpoints(frame: DataFrame) -> tuple[tuple[int, JavaObject], ...]:
     three or four py4j calls a plan node, and a segmented relation is walked at every
     epoch (its segments, the garbage collection), which made a one-fact epoch's calls grow
     by ~130 a segment. A DataFrame's plan never changes, so the answer is kept on it."""
+    if isinstance(frame, LazyFrame) and not frame.made:
+        return ()  # driver rows: nothing to walk, and walking would make it
     known = frame.__dict__.get(CHECKPOINTS)
     if known is None:
         known = tuple((int(rdd.id()), rdd) for rdd in _walk(frame))

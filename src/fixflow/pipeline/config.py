@@ -87,9 +87,10 @@ class StreamConfig:
     adaptive: bool = True
     async_rounds_per_batch: int = _key(10, positive=True)
     """With consistency = "async": rounds of work per batch before committing."""
-    driver_read_max_records: int = _key(20_000, minimum=0)
+    driver_read_max_records: int = _key(200_000, minimum=0)
     """``[kafka] source = "python"``: a batch of at most this many records is read by the
-    driver itself, not by a Spark job (``kafka_source.DriverRead``); 0 = always Spark."""
+    driver itself, not by a Spark job (``kafka_source.DriverRead``; 100k records take
+    ~0.2 s there, 0.4-0.6 s as a job on local[2]); 0 = always Spark."""
 
 
 @dataclass(frozen=True, slots=True)

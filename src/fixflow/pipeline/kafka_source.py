@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -608,8 +609,13 @@ class DriverRead:
     batch runs, and its start is the previous batch's entry, so the ranges are exactly
     the ones the source's ``partitions`` would give. Applies to batches of at most
     ``max_records`` records (``[stream] driver_read_max_records``) under a checkpoint on a
-    local file system; otherwise (and for the first batch, which starts at the source's
-    initial offset, not logged) the batch is read through Spark."""
+    local file system; otherwise the batch is read through Spark.
+
+    The first batch starts at the source's initial offset, which Spark does not log: the
+    log start of every partition (``initialOffset``). Its ranges start at 0 instead, which
+    reads the same records: a range whose start is gone reads from the log start. Reading
+    it here spares a fresh query's first Spark job its Python worker (3-4 s on a loaded
+    2-core machine, where ``fixflow run --available-now`` on a backlog paid it)."""
 
     bootstrap: str
     checkpoint: str
@@ -617,18 +623,20 @@ class DriverRead:
     timeout_s: float = 60.0
 
     def __call__(self, batch_id: int) -> pa.Table | None:
-        """The batch's records (the columns of SCHEMA), or None: read it through Spark."""
+        """The batch's records (the columns of SCHEMA, the timestamps null: ingestion does
+        not read them, and they were a sixth of the read's time), or None: read it through
+        Spark."""
         ranges = self.ranges(batch_id)
         if ranges is None or sum(r.end - r.start for r in ranges) > self.max_records:
             return None
-        batches = [batch for part in ranges for batch in read_range(part)]
+        batches = list(read_ranges(ranges, timestamps=False))  # ingestion reads no times
         return pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
 
     def ranges(self, batch_id: int) -> list[KafkaRange] | None:
         log_dir = _local_dir(self.checkpoint)
-        if batch_id == 0 or log_dir is None:
+        if log_dir is None:
             return None
-        start = logged_offset(log_dir / "offsets" / str(batch_id - 1))
+        start = logged_offset(log_dir / "offsets" / str(batch_id - 1)) if batch_id else {}
         end = logged_offset(log_dir / "offsets" / str(batch_id))
         if start is None or end is None:
             return None
@@ -662,48 +670,101 @@ def _local_dir(location: str) -> Path | None:
 
 
 def read_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """Every record of ``part`` in offset order, as Arrow batches of up to READ_CHUNK rows.
+    """Every record of ``part`` in offset order, as Arrow batches of up to READ_CHUNK rows
+    (what a Spark task of the source reads; ``read_ranges``)."""
+    return read_ranges([part])
 
-    Read through librdkafka (confluent-kafka): it fetches and decodes record batches in C;
-    500k records take 3.4 s where kafka-python's decoding in Python took 8.8 s
-    (bench/READ_RESULTS.md)."""
+
+def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterator[pa.RecordBatch]:
+    """Every record of each range, in offset order within a range, as Arrow batches of up to
+    READ_CHUNK rows of one range each (without ``timestamps``, that column is null).
+
+    Read through librdkafka (confluent-kafka): it fetches and decodes record batches in C
+    (500k records of one partition: 3.4 s where kafka-python's decoding in Python took
+    8.8 s; bench/READ_RESULTS.md). One consumer reads every range: its fetches ask for all
+    the partitions at once, so a batch of several partitions waits for one first fetch
+    (~50 ms), not one per range; a range read to its end is paused (no more fetches)."""
+    if not parts:
+        return
+    from confluent_kafka import TopicPartition
+
     from fixflow.pipeline.broker import reachable
 
-    consumer = _range_consumer(part)
+    reading = {(p.topic, p.partition): _RangeRead(p) for p in parts}
+    consumer = _librdkafka_consumer(parts[0].bootstrap)
     try:
-        position = part.start
-        deadline = time.monotonic() + part.timeout_s
-        while position < part.end:
-            # Never ask for more than the range still holds: consume() waits its whole
+        consumer.assign([TopicPartition(p.topic, p.partition, p.start) for p in parts])
+        timeout_s = max(p.timeout_s for p in parts)
+        deadline = time.monotonic() + timeout_s
+        while unread := [r for r in reading.values() if not r.done]:
+            # Never ask for more than the ranges still hold: consume() waits its whole
             # timeout for a count it cannot reach (0.2 s of every small batch's read).
-            records = _records(consumer.consume(min(READ_CHUNK, part.end - position), 0.2))
-            wanted = [r for r in records if part.start <= r.offset() < part.end]
-            if wanted:
-                position = wanted[-1].offset() + 1
-                deadline = time.monotonic() + part.timeout_s
-                yield _to_batch(part.topic, part.partition, wanted)
-            elif records:
-                position = max(position, records[-1].offset() + 1)
-            elif time.monotonic() > deadline and not reachable(part.bootstrap):
+            wanted = min(READ_CHUNK, sum(r.part.end - r.position for r in unread))
+            records = _records(consumer.consume(wanted, 0.2))
+            for key, group in _by_partition(records, len(parts)).items():
+                read = reading.get(key)
+                batch = None if read is None else read.take(group, timestamps)
+                if batch is not None:
+                    deadline = time.monotonic() + timeout_s
+                    yield batch
+                if read is not None and read.done:
+                    consumer.pause([TopicPartition(*key)])
+            if records:
+                continue
+            if time.monotonic() > deadline and not reachable(parts[0].bootstrap):
                 # The broker went away mid-read: wait for it rather than fail the batch.
-                log.warning("kafka: broker at %s unreachable; waiting", part.bootstrap)
-                deadline = time.monotonic() + part.timeout_s
+                log.warning("kafka: broker at %s unreachable; waiting", parts[0].bootstrap)
+                deadline = time.monotonic() + timeout_s
             elif time.monotonic() > deadline:
+                late = unread[0]
                 raise TimeoutError(
-                    f"{part.topic}[{part.partition}]: offsets {position}..{part.end - 1} "
-                    f"not readable within {part.timeout_s:.0f}s (deleted by retention?)"
+                    f"{late.part.topic}[{late.part.partition}]: offsets "
+                    f"{late.position}..{late.part.end - 1} not readable within "
+                    f"{timeout_s:.0f}s (deleted by retention?)"
                 )
     finally:
         consumer.close()
 
 
-def _range_consumer(part: KafkaRange) -> Any:
-    """A group-less librdkafka consumer assigned to ``part`` at its first offset."""
-    from confluent_kafka import TopicPartition
+class _RangeRead:
+    """How far the read of one range has come."""
 
-    consumer = _librdkafka_consumer(part.bootstrap)
-    consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
-    return consumer
+    def __init__(self, part: KafkaRange) -> None:
+        self.part = part
+        self.position = part.start
+
+    @property
+    def done(self) -> bool:
+        return self.position >= self.part.end
+
+    def take(self, records: list[Any], timestamps: bool) -> pa.RecordBatch | None:
+        """The records of this range among ``records`` (its partition's, in offset order);
+        a record past the range's start (the log start moved on) moves it on too."""
+        if not records:
+            return None
+        part = self.part
+        first, last = records[0].offset(), records[-1].offset()
+        self.position = max(self.position, last + 1)
+        wanted = records
+        if first < part.start or last >= part.end:  # in offset order: else all are wanted
+            wanted = [r for r in records if part.start <= r.offset() < part.end]
+        return _to_batch(part.topic, part.partition, wanted, timestamps) if wanted else None
+
+
+def _by_partition(records: list[Any], partitions: int) -> dict[tuple[str, int], list[Any]]:
+    """Records grouped by topic-partition, each group in the order consumed (offsets)."""
+    if not records:
+        return {}
+    if partitions == 1:  # a consumer assigned one partition: no look at every record
+        return {(records[0].topic(), records[0].partition()): records}
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for record in records:
+        key = (record.topic(), record.partition())
+        group = groups.get(key)
+        if group is None:
+            groups[key] = group = []
+        group.append(record)
+    return groups
 
 
 def _librdkafka_consumer(bootstrap: str) -> Any:
@@ -722,6 +783,10 @@ def _librdkafka_consumer(bootstrap: str) -> Any:
             # As the planner assumes: a range whose start is gone reads from the log start.
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 100,
+            # librdkafka stops fetching a partition whose queue holds queued.min.messages
+            # (100k) and by default waits 1 s before it asks again: a range of more than
+            # ~150k records stalled that long (240k records: 1.2 s; with 10 ms, 0.24 s).
+            "fetch.queue.backoff.ms": 10,
             "enable.partition.eof": False,
         },
         logger=QuietLog(log, {}),
@@ -740,8 +805,13 @@ def _records(messages: list[Any]) -> list[Any]:
     return records
 
 
-def _to_batch(topic: str, partition: int, records: list[Any]) -> pa.RecordBatch:
-    millis = pa.array([_millis(r.timestamp()) for r in records], pa.int64())
+def _to_batch(
+    topic: str, partition: int, records: list[Any], timestamps: bool = True
+) -> pa.RecordBatch:
+    if timestamps:
+        millis = _millis(np.array([r.timestamp() for r in records], np.int64).reshape(-1, 2))
+    else:
+        millis = pa.nulls(len(records), pa.int64())
     return pa.RecordBatch.from_arrays(
         [
             pa.array([topic] * len(records), pa.string()),
@@ -766,10 +836,11 @@ def _texts(raw: list[bytes | None]) -> pa.Array:
         )
 
 
-def _millis(timestamp: tuple[int, int]) -> int | None:
-    """A message's (type, milliseconds) timestamp; none when its type says unavailable."""
-    kind, millis = timestamp
-    return millis if kind != 0 and millis >= 0 else None
+def _millis(timestamps: np.ndarray) -> pa.Array:
+    """Messages' (type, milliseconds) timestamps as milliseconds; null where the type says
+    unavailable (0) or the time is negative."""
+    kind, millis = timestamps[:, 0], timestamps[:, 1]
+    return pa.array(millis, pa.int64(), mask=(kind == 0) | (millis < 0))
 
 
 # ---------------------------------------------------------------- wiring

@@ -1,0 +1,68 @@
+"""``LazyFrame``: driver rows handed to Spark as a frame that is made only when Spark first
+needs it, and that is then the frame it stands for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import StructType
+
+from fixflow.operators.engines.kernels import Batch
+from fixflow.operators.lazy_frame import LazyFrame, deferred, renamed
+from fixflow.operators.local import arrow_frame, to_frame
+from fixflow.operators.materialize import live_rdds
+
+
+def _rows() -> Batch:
+    return Batch(
+        3,
+        {"c0": np.array([1, 2, 3]), "c1": np.array([0.5, 1.5, 2.5])},
+        valid={"c1": np.array([True, False, True])},
+    )
+
+
+def test_schema_and_columns_do_not_make_the_frame(spark: Any) -> None:
+    frame = to_frame(spark, _rows(), ["number", "float"])
+    assert isinstance(frame, LazyFrame) and not frame.made
+    assert frame.columns == ["c0", "c1"]
+    assert [f.dataType.simpleString() for f in frame.schema] == ["bigint", "double"]
+    assert live_rdds([frame]) == set()  # the garbage collection's walk
+    assert not frame.made
+
+
+def test_a_plan_on_it_makes_it_once_with_the_eager_frames_rows(spark: Any) -> None:
+    frame = to_frame(spark, _rows(), ["number", "float"])
+    eager = spark.createDataFrame([(1, 0.5), (2, None), (3, 2.5)], frame.schema)
+    joined = frame.join(eager, ["c0"]).select("c0")
+    assert frame.made
+    assert sorted(r.c0 for r in joined.collect()) == [1, 2, 3]
+    assert sorted(frame.collect()) == sorted(eager.collect())
+    assert frame.schema == eager.schema
+    assert frame.exceptAll(eager).count() == 0
+
+
+def test_derived_frames_stay_unmade_until_read(spark: Any) -> None:
+    frame = arrow_frame(spark, pa.table({"a": [1, 2, 2], "b": ["x", "y", "z"]}))
+    named = renamed(frame, ["k", "v"])
+    keys = deferred(named, lambda f: f.select("k").distinct(), StructType([named.schema["k"]]))
+    assert not any(isinstance(f, LazyFrame) and f.made for f in (frame, named, keys))
+    assert named.columns == ["k", "v"] and keys.columns == ["k"]
+    assert sorted(r.k for r in keys.collect()) == [1, 2]
+    assert frame.made and named.made  # made on the way
+    # Of a frame already made, they are the plain transformations.
+    assert not isinstance(renamed(frame, ["p", "q"]), LazyFrame)
+    assert renamed(frame, ["p", "q"]).columns == ["p", "q"]
+
+
+def test_a_failing_make_is_an_error_not_a_column_lookup(spark: Any) -> None:
+    def fail() -> Any:
+        raise AttributeError("boom")
+
+    frame = LazyFrame(spark, fail, to_frame(spark, _rows(), ["number", "float"]).schema)
+    with pytest.raises(RuntimeError, match="boom"):
+        frame.count()
+    with pytest.raises(RuntimeError, match="failed to be made before"):
+        frame.count()
