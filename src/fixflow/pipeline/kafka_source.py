@@ -624,7 +624,7 @@ class DriverRead:
 
     def __call__(self, batch_id: int) -> pa.Table | None:
         """The batch's records (the columns of SCHEMA, the timestamps null: ingestion does
-        not read them, and they were a sixth of the read's time), or None: read it through
+        not read them, and they were about an eighth of the read's time), or None: read it through
         Spark."""
         ranges = self.ranges(batch_id)
         if ranges is None or sum(r.end - r.start for r in ranges) > self.max_records:
@@ -680,8 +680,8 @@ def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterato
     READ_CHUNK rows of one range each (without ``timestamps``, that column is null).
 
     Read through librdkafka (confluent-kafka): it fetches and decodes record batches in C
-    (500k records of one partition: 3.4 s where kafka-python's decoding in Python took
-    8.8 s; bench/READ_RESULTS.md). One consumer reads every range: its fetches ask for all
+    (500k records of one partition: 1.2 s where kafka-python's decoding in Python took
+    11 s; bench/READ_RESULTS.md). One consumer reads every range: its fetches ask for all
     the partitions at once, so a batch of several partitions waits for one first fetch
     (~50 ms), not one per range; a range read to its end is paused (no more fetches)."""
     if not parts:
