@@ -700,8 +700,8 @@ def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterato
             # Never ask for more than the ranges still hold: consume() waits its whole
             # timeout for a count it cannot reach (0.2 s of every small batch's read).
             wanted = min(READ_CHUNK, sum(r.part.end - r.position for r in unread))
-            records = _records(consumer.consume(wanted, 0.2))
-            for key, group in _by_partition(records, len(parts)).items():
+            groups = _by_partition(consumer.consume(wanted, 0.2), len(parts))
+            for key, group in groups.items():
                 read = reading.get(key)
                 batch = None if read is None else read.take(group, timestamps)
                 if batch is not None:
@@ -709,7 +709,7 @@ def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterato
                     yield batch
                 if read is not None and read.done:
                     consumer.pause([TopicPartition(*key)])
-            if records:
+            if groups:
                 continue
             if time.monotonic() > deadline and not reachable(parts[0].bootstrap):
                 # The broker went away mid-read: wait for it rather than fail the batch.
@@ -751,14 +751,17 @@ class _RangeRead:
         return _to_batch(part.topic, part.partition, wanted, timestamps) if wanted else None
 
 
-def _by_partition(records: list[Any], partitions: int) -> dict[tuple[str, int], list[Any]]:
-    """Records grouped by topic-partition, each group in the order consumed (offsets)."""
-    if not records:
-        return {}
-    if partitions == 1:  # a consumer assigned one partition: no look at every record
-        return {(records[0].topic(), records[0].partition()): records}
+def _by_partition(messages: list[Any], partitions: int) -> dict[tuple[str, int], list[Any]]:
+    """The records among ``messages`` (``_records``) grouped by topic-partition, each group
+    in the order consumed (offsets); one pass over them."""
+    if partitions == 1:  # a consumer assigned one partition: one group
+        records = _records(messages)
+        return {(records[0].topic(), records[0].partition()): records} if records else {}
     groups: dict[tuple[str, int], list[Any]] = {}
-    for record in records:
+    for record in messages:
+        if record.error() is not None:
+            log.debug("kafka: %s", record.error())
+            continue
         key = (record.topic(), record.partition())
         group = groups.get(key)
         if group is None:
