@@ -111,6 +111,22 @@ def test_one_bad_value_sends_the_batch_to_the_per_record_path(bad: str | None) -
     assert parse_values(pa.array([good, bad, good], pa.string()), SCHEMA) is None
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(facts.map(_valid), noise), min_size=3, max_size=12), st.integers(0, 2))
+def test_chunked_sliced_and_large_values_parse_as_plain_ones(values: list[str], cut: int) -> None:
+    """The values' lines are built from Arrow's buffers: a slice of a chunked column, or
+    large strings, must give what the same values as one plain array give."""
+    plain = parse_values(pa.array(values[cut:], pa.string()), SCHEMA)
+    chunked = pa.chunked_array(
+        [pa.array(values[:2], pa.string()), pa.array(values[2:], pa.string())]
+    )
+    for variant in (chunked.slice(cut), pa.array(values[cut:], pa.large_string())):
+        parsed = parse_values(variant, SCHEMA)
+        assert (parsed is None) == (plain is None)
+        if parsed is not None and plain is not None:
+            assert _as_facts(parsed) == _as_facts(plain)
+
+
 def test_a_relation_with_an_op_attribute_always_takes_the_per_record_path() -> None:
     schema = arrow_schema((Attribute("op", "symbol"),))
     assert parse_values(pa.array(['{"op": "x"}'], pa.string()), schema) is None

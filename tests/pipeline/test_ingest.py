@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import random
 import uuid
 from dataclasses import replace
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fixflow.checker.ast import Attribute
 from fixflow.checker.parser import parse
@@ -19,6 +22,8 @@ from fixflow.pipeline.broker import ensure_topics
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.ingest import (
     IngestResult,
+    _last_operations,
+    _sorted_records,
     ensure_edb_tables,
     facts_table,
     ingest_batch,
@@ -115,6 +120,68 @@ def test_normalize_against_a_large_edb_equals_a_set_oracle() -> None:
     after = change.rows_after()
     assert after is not None and after.num_rows == len(_rows(after))
     assert _rows(after) == (before_rows - _rows(change.deletes)) | _rows(change.inserts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.integers(-2, 2),
+            st.sampled_from([0.0, -0.0, 1.5]),
+            st.sampled_from(["insert", "delete"]),
+        ),
+        max_size=25,
+    )
+)
+def test_the_last_operation_per_fact_with_or_without_the_distinctness_shortcut(
+    rows: list[tuple[int, int, float, str]],
+) -> None:
+    """Numeric facts skip the grouping when a hash tells them apart; either way every fact
+    keeps its last operation, in the order of the last ones. Facts are told apart as
+    Arrow's grouping does (0.0 and -0.0 are two facts): the hash puts them together, so the
+    grouping decides."""
+    facts = facts_table([Fact(r[:3], r[3]) for r in rows], arrow_schema(EDGE))
+    last: dict[tuple[int, int, float, float], tuple[int, str]] = {}
+    for position, (src, dst, w, op) in enumerate(rows):
+        last[(src, dst, w, math.copysign(1.0, w))] = (position, op)
+    ordered = sorted(last.items(), key=lambda item: item[1][0])
+    expected = [(src, dst, w, sign, op) for (src, dst, w, sign), (_, op) in ordered]
+    got = _last_operations(facts, arrow_schema(EDGE)).to_pylist()
+    signs = [math.copysign(1.0, r["w"]) for r in got]
+    assert [
+        (r["src"], r["dst"], r["w"], sign, r["op"]) for r, sign in zip(got, signs, strict=True)
+    ] == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2)), unique=True, max_size=5),
+    st.lists(st.integers(0, 2), min_size=1, max_size=6),
+    st.booleans(),
+)
+def test_records_read_in_order_are_kept_others_sorted(
+    keys: list[tuple[str, int]], runs: list[int], shuffle: bool
+) -> None:
+    """``_sorted_records`` gives (topic, partition, offset) order whatever the input's, and
+    an input in that order already is returned as it is."""
+    rows = [
+        {"topic": t, "partition": p, "offset": o}
+        for t, p in keys
+        for o in sorted(random.Random(len(runs)).sample(range(10), runs[0] + 1))
+    ]
+    if shuffle:
+        random.Random(sum(runs)).shuffle(rows)
+    table = pa.Table.from_pylist(
+        rows, pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())])
+    )
+    expected = table.sort_by(
+        [("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")]
+    )
+    result = _sorted_records(table)
+    assert result.to_pylist() == expected.to_pylist()
+    if table.to_pylist() == expected.to_pylist():
+        assert result is table
 
 
 # ---------------------------------------------------------------- end to end

@@ -124,20 +124,21 @@ def test_a_range_reads_exactly_its_records_with_keys_timestamps_and_bad_bytes(
         assert abs((dt.datetime.now(dt.UTC) - row["timestamp"]).total_seconds()) < 600
 
 
+@pytest.mark.parametrize("read_ahead", [False, True])
 def test_the_driver_reads_the_very_records_of_a_small_batch(
-    spark: Any, broker: Config, tmp_path: Path
+    spark: Any, broker: Config, tmp_path: Path, read_ahead: bool
 ) -> None:
     """``DriverRead``: the ranges in Spark's offset log (for the first batch, from the log
     start) are read in the driver and give exactly the records the source's Spark job
     gives (in the same order once sorted); a batch over the limit and a checkpoint off the
-    local file system are left to Spark (None)."""
+    local file system are left to Spark (None). Reading ahead changes none of it."""
     topics = [f"drv-a-{uuid.uuid4().hex[:8]}", f"drv-b-{uuid.uuid4().hex[:8]}"]
     ensure_topics(broker, topics)
     _publish(broker, topics[0], [{"n": i} for i in range(150)])
     _publish(broker, topics[1], [{"n": i} for i in range(150, 230)])
     checkpoint = str(tmp_path / "ckpt")
     bootstrap = broker.kafka.bootstrap_servers
-    read = DriverRead(bootstrap, checkpoint, max_records=100)
+    read = DriverRead(bootstrap, checkpoint, max_records=100, read_ahead=read_ahead)
     compared: list[int] = []
 
     def compare(batch_df: Any, batch_id: int) -> None:
@@ -158,6 +159,7 @@ def test_the_driver_reads_the_very_records_of_a_small_batch(
         .start()
     )
     query.awaitTermination(300)
+    read.close()
     assert query.exception() is None
     assert len(compared) >= 4 and sum(compared) == 230, compared
     assert DriverRead(bootstrap, "s3a://bucket/ckpt", max_records=100)(1) is None

@@ -22,8 +22,7 @@ would surely accept it too:
 
 from __future__ import annotations
 
-import io
-
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
@@ -37,29 +36,39 @@ OP_COLUMN = OP_FIELD
 def parse_values(values: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> pa.Table | None:
     """The facts of ``values`` (declared columns, then ``op``) in record order, or None
     when any value needs the per-record validation (see the module docstring)."""
-    if OP_FIELD in schema.names or not _plain_lines(values):
+    text = None if OP_FIELD in schema.names else _lines(values)
+    if text is None:
         return None
-    parsed = _read(values, schema.append(pa.field(OP_FIELD, pa.string())))
+    parsed = _read(text, schema.append(pa.field(OP_FIELD, pa.string())))
     if parsed is None or parsed.num_rows != len(values):
         return None
-    if not _complete(parsed, schema) or not _valid_ops(parsed.column(OP_FIELD), values):
+    if not _complete(parsed, schema) or not _valid_ops(parsed.column(OP_FIELD), values, text):
         return None
     ops = pc.fill_null(parsed.column(OP_FIELD), "insert")
     return parsed.set_column(len(schema), OP_COLUMN, ops)
 
 
-def _plain_lines(values: pa.ChunkedArray | pa.Array) -> bool:
-    """No null value and no line break inside a value: one value is one JSON line."""
+def _lines(values: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """The values as UTF-8 lines, one a value, each ended by a line break, built from the
+    Arrow buffers without a Python string per value; None when a value is null or holds a
+    line break itself (one value must be one JSON line)."""
     if len(values) == 0 or values.null_count:
-        return False
-    return not pc.any(pc.match_substring_regex(values, r"[\n\r]"), min_count=0).as_py()
+        return None
+    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if array.type != pa.string():
+        array = array.cast(pa.string())
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32, len(array) + 1, array.offset * 4)
+    data = np.frombuffer(data_buffer, np.uint8, offsets[-1] - offsets[0], offsets[0])
+    if (data == ord("\n")).any() or (data == ord("\r")).any():
+        return None
+    return np.insert(data, offsets[1:] - offsets[0], ord("\n"))
 
 
-def _read(values: pa.ChunkedArray | pa.Array, schema: pa.Schema) -> pa.Table | None:
-    text = "\n".join(values.to_pylist()).encode("utf-8")
+def _read(text: np.ndarray, schema: pa.Schema) -> pa.Table | None:
     options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
     try:
-        return pajson.read_json(io.BytesIO(text), parse_options=options)
+        return pajson.read_json(pa.BufferReader(pa.py_buffer(text)), parse_options=options)
     except pa.ArrowInvalid:
         return None
 
@@ -78,12 +87,22 @@ def _complete(parsed: pa.Table, schema: pa.Schema) -> bool:
     return True
 
 
-def _valid_ops(ops: pa.ChunkedArray, values: pa.ChunkedArray | pa.Array) -> bool:
+def _valid_ops(ops: pa.ChunkedArray, values: pa.ChunkedArray | pa.Array, text: np.ndarray) -> bool:
     if not pc.all(pc.is_in(ops.drop_null(), pa.array(OPS)), min_count=0).as_py():
         return False
     if not ops.null_count:
         return True
+    if ops.null_count == len(ops) and not (text == ord("\\")).any():
+        # Every value defaulted and none escapes a character: one search of them all.
+        return not _quoted_op(text)
     # An escaped key (\u006fp, o\u0070) could spell "op" too: such values take the slow path.
     defaulted = pc.filter(values, pc.is_null(ops))
     mentioned = pc.match_substring_regex(defaulted, f'"{OP_FIELD}"|\\\\u00(6[fF]|70)')
     return not pc.any(mentioned, min_count=0).as_py()
+
+
+def _quoted_op(text: np.ndarray) -> bool:
+    """Whether ``"op"`` occurs in ``text`` (at each "o", a look at its neighbours)."""
+    at = np.flatnonzero(text[1:-2] == ord("o")) + 1
+    quoted = (text[at - 1] == ord('"')) & (text[at + 1] == ord("p")) & (text[at + 2] == ord('"'))
+    return bool(quoted.any())

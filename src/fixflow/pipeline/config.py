@@ -91,6 +91,11 @@ class StreamConfig:
     """``[kafka] source = "python"``: a batch of at most this many records is read by the
     driver itself, not by a Spark job (``kafka_source.DriverRead``; 100k records take
     ~0.2 s there, 0.4-0.6 s as a job on local[2]); 0 = always Spark."""
+    read_ahead: bool = True
+    """With driver reads: a thread fetches and decodes the records after each batch while
+    the stream waits for its next trigger, up to ``driver_read_max_records`` of them
+    (``read_ahead.ReadAhead``); the next batch takes them from there. false = every batch
+    reads its records at its trigger."""
 
 
 @dataclass(frozen=True, slots=True)

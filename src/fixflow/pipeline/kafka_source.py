@@ -210,7 +210,7 @@ def _probe_true_ends(
     if not probed:
         return dict(reported), set()
     by_name = {(tp.topic, tp.partition): tp for tp in probed}
-    consumer = _librdkafka_consumer(bootstrap)
+    consumer = librdkafka_consumer(bootstrap)
     ends, pending = dict(reported), set(probed)
     try:
         consumer.assign([TopicPartition(t, p, probed[tp] - 1) for (t, p), tp in by_name.items()])
@@ -598,7 +598,6 @@ def kafka_ranges(
     return ranges
 
 
-@dataclass(frozen=True, slots=True)
 class DriverRead:
     """Reads a small micro-batch's records in the driver instead of in a Spark job.
 
@@ -615,32 +614,64 @@ class DriverRead:
     log start of every partition (``initialOffset``). Its ranges start at 0 instead, which
     reads the same records: a range whose start is gone reads from the log start. Reading
     it here spares a fresh query's first Spark job its Python worker (3-4 s on a loaded
-    2-core machine, where ``fixflow run --available-now`` on a backlog paid it)."""
+    2-core machine, where ``fixflow run --available-now`` on a backlog paid it).
 
-    bootstrap: str
-    checkpoint: str
-    max_records: int
-    timeout_s: float = 60.0
+    With ``read_ahead`` (``[stream] read_ahead``), a thread reads the records after each
+    batch while the stream waits for the next trigger (``read_ahead.ReadAhead``), and the
+    next batch takes them from its buffers when they start where the batch's ranges do."""
+
+    def __init__(
+        self, bootstrap: str, checkpoint: str, max_records: int, *, read_ahead: bool = False
+    ) -> None:
+        from fixflow.pipeline.read_ahead import ReadAhead
+
+        self.bootstrap = bootstrap
+        self.checkpoint = checkpoint
+        self.max_records = max_records
+        self.timeout_s = 60.0
+        self.read_ahead = ReadAhead(bootstrap, max_records) if read_ahead else None
 
     def __call__(self, batch_id: int) -> pa.Table | None:
         """The batch's records (the columns of SCHEMA, the timestamps null: ingestion does
-        not read them, and they were about an eighth of the read's time), or None: read it through
-        Spark."""
-        ranges = self.ranges(batch_id)
-        if ranges is None or sum(r.end - r.start for r in ranges) > self.max_records:
+        not read them, and they were about an eighth of the read's time), or None: read it
+        through Spark."""
+        offsets = self.logged_offsets(batch_id)
+        if offsets is None:
             return None
-        batches = list(read_ranges(ranges, timestamps=False))  # ingestion reads no times
-        return pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+        start, end = offsets
+        ranges = kafka_ranges(self.bootstrap, start, end, self.timeout_s)
+        table = None
+        if sum(r.end - r.start for r in ranges) <= self.max_records:
+            table = self.read_ahead.take(ranges) if self.read_ahead is not None else None
+            if table is None:
+                batches = list(read_ranges(ranges, timestamps=False))
+                table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+        if self.read_ahead is not None:
+            from fixflow.pipeline.read_ahead import end_positions
+
+            self.read_ahead.follow(end_positions(positions_of(end)))
+        return table
 
     def ranges(self, batch_id: int) -> list[KafkaRange] | None:
-        log_dir = _local_dir(self.checkpoint)
+        """The batch's ranges, from the offset log (None: not readable here)."""
+        offsets = self.logged_offsets(batch_id)
+        return None if offsets is None else kafka_ranges(self.bootstrap, *offsets, self.timeout_s)
+
+    def logged_offsets(self, batch_id: int) -> tuple[dict, dict] | None:
+        """The source's (start, end) offsets of the batch in the offset log."""
+        log_dir = local_dir(self.checkpoint)
         if log_dir is None:
             return None
         start = logged_offset(log_dir / "offsets" / str(batch_id - 1)) if batch_id else {}
         end = logged_offset(log_dir / "offsets" / str(batch_id))
         if start is None or end is None:
             return None
-        return kafka_ranges(self.bootstrap, start, end, self.timeout_s)
+        return start, end
+
+    def close(self) -> None:
+        """End the read-ahead's thread (it also ends by itself when idle)."""
+        if self.read_ahead is not None:
+            self.read_ahead.close()
 
 
 def logged_offset(path: Path) -> dict | None:
@@ -660,7 +691,7 @@ def logged_offset(path: Path) -> dict | None:
     return offset if isinstance(offset, dict) else None
 
 
-def _local_dir(location: str) -> Path | None:
+def local_dir(location: str) -> Path | None:
     """A checkpoint location on the local file system as a path (None for another one)."""
     if location.startswith("file:"):
         location = location.removeprefix("file:")
@@ -691,7 +722,7 @@ def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterato
     from fixflow.pipeline.broker import reachable
 
     reading = {(p.topic, p.partition): _RangeRead(p) for p in parts}
-    consumer = _librdkafka_consumer(parts[0].bootstrap)
+    consumer = librdkafka_consumer(parts[0].bootstrap)
     try:
         consumer.assign([TopicPartition(p.topic, p.partition, p.start) for p in parts])
         timeout_s = max(p.timeout_s for p in parts)
@@ -700,7 +731,7 @@ def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterato
             # Never ask for more than the ranges still hold: consume() waits its whole
             # timeout for a count it cannot reach (0.2 s of every small batch's read).
             wanted = min(READ_CHUNK, sum(r.part.end - r.position for r in unread))
-            groups = _by_partition(consumer.consume(wanted, 0.2), len(parts))
+            groups = by_partition(consumer.consume(wanted, 0.2), len(parts))
             for key, group in groups.items():
                 read = reading.get(key)
                 batch = None if read is None else read.take(group, timestamps)
@@ -748,10 +779,10 @@ class _RangeRead:
         wanted = records
         if first < part.start or last >= part.end:  # in offset order: else all are wanted
             wanted = [r for r in records if part.start <= r.offset() < part.end]
-        return _to_batch(part.topic, part.partition, wanted, timestamps) if wanted else None
+        return records_batch(part.topic, part.partition, wanted, timestamps) if wanted else None
 
 
-def _by_partition(messages: list[Any], partitions: int) -> dict[tuple[str, int], list[Any]]:
+def by_partition(messages: list[Any], partitions: int) -> dict[tuple[str, int], list[Any]]:
     """The records among ``messages`` (``_records``) grouped by topic-partition, each group
     in the order consumed (offsets); one pass over them."""
     if partitions == 1:  # a consumer assigned one partition: one group
@@ -770,7 +801,7 @@ def _by_partition(messages: list[Any], partitions: int) -> dict[tuple[str, int],
     return groups
 
 
-def _librdkafka_consumer(bootstrap: str) -> Any:
+def librdkafka_consumer(bootstrap: str) -> Any:
     """A group-less librdkafka consumer, not yet assigned."""
     from confluent_kafka import Consumer
 
@@ -808,7 +839,7 @@ def _records(messages: list[Any]) -> list[Any]:
     return records
 
 
-def _to_batch(
+def records_batch(
     topic: str, partition: int, records: list[Any], timestamps: bool = True
 ) -> pa.RecordBatch:
     if timestamps:
