@@ -122,3 +122,17 @@ def test_an_idle_or_closed_read_ahead_declines_and_follow_starts_it_again(
         assert ahead.take([_range(broker, topic, 5, 5)]) is None
     finally:
         ahead.close()
+
+
+def test_a_trickle_of_records_is_read_once_each_in_order(
+    broker: Config, topic: str, read_ahead: ReadAhead
+) -> None:
+    """Records that come a few at a time, fetched as they come, reach the buffer once
+    each, in order."""
+    read_ahead.follow({(topic, 0): 0})
+    for burst in range(12):
+        _publish(broker, topic, range(burst * 7, burst * 7 + 7))
+        time.sleep(0.03)
+    table = read_ahead.take([_range(broker, topic, 0, 84)])
+    assert table is not None and _records(table) == _range_read(broker, topic, 0, 84)
+    assert read_ahead.served == 1

@@ -65,3 +65,24 @@ def test_jvm_stderr_drops_the_runner_that_missed_connect_back_and_keeps_the_rest
         text = copied.read()
     tail = b"Traceback (most recent call last):\n  cut short\n"
     assert text == b"first\nsecond\n" + OTHER_TRACEBACK + b"third\n" + tail
+
+
+def test_a_local_checkpoint_is_written_by_renaming_and_others_by_sparks_default(
+    spark: Any,
+) -> None:
+    """``choose_checkpoint_files``: the rename-based writer for a checkpoint on the local
+    file system, Spark's default elsewhere; a class the user configured stays."""
+    from fixflow.pipeline.ingest import CHECKPOINT_FILES, RENAMING_FILES, choose_checkpoint_files
+
+    try:
+        spark.conf.unset(CHECKPOINT_FILES)
+        choose_checkpoint_files(spark, local=True)
+        assert spark.conf.get(CHECKPOINT_FILES, None) == RENAMING_FILES
+        choose_checkpoint_files(spark, local=False)
+        assert spark.conf.get(CHECKPOINT_FILES, None) is None
+        spark.conf.set(CHECKPOINT_FILES, "com.example.TheUsersManager")
+        for local in (True, False):
+            choose_checkpoint_files(spark, local=local)
+            assert spark.conf.get(CHECKPOINT_FILES, None) == "com.example.TheUsersManager"
+    finally:
+        spark.conf.unset(CHECKPOINT_FILES)
