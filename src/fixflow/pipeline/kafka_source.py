@@ -32,6 +32,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from fixflow.pipeline.read_ahead import ReadAhead, end_positions
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -623,8 +625,6 @@ class DriverRead:
     def __init__(
         self, bootstrap: str, checkpoint: str, max_records: int, *, read_ahead: bool = False
     ) -> None:
-        from fixflow.pipeline.read_ahead import ReadAhead
-
         self.bootstrap = bootstrap
         self.checkpoint = checkpoint
         self.max_records = max_records
@@ -647,8 +647,6 @@ class DriverRead:
                 batches = list(read_ranges(ranges, timestamps=False))
                 table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
         if self.read_ahead is not None:
-            from fixflow.pipeline.read_ahead import end_positions
-
             self.read_ahead.follow(end_positions(positions_of(end)))
         return table
 

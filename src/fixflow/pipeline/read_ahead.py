@@ -191,7 +191,7 @@ class ReadAhead:
             consumer.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
             while room := self._room(generation):
                 messages = consumer.consume(min(READ_CHUNK, room), POLL_S)
-                if messages and not self._add(generation, messages):
+                if messages and not self._add(generation, messages, len(start)):
                     break
         except Exception as error:  # the batch then reads its records itself
             log.warning("read-ahead stopped: %s", error)
@@ -218,12 +218,12 @@ class ReadAhead:
                 self._changed.wait(POLL_S * 10)
             return 0
 
-    def _add(self, generation: int, messages: list[Any]) -> bool:
-        """Buffer the records among ``messages``; False if this thread's generation is
-        over."""
+    def _add(self, generation: int, messages: list[Any], partitions: int) -> bool:
+        """Buffer the records among ``messages`` (of ``partitions`` assigned ones); False
+        if this thread's generation is over."""
         from fixflow.pipeline.kafka_source import by_partition, records_batch
 
-        groups = by_partition(messages, len(self._buffers) or 2)
+        groups = by_partition(messages, partitions)
         batches = {
             key: (records_batch(key[0], key[1], group, timestamps=False), group[-1].offset())
             for key, group in groups.items()
