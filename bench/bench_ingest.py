@@ -346,9 +346,9 @@ class Bench:
         (its ``--local-rows``)."""
         from fixflow.checker import load
         from fixflow.operators.evaluate import EvalOptions, evaluate
+        from fixflow.pipeline.engine_settings import engine_options
         from fixflow.pipeline.facts import read_table
         from fixflow.pipeline.lake import to_arrow, write_table
-        from fixflow.pipeline.stream import engine_options
 
         report = load(SSSP, "sssp.dl")
         attributes = report.catalog["sssp"].result

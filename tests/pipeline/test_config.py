@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fixflow.pipeline.config import ConfigError, default_config, load_config, parse_config
+from fixflow.pipeline.config import Config, ConfigError, default_config, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,3 +99,46 @@ def test_shipped_engine_settings_are_accepted() -> None:
     ):
         assert load_config(path).engine.mode == "hybrid"
     assert load_config(root / "conf" / "local.toml").engine.priority
+
+
+def _eval_settings(tmp_path: Path, toml: str | None, *flags: str) -> Config:
+    from fixflow.pipeline.cli import build_parser
+    from fixflow.pipeline.commands.eval import settings
+
+    argv = ["eval", "prog.dl"]
+    if toml is not None:
+        (tmp_path / "eval.toml").write_text(toml)
+        argv += ["--conf", str(tmp_path / "eval.toml")]
+    return settings(build_parser().parse_args([*argv, *flags]))
+
+
+def test_eval_reads_engine_buffer_and_spark_from_conf_and_its_flags_win(tmp_path: Path) -> None:
+    """`fixflow eval --conf` takes the same [engine]/[buffer]/[spark] sections as `run`; a
+    flag overrides the file's key; a key neither sets keeps eval's default."""
+    from fixflow.pipeline.commands.eval import LOCAL_ROWS
+
+    plain = _eval_settings(tmp_path, None)
+    assert (plain.engine.mode, plain.engine.local_rows, plain.spark.master) == (
+        "hybrid",
+        LOCAL_ROWS,
+        "local[2]",
+    )
+    toml = (
+        '[engine]\nmode = "sync"\nmax_iterations = 7\n[buffer]\ninitial = 64\n'
+        '[spark]\nmaster = "local[1]"\n[spark.conf]\n"spark.sql.shuffle.partitions" = 3\n'
+    )
+    filed = _eval_settings(tmp_path, toml)
+    assert (filed.engine.mode, filed.engine.max_iterations, filed.buffer.initial) == ("sync", 7, 64)
+    assert filed.engine.local_rows == LOCAL_ROWS  # not in the file: eval's default
+    assert filed.spark.master == "local[1]"
+    assert filed.spark.conf["spark.sql.shuffle.partitions"] == "3"
+    flagged = _eval_settings(tmp_path, toml, "--engine", "async", "--master", "local[2]")
+    assert (flagged.engine.mode, flagged.engine.max_iterations) == ("async", 7)
+    assert flagged.spark.master == "local[2]"
+    rows = _eval_settings(tmp_path, "[engine]\nlocal_rows = 5\n", "--max-iterations", "9")
+    assert (rows.engine.local_rows, rows.engine.max_iterations) == (5, 9)
+
+
+def test_eval_conf_errors_name_the_file_and_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"eval\.toml: \[engine\] unknown key 'mood'"):
+        _eval_settings(tmp_path, '[engine]\nmood = "sync"\n')

@@ -208,6 +208,8 @@ def test_no_java_is_one_line_saying_what_to_install(project: Path, java_home: st
             "facts",
             "-D",
             "out",
+            "--local-rows",
+            "0",  # every stratum on Spark: it must start
         ],
         capture_output=True,
         text=True,
@@ -219,3 +221,43 @@ def test_no_java_is_one_line_saying_what_to_install(project: Path, java_home: st
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     expected = "has no bin/java" if java_home else "no Java found: Spark needs a JDK 17 or 21"
     assert done.stderr.startswith("fixflow eval: ") and expected in done.stderr
+
+
+DRIVER_PROGRAM = """\
+.decl edge(src: number, dst: number, w: float)
+.input edge
+.decl sssp(node: number, dist: float)
+.output sssp
+.decl far(node: number)
+.output far
+sssp(X, d) :- X = 1, d = 0.0.
+sssp(Y, min[dy]) :- sssp(X, dx), edge(X, Y, w), dy = dx + w.
+far(X) :- sssp(X, d), d > 2.0.
+"""
+
+
+DRIVER_ARGS = ("-F", "facts", "-D", "out", "--csv")
+
+
+def test_a_program_whose_strata_all_run_in_the_driver_needs_no_java(project: Path) -> None:
+    """Spark starts when the first stratum placed on it runs: with every stratum in the
+    driver, `fixflow eval` reads, evaluates and writes Delta without a JVM. With no Java
+    on PATH, starting Spark would fail (test_no_java_is_one_line_saying_what_to_install)."""
+    import os
+
+    (project / "driver.dl").write_text(DRIVER_PROGRAM)
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(project)  # no java there
+    done = subprocess.run(
+        [sys.executable, "-m", "fixflow.pipeline.cli", "-v", "eval", "driver.dl", *DRIVER_ARGS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=project,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Spark not started" in done.stderr
+    sssp = DeltaTable(str(project / "out" / "sssp")).to_pyarrow_table().to_pylist()
+    assert sorted((r["node"], r["dist"]) for r in sssp) == [(1, 0.0), (2, 1.5), (3, 3.5)]
+    assert (project / "out" / "far.csv").read_text().splitlines() == ["node", "3"]

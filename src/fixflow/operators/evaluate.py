@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TypeAlias, TypeVar
 
@@ -216,19 +217,30 @@ class Bootstrap:
         their rows with witnesses (``local.witnessed_rows``)."""
         self.unshared: set[str] = set()
         """Relations in the driver that Spark has no frame of yet (``_share``)."""
+        self._before_spark: Callable[[], None] | None = None
+        """What ``run`` sets up before the first stratum on Spark (``_enter_rounds``)."""
 
     def run(self, edb: Mapping[str, Input]) -> Evaluation:
         """Load ``edb`` (input relations, declared columns) and bootstrap every stratum."""
         self.local = {} if self.options.local_rows > 0 else None
         rows = self.load(edb)
-        self.partitions = partitions_for(self.spark, self.options.partitions, rows)
-        with session_conf(self.spark, round_conf(self.partitions)):
+        with ExitStack() as spark_rounds:
+            self._before_spark = lambda: self._enter_rounds(spark_rounds, rows)
             stats = [self.stratum(stratum) for stratum in self.report.strata]
+        self._before_spark = None
         idb = sorted(self.report.analysis.idb)
         local = [rel for rel in idb if self.local is not None and rel in self.local]
         return Evaluation(
             Relations(self.declared, idb), stats, dict(self.states), Relations(self.table, local)
         )
+
+    def _enter_rounds(self, stack: ExitStack, rows: int) -> None:
+        """Spark's round settings, set before the first stratum that runs on Spark: reading
+        them would start Spark, which a run whose strata all stay in the driver never needs
+        (``on_demand``)."""
+        self._before_spark = None
+        self.partitions = partitions_for(self.spark, self.options.partitions, rows)
+        stack.enter_context(session_conf(self.spark, round_conf(self.partitions)))
 
     def load(self, edb: Mapping[str, Input]) -> int:
         """Store the input relations (typed, deduplicated), keyed by the ``.input`` names,
@@ -311,6 +323,9 @@ class Bootstrap:
         done = self._in_driver(run)
         stats.local = done is not None
         if done is None:
+            if self._before_spark is not None:
+                self._before_spark()
+                run.partitions = self.partitions
             self._share(*sorted(self.unshared))
             done = bootstrap(run)
         self.states.update(done.states)

@@ -16,6 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
 from pyspark.sql.types import StructField, StructType
 
+from fixflow.operators.on_demand import real_session
+
 
 def renamed(frame: DataFrame, names: Sequence[str]) -> DataFrame:
     """``frame.toDF(*names)``, left unmade while ``frame`` is an unmade ``LazyFrame``."""
@@ -53,8 +55,8 @@ class LazyFrame(ClassicFrame):
         self, spark: SparkSession, make: Callable[[], DataFrame], schema: StructType
     ) -> None:
         # DataFrame.__init__ needs the JVM frame; these are the attributes it sets besides.
-        self._session = spark
-        self._sc = spark._sc
+        self._session = real_session(spark)  # the object itself, not an on-demand stand-in
+        self._sc = self._session._sc
         self.is_cached = False
         self._support_repr_html = False
         self._make: Callable[[], DataFrame] | None = make

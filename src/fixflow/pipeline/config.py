@@ -175,19 +175,20 @@ def default_config() -> Config:
     return Config()
 
 
-def load_config(path: str | Path | None = None) -> Config:
-    """Load and validate a TOML config; ``None`` gives the embedded defaults."""
+def load_config(path: str | Path | None = None, base: Config | None = None) -> Config:
+    """Load and validate a TOML config; ``None`` gives the embedded defaults. A key the
+    file does not set keeps its value in ``base`` (default: the embedded settings)."""
     if path is None:
-        return default_config()
+        return base or default_config()
     name = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"{name}: cannot read config file: {error.strerror}") from error
-    return parse_config(text, name)
+    return parse_config(text, name, base)
 
 
-def parse_config(text: str, source: str = "<string>") -> Config:
+def parse_config(text: str, source: str = "<string>", base: Config | None = None) -> Config:
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
@@ -202,39 +203,40 @@ def parse_config(text: str, source: str = "<string>") -> Config:
         table = document.get(name, {})
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: {name} must be a [{name}] section")
-        sections[name] = _load_section(cls, table, f"{source}: [{name}]")
+        default = cls() if base is None else getattr(base, name)
+        sections[name] = _load_section(default, table, f"{source}: [{name}]")
     config = Config(**sections, source=source)
     _check_cross_section(config)
     return config
 
 
-def _load_section(cls: type, table: dict[str, Any], where: str) -> Any:
-    if cls is SparkConfig:
-        return _load_spark(table, where)
-    known = {f.name: f for f in fields(cls)}
+def _load_section(default: Any, table: dict[str, Any], where: str) -> Any:
+    """The section's keys from ``table`` over ``default`` (the section without a file)."""
+    if isinstance(default, SparkConfig):
+        return _load_spark(default, table, where)
+    known = {f.name: f for f in fields(default)}
     for key in table:
         if key not in known:
             raise ConfigError(f"{where} unknown key {key!r} (known: {', '.join(known)})")
     values = {key: _check_value(known[key], value, where) for key, value in table.items()}
-    return replace(cls(), **values)
+    return replace(default, **values)
 
 
-def _load_spark(table: dict[str, Any], where: str) -> SparkConfig:
+def _load_spark(default: SparkConfig, table: dict[str, Any], where: str) -> SparkConfig:
     extra = set(table) - {"master", "conf"}
     if extra:
         raise ConfigError(
             f"{where} unknown key {sorted(extra)[0]!r} (known: master, conf; "
             'put Spark settings under [spark.conf] as "spark.x.y" = value)'
         )
-    master = table.get("master", SparkConfig().master)
+    master = table.get("master", default.master)
     if not isinstance(master, str) or not master:
         raise ConfigError(f"{where} master must be a non-empty string, got {master!r}")
     conf = table.get("conf", {})
     if not isinstance(conf, dict):
         raise ConfigError(f"{where} conf must be a table of Spark settings")
-    return SparkConfig(
-        master=master, conf={key: _spark_value(key, v, where) for key, v in _flatten(conf).items()}
-    )
+    settings = {key: _spark_value(key, v, where) for key, v in _flatten(conf).items()}
+    return SparkConfig(master=master, conf={**default.conf, **settings})
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:

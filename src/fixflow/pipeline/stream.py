@@ -41,11 +41,11 @@ from pyspark.sql import functions as F
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
-from fixflow.operators.engines.base import BufferOptions, EngineOptions
 from fixflow.operators.evaluate import EvalOptions, Progress
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
 from fixflow.pipeline.broker_watch import BrokerWatch
 from fixflow.pipeline.config import Config
+from fixflow.pipeline.engine_settings import engine_options
 from fixflow.pipeline.ingest import IngestResult, Phases, start_ingest_query
 from fixflow.pipeline.kafka_source import lag_from_progress, next_batch_limit, write_limit_file
 from fixflow.pipeline.lake import (
@@ -97,19 +97,6 @@ class BatchReport:
     @property
     def started_at(self) -> float:
         return self.finished_at - self.seconds
-
-
-def engine_options(config: Config) -> EngineOptions:
-    """The MRA engine's options from ``[engine]`` and ``[buffer]``."""
-    engine, buffer = config.engine, config.buffer
-    return EngineOptions(
-        mode=engine.mode,
-        shards=engine.shards,
-        priority=engine.priority,
-        schedule_portion=engine.schedule_portion,
-        check_interval_ms=engine.check_interval_ms,
-        buffer=BufferOptions(buffer.initial, buffer.interval_ms, buffer.alpha, buffer.r),
-    )
 
 
 class ProgramStream:

@@ -17,14 +17,23 @@ import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.commands.progress import RoundPrinter, engine_figures
+from fixflow.pipeline.config import (
+    Config,
+    ConfigError,
+    add_conf_argument,
+    default_config,
+    load_config,
+)
 
 if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command needs them
     import pyarrow as pa
+    from pyspark.sql import SparkSession
 
     from fixflow.checker.model import Report
     from fixflow.operators.evaluate import Evaluation
@@ -63,33 +72,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", action="store_true", help="also write <relation>.csv files")
     _add_evaluation_arguments(parser)
     parser.add_argument("--explain", action="store_true", help="print each stratum's plan and exit")
-    parser.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
+    parser.add_argument(
+        "--master", default=None, help="Spark master (default: [spark] master, local[2])"
+    )
 
 
 def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
-    """How strata are evaluated: the MRA engine, the caps, the driver's share."""
+    """How strata are evaluated: the MRA engine, the caps, the driver's share. Each flag
+    overrides the ``--conf`` file's key; a key neither sets keeps eval's default."""
+    add_conf_argument(parser)
     parser.add_argument(
         "--engine",
         choices=ENGINES,
-        default="hybrid",
+        default=None,
         help="MRA engine: sync (one Spark job per round), async (sharded local loops, "
         "buffers flushed by the adaptive beta rule) or hybrid (shards exchange only when "
-        "locally quiescent) (default: hybrid)",
+        "locally quiescent) (default: [engine] mode, hybrid)",
     )
     parser.add_argument(
         "--shards",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
-        help="shards of an async/hybrid MonoTable (default 0: one per 2M auxiliary rows, "
-        "at most one per Spark core)",
+        help="shards of an async/hybrid MonoTable (default: [engine] shards, 0: one per 2M "
+        "auxiliary rows, at most one per Spark core)",
     )
     parser.add_argument(
         "--max-iterations",
         type=int,
-        default=1000,
+        default=None,
         metavar="N",
-        help="round cap of every recursive stratum (default: 1000)",
+        help="round cap of every recursive stratum (default: [engine] max_iterations, 1000)",
     )
     parser.add_argument(
         "--partitions",
@@ -101,12 +114,28 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--local-rows",
         type=int,
-        default=LOCAL_ROWS,
+        default=None,
         metavar="N",
         help="run a stratum in the driver, without Spark jobs, when its inputs and results "
-        f"stay within N rows (non-recursive and set strata; default: {LOCAL_ROWS}; 0: always "
-        "on Spark)",
+        f"stay within N rows (default: [engine] local_rows if --conf sets it, else "
+        f"{LOCAL_ROWS}; 0: always on Spark)",
     )
+
+
+def settings(args: argparse.Namespace) -> Config:
+    """The ``--conf`` file over eval's defaults, then the flags over both."""
+    base = default_config()
+    base = replace(base, engine=replace(base.engine, local_rows=LOCAL_ROWS))
+    config = load_config(args.conf, base)
+    flags = {
+        "mode": args.engine,
+        "shards": args.shards,
+        "max_iterations": args.max_iterations,
+        "local_rows": args.local_rows,
+    }
+    engine = replace(config.engine, **{k: v for k, v in flags.items() if v is not None})
+    spark = config.spark if args.master is None else replace(config.spark, master=args.master)
+    return replace(config, engine=engine, spark=spark)
 
 
 def _error(message: str) -> int:
@@ -119,12 +148,16 @@ def run(args: argparse.Namespace) -> int:
     from fixflow.checker.diagnostics import render_all
     from fixflow.pipeline.facts import FactsError, load_inputs
 
-    if args.shards < 0:
+    if args.shards is not None and args.shards < 0:
         return _error("--shards must be 0 (automatic) or more")
-    if args.max_iterations < 1:
+    if args.max_iterations is not None and args.max_iterations < 1:
         return _error("--max-iterations must be at least 1")
-    if args.local_rows < 0:
+    if args.local_rows is not None and args.local_rows < 0:
         return _error("--local-rows must be 0 (never in the driver) or more")
+    try:
+        config = settings(args)
+    except ConfigError as exc:
+        return _error(str(exc))
     try:
         source = args.program.read_text(encoding="utf-8")
     except OSError as exc:
@@ -140,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         from fixflow.operators.evaluate import program_plans
         from fixflow.operators.plan import explain
 
-        for plan in program_plans(report, args.max_iterations):
+        for plan in program_plans(report, config.engine.max_iterations):
             print(explain(plan))
         return 0
     schemas = report.analysis.schemas
@@ -153,23 +186,29 @@ def run(args: argparse.Namespace) -> int:
         )
     except FactsError as exc:
         return _error(str(exc))
-    return _evaluate_and_write(args, report, inputs)
+    return _evaluate_and_write(args, config, report, inputs)
 
 
 def _evaluate_and_write(
-    args: argparse.Namespace, report: Report, inputs: dict[str, pa.Table]
+    args: argparse.Namespace, config: Config, report: Report, inputs: dict[str, pa.Table]
 ) -> int:
-    from fixflow.operators.engines.base import EngineOptions
     from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
+    from fixflow.operators.on_demand import SessionOnDemand
+    from fixflow.pipeline.engine_settings import engine_options
     from fixflow.pipeline.spark import make_session
 
-    spark = make_session(master=args.master, app_name="fixflow-eval")
+    # Spark starts when the first stratum or input placed on it needs it: a program whose
+    # strata all run in the driver starts no JVM (docs/architecture.md, placement).
+    on_demand = SessionOnDemand(
+        lambda: make_session(config.spark.master, "fixflow-eval", dict(config.spark.conf))
+    )
+    spark = cast("SparkSession", on_demand)
     options = EvalOptions(
-        max_iterations=args.max_iterations,
-        engine_options=EngineOptions(mode=args.engine, shards=args.shards),
+        max_iterations=config.engine.max_iterations,
+        engine_options=engine_options(config),
         partitions=args.partitions,
         progress=RoundPrinter(),
-        local_rows=args.local_rows,
+        local_rows=config.engine.local_rows,
     )
     started = time.monotonic()
     try:
@@ -184,7 +223,8 @@ def _evaluate_and_write(
         if last is not None and last.detail:
             where = " in the driver" if stats.local else ""
             print(
-                f"stratum {stats.stratum} ({', '.join(stats.relations)}): {args.engine} engine"
+                f"stratum {stats.stratum} ({', '.join(stats.relations)}): "
+                f"{config.engine.mode} engine"
                 f"{where}, {stats.rounds} stages, {stats.jobs} Spark jobs"
                 f"{engine_figures(last.detail)}",
                 file=sys.stderr,
@@ -192,10 +232,14 @@ def _evaluate_and_write(
     for stats in evaluation.capped:
         print(
             f"warning: stratum {stats.stratum} ({', '.join(stats.relations)}) stopped at the "
-            f"iteration cap ({args.max_iterations} rounds) before converging",
+            f"iteration cap ({config.engine.max_iterations} rounds) before converging",
             file=sys.stderr,
         )
-    log.info("evaluated in %.1f s", time.monotonic() - started)
+    log.info(
+        "evaluated in %.1f s (%s)",
+        time.monotonic() - started,
+        "Spark started" if on_demand.started else "Spark not started",
+    )
     return 0
 
 
