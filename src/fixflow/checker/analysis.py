@@ -46,6 +46,7 @@ from fixflow.checker.directives import PRAGMAS
 from fixflow.checker.model import Analysis, EvalClass, Stratum
 from fixflow.checker.subaggregates import Lifted, is_hidden, lift_sub_aggregates
 from fixflow.checker.types import BodyTypes, assignment_sides, infer_body
+from fixflow.checker.unions import merged_alternatives
 
 log = logging.getLogger(__name__)
 
@@ -550,6 +551,8 @@ def _strata(
         )
         _negation_in_recursion(analyzer, edges, members)
         stratum_rules = tuple(r for r in rules if r.head.relation in members)
+        if recursive:  # rules of one aggregated head are one union (checker.unions)
+            stratum_rules = merged_alternatives(stratum_rules, frozenset(members))
         eval_class, reason = structural_class(tuple(component), stratum_rules, recursive)
         strata.append(
             Stratum(len(strata), tuple(component), stratum_rules, recursive, eval_class, reason)

@@ -182,6 +182,7 @@ Expr: TypeAlias = (
 )
 Literal_: TypeAlias = NumberLit | FloatLit | StringLit
 NodeT = TypeVar("NodeT")
+KindT = TypeVar("KindT")
 
 
 # ---------------------------------------------------------------- heads
@@ -438,20 +439,25 @@ def expr_vars(expr: Expr | Aggregate | None) -> set[str]:
     raise TypeError(f"not an expression: {expr!r}")
 
 
-def map_casts(node: NodeT, replace: Callable[[Cast], Expr]) -> NodeT:
-    """``node`` (any AST node, a tuple of them or a Program) with every ``Cast`` replaced
-    by ``replace(cast)``, innermost first. Parts without casts stay the same objects."""
+def map_nodes(node: NodeT, kind: type[KindT], replace: Callable[[KindT], object]) -> NodeT:
+    """``node`` (any AST node, a tuple of them or a Program) with every node of ``kind``
+    replaced by ``replace(it)``, innermost first. Parts without one stay the same objects."""
     if isinstance(node, tuple):
-        parts = tuple(map_casts(n, replace) for n in node)
+        parts = tuple(map_nodes(n, kind, replace) for n in node)
         unchanged = all(new is old for new, old in zip(parts, node, strict=True))
         return node if unchanged else parts  # type: ignore[return-value]
     if not dataclasses.is_dataclass(node) or isinstance(node, Span | type):
         return node
     fields = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
-    changes = {name: map_casts(value, replace) for name, value in fields.items()}
+    changes = {name: map_nodes(value, kind, replace) for name, value in fields.items()}
     if any(changes[name] is not value for name, value in fields.items()):
         node = dataclasses.replace(node, **changes)
-    return replace(node) if isinstance(node, Cast) else node  # type: ignore[return-value]
+    return replace(node) if isinstance(node, kind) else node  # type: ignore[return-value]
+
+
+def map_casts(node: NodeT, replace: Callable[[Cast], Expr]) -> NodeT:
+    """``node`` with every ``Cast`` replaced by ``replace(cast)`` (``map_nodes``)."""
+    return map_nodes(node, Cast, replace)
 
 
 def without_casts(node: NodeT) -> NodeT:

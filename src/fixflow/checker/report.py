@@ -7,6 +7,7 @@ from fixflow.checker.diagnostics import Diagnostic
 from fixflow.checker.model import PROPERTY_NAMES, Report, RuleVerdict, Stratum
 from fixflow.checker.printer import pretty
 from fixflow.checker.subaggregates import is_hidden
+from fixflow.checker.unions import merged_lines
 
 PROPERTY_LABELS = {
     "commutativity": "Property 1, commutative",
@@ -102,6 +103,11 @@ def _aggregate_position(stratum: Stratum, relation: str) -> str:
 
 def _verdict_lines(verdict: RuleVerdict, file: str, stratum_reason: str) -> list[str]:
     lines = [f"  rule `{verdict.relation}` at {file}:{verdict.line}"]
+    others = merged_lines(verdict.rule)
+    if others:
+        where = ", ".join(f"{file}:{line}" for line in others)
+        lines.append(f"    with the rules at {where} as alternatives (one union, as with `;`):")
+        lines += [f"      {text}" for text in pretty(verdict.rule).splitlines()]
     if verdict.aggregate is None:
         lines.append("    no aggregate (properties n/a)")
         return lines

@@ -211,6 +211,31 @@ for _name, _rel, _out in [
         "networkx connected_components on the symmetric edge set; label = min vertex id.",
     )
 
+GOLDENS["cc_two_rules"] = Golden(
+    {"edge": sorted(set(_CC_UNDIRECTED))},
+    {"cc": (("node", "label"), _cc_labels())},
+    0.0,
+    "networkx connected_components of the undirected graph (each edge listed once); "
+    "label = min vertex id.",
+)
+
+
+def _undirected_sssp() -> Golden:
+    lightest: dict[tuple[int, int], float] = {}
+    for u, v, w in W_EDGES:  # (5, 6, 1.0) and (6, 5, 0.5): the lighter one, either way
+        for pair in ((u, v), (v, u)):
+            lightest[pair] = min(w, lightest.get(pair, w))
+    both = [(a, b, w) for (a, b), w in sorted(lightest.items())]
+    return Golden(
+        {"edge": W_EDGES},
+        {"sp": (("node", "dist"), sorted(shortest_from(both, 1).items()))},
+        1e-9,
+        "networkx Dijkstra from vertex 1 over every edge in both directions.",
+    )
+
+
+GOLDENS["sssp_undirected"] = _undirected_sssp()
+
 GOLDENS["nexus_cc"] = Golden(
     {"arc": CC_EDGES},
     {
