@@ -236,7 +236,7 @@ def _evaluate_and_write(
             file=sys.stderr,
         )
     log.info(
-        "evaluated in %.1f s (%s)",
+        "evaluated in %.3f s (%s)",
         time.monotonic() - started,
         "Spark started" if on_demand.started else "Spark not started",
     )
