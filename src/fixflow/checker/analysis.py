@@ -123,6 +123,7 @@ class _Analyzer:
     schemas: dict[str, tuple[Attribute, ...]] = field(default_factory=dict)
     decl_spans: dict[str, Span] = field(default_factory=dict)
     inputs: dict[str, Span] = field(default_factory=dict)
+    printsizes: dict[str, Span] = field(default_factory=dict)
 
     def error(self, message: str, span: Span, *notes: str) -> None:
         self.diagnostics.append(Diagnostic(message, span, tuple(notes)))
@@ -175,6 +176,14 @@ class _Analyzer:
             )
         if isinstance(item, InputDirective):
             self.inputs.setdefault(item.relation, item.span)
+        if isinstance(item, PrintSizeDirective):
+            first = self.printsizes.setdefault(item.relation, item.span)
+            if first is not item.span:  # Soufflé: "Redefinition of printsize directives"
+                self.error(
+                    f"`.printsize {item.relation}` is given twice",
+                    item.span,
+                    f"first given at {first}; Soufflé rejects a second one too",
+                )
 
     # ------------------------------------------------------------ rules
 
