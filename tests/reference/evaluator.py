@@ -181,7 +181,8 @@ def _call(func: str, args: list[Value]) -> Value:
     raise EvaluationError(f"unknown function {func}")
 
 
-INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+C_SPACES = " \t\n\v\f\r"
+"""What C's ``isspace`` accepts in the "C" locale (``strtoll``/``strtod`` skip it)."""
 FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
@@ -222,16 +223,53 @@ def _convert(func: str, value: Value) -> Value:
         )
     if func in ("to_number", "ftoi"):
         if isinstance(value, str):
-            if not INTEGER_TEXT.fullmatch(value) or not INT64_MIN <= int(value) <= INT64_MAX:
-                raise NoValue(f"not a number: {value!r}")
-            return int(value)
+            return _souffle_to_number(value)
         return value if isinstance(value, int) else _truncated_int(value)
-    if isinstance(value, str):  # to_float of a symbol
-        parsed = float(value) if FLOAT_TEXT.fullmatch(value) else math.inf
+    if isinstance(value, str):  # to_float of a symbol: std::stod's longest decimal prefix
+        text = value.lstrip(C_SPACES)
+        found = FLOAT_TEXT.match(text)
+        hexadecimal = text.lstrip("+-")[:2].lower() == "0x"  # strtod's hex floats: no value
+        parsed = float(found.group()) if found and not hexadecimal else math.inf
         if not math.isfinite(parsed):
             raise NoValue(f"not a float: {value!r}")
         return parsed
     return float(value)
+
+
+def _souffle_to_number(text: str) -> int:
+    """Soufflé's ``to_number`` (RamSignedFromString with base 0): ``0b``/``-0b`` is binary,
+    ``0x``/``-0x`` hexadecimal, anything else decimal, each read as C's ``strtoll`` does
+    (see ``_strtoll``). Where Soufflé stops with "wrong string provided", no value."""
+    if text.startswith("-0b"):
+        return _strtoll("-" + text[3:], 2)
+    if text.startswith("0b"):
+        return _strtoll(text[2:], 2)
+    return _strtoll(text, 16 if text.startswith(("0x", "-0x")) else 10)
+
+
+def _strtoll(text: str, base: int) -> int:
+    """``std::stoll(text, nullptr, base)``: C-locale spaces, a sign, then the longest run of
+    digits (after an optional ``0x`` in base 16); what follows is ignored. No digit, or a
+    value outside int64: no value."""
+    digits = "0123456789abcdef"[:base]
+    i = len(text) - len(text.lstrip(C_SPACES))
+    sign = -1 if text[i : i + 1] == "-" else 1
+    i += text[i : i + 1] in ("+", "-")
+    if (
+        base == 16
+        and text[i : i + 2].lower() == "0x"
+        and text[i + 2 : i + 3].lower() in list(digits)
+    ):
+        i += 2
+    start = i
+    while i < len(text) and text[i].lower() in list(digits):
+        i += 1
+    if i == start:
+        raise NoValue(f"not a number: {text!r}")
+    value = sign * int(text[start:i], base)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise NoValue(f"out of range: {text!r}")
+    return value
 
 
 def _string_call(func: str, args: list[Value]) -> Value:
