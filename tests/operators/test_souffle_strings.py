@@ -1,14 +1,15 @@
-"""Soufflé's ``to_number`` and ``to_float`` on Spark, value by value, against what
-Soufflé computes (its source: RamSignedFromString with base 0 and std::stoll, std::stod).
-Where Soufflé stops the program ("wrong string provided by to_number"), Fixflow's rule
-does not fire (None below). The reference evaluator's independent implementation must
-agree."""
+"""Soufflé's ``to_number``, ``to_float`` and ``match`` on Spark, value by value, against
+what Soufflé computes (its source: RamSignedFromString with base 0 and std::stoll,
+std::stod, libstdc++'s ECMAScript std::regex with regex_match). Where Soufflé stops the
+program ("wrong string provided by to_number"), Fixflow's rule does not fire (None below).
+The reference evaluator's independent implementation must agree."""
 
 from __future__ import annotations
 
+import pytest
 from pyspark.sql import SparkSession
 
-from reference.evaluator import NoValue, _convert
+from reference.evaluator import NoValue, _convert, _python_regex
 
 from .helpers import run
 
@@ -97,3 +98,59 @@ def test_to_float_reads_symbols_as_souffle(spark: SparkSession) -> None:
     found = _conversions(spark, "to_float", "float", TO_FLOAT)
     assert {text: found.get(text) for text in TO_FLOAT} == TO_FLOAT
     assert {text: _reference("to_float", text) for text in TO_FLOAT} == TO_FLOAT
+
+
+STRINGS = ["T_12#NOT", "T_a#NOT", "a\n", "aaa", "A1", "x y", "[", "a", "&", "-", "ab"]
+
+MATCHES: list[tuple[str, set[str] | None]] = [
+    ("T_[[:digit:]]+#NOT", {"T_12#NOT"}),
+    ("a$\\n", set()),  # `$` is the very end: Java's would match before the \n
+    ("a*+a", {"a", "aaa"}),  # (a*)+a; possessive in Java, matching nothing
+    ("[a[b]", {"a", "["}),
+    ("[[:alpha:]][[:digit:]]", {"A1"}),
+    ("x\\\\sy", {"x y"}),
+    ("[^]", {"[", "a", "&", "-"}),
+    ("[]a", set()),
+    ("[a&&b]", {"a", "&"}),  # Java: the intersection of a and b, empty
+    ("[[:punct:]]", {"[", "&", "-"}),
+    ("a(", None),  # std::regex rejects: match and !match both false
+    ("(?<=a)b", None),
+]
+
+
+def _match_program(patterns: list[str]) -> str:
+    lines = [".decl s(x: symbol)", ".input s", ".decl m(i: number, x: symbol)"]
+    lines.append(".decl nm(i: number, x: symbol)")
+    for i, pattern in enumerate(patterns):
+        quoted = '"' + pattern.replace('"', '\\"') + '"'
+        lines.append(f"m({i}, x) :- s(x), match({quoted}, x).")
+        lines.append(f"nm({i}, x) :- s(x), !match({quoted}, x).")
+    return "\n".join(lines) + "\n"
+
+
+def test_literal_patterns_match_as_in_souffle(spark: SparkSession) -> None:
+    rows, _ = run(spark, _match_program([p for p, _ in MATCHES]), {"s": [(s,) for s in STRINGS]})
+    for i, (pattern, expected) in enumerate(MATCHES):
+        matched = {x for j, x in rows["m"] if j == i}
+        unmatched = {x for j, x in rows["nm"] if j == i}
+        if expected is None:
+            assert matched == unmatched == set(), pattern
+        else:
+            assert (matched, unmatched) == (expected, set(STRINGS) - expected), pattern
+
+
+def test_computed_patterns_are_java_and_an_invalid_one_is_false(spark: SparkSession) -> None:
+    program = (
+        ".decl s(x: symbol)\n.input s\n.decl p(r: symbol)\n.input p\n"
+        ".decl m(r: symbol, x: symbol)\n.decl nm(r: symbol, x: symbol)\n"
+        "m(r, x) :- p(r), s(x), match(r, x).\nnm(r, x) :- p(r), s(x), !match(r, x).\n"
+    )
+    facts = {"s": [("ab",), ("b",)], "p": [("a.",), ("a(",)]}
+    rows, _ = run(spark, program, facts)
+    assert rows["m"] == {("a.", "ab")}  # the whole string, as regex_match
+    assert rows["nm"] == {("a.", "b")}  # `a(` fails the job in neither direction
+
+
+@pytest.mark.parametrize("pattern", ["a(", "(?<=a)b"])
+def test_reference_evaluator_rejects_what_std_regex_rejects(pattern: str) -> None:
+    assert _python_regex(pattern) is None

@@ -292,11 +292,65 @@ def _constraint_holds(constraint: Constraint, binding: Mapping[str, Value]) -> b
     else:
         first, second = (eval_expr(a, binding) for a in constraint.args)
         assert isinstance(first, str) and isinstance(second, str)
-        # `match` as Soufflé's std::regex_match: the whole string.
-        holds = (
-            first in second if constraint.func == "contains" else bool(re.fullmatch(first, second))
-        )
+        if constraint.func == "contains":
+            holds = first in second
+        else:  # `match` as Soufflé's std::regex_match: the whole string
+            pattern = _python_regex(first)
+            if pattern is None:  # Soufflé: "wrong pattern provided", match and !match false
+                return False
+            holds = pattern.fullmatch(second) is not None
     return holds != constraint.negated
+
+
+POSIX_RANGES = {
+    "alnum": "a-zA-Z0-9",
+    "alpha": "a-zA-Z",
+    "blank": " \\t",
+    "cntrl": "\\x00-\\x1f\\x7f",
+    "d": "0-9",
+    "digit": "0-9",
+    "graph": "!-~",
+    "lower": "a-z",
+    "print": " -~",
+    "punct": "!-/:-@\\[-`{-~",
+    "s": " \\t\\n\\r\\f\\v",
+    "space": " \\t\\n\\r\\f\\v",
+    "upper": "A-Z",
+    "w": "a-zA-Z0-9_",
+    "xdigit": "0-9A-Fa-f",
+}
+"""C's "C"-locale classes, as the ranges of a Python character set."""
+
+
+def _python_regex(pattern: str) -> re.Pattern[str] | None:
+    """A C++ ECMAScript ``std::regex`` pattern as a Python ``re`` one (ASCII classes),
+    written independently of fixflow.checker.regex; None where std::regex rejects it. Only
+    what the goldens use is covered: POSIX classes in brackets, ``.``, ``$``, ``\\v``."""
+    out, i, in_set = [], 0, False
+    while i < len(pattern):
+        char, following = pattern[i], pattern[i + 1 : i + 2]
+        step = 2 if char == "\\" else 1
+        if char == "\\":
+            out.append({"v": r"\x0b", "0": r"\x00"}.get(following, char + following))
+        elif in_set and pattern.startswith("[:", i):
+            end = pattern.find(":]", i)
+            if pattern[i + 2 : end] not in POSIX_RANGES:
+                return None
+            out.append(POSIX_RANGES[pattern[i + 2 : end]])
+            step = end + 2 - i
+        elif in_set:
+            in_set = char != "]"
+            out.append("\\[" if char == "[" else char)
+        elif char == "(" and following == "?" and pattern[i + 2 : i + 3] not in (":", "=", "!"):
+            return None  # lookbehind, named groups, flags: not ECMAScript
+        else:
+            in_set = char == "["
+            out.append({".": "[^\\n\\r]", "$": r"\Z"}.get(char, char))
+        i += step
+    try:
+        return re.compile("".join(out), re.ASCII)
+    except re.error:
+        return None
 
 
 def eval_expr(expr: Expr, binding: Mapping[str, Value]) -> Value:

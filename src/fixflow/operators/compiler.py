@@ -30,6 +30,7 @@ from pyspark.sql.types import (
 )
 
 from fixflow.checker import ast
+from fixflow.checker.regex import RegexError, java_regex
 from fixflow.checker.types import arith_result, call_result
 from fixflow.operators.plan import (
     Aggregate,
@@ -582,6 +583,10 @@ def column(expr: PExpr, env: Mapping[str, Column] | None = None) -> Column:
             return -column(operand, env)
         case Func(name=name, args=(arg,), type=type_) if name in CONVERSIONS:
             return _conversion(column(arg, env), arg.type, type_)
+        case Func(name="match", args=(Const(value=str(pattern)), text)):
+            return _match_literal(pattern, column(text, env))
+        case Func(name="match", args=(pattern, text)):
+            return _match_computed(column(pattern, env), column(text, env))
         case Func(name=name, args=args, type=type_):
             return _builtin(name, [column(a, env) for a in args], type_)
         case Compare(op=op, left=left, right=right):
@@ -719,12 +724,28 @@ def _string_functor(name: str, args: list[Column]) -> Column:
         return _substr(*args)
     if name == "contains":
         return F.contains(args[1], args[0]).cast(LongType())
-    if name == "match":
-        # Soufflé matches the whole string (std::regex_match): anchor the Java regex; `\z`
-        # is the very end (`$` would also match before a final line break).
-        whole = F.concat(F.lit("^(?:"), args[0], F.lit(")\\z"))
-        return F.regexp_like(args[1], whole).cast(LongType())
     raise CompileError(f"unknown built-in `{name}`")
+
+
+def _match_literal(pattern: str, text: Column) -> Column:
+    """``match("...", s)``: Soufflé's C++ ECMAScript pattern in Java's syntax, anchored at
+    both ends as std::regex_match is (``\\z``: the very end). A pattern C++ rejects has no
+    value, so that ``match`` and ``!match`` are both false, as in Soufflé (the checker
+    warned)."""
+    try:
+        java = java_regex(pattern)
+    except RegexError:
+        return F.lit(None).cast(LongType())
+    return F.regexp_like(text, F.lit(f"^(?:{java})\\z")).cast(LongType())
+
+
+def _match_computed(pattern: Column, text: Column) -> Column:
+    """``match(p, s)`` with a pattern known only at run time: read with Java's syntax
+    (docs/language.md), the whole string. ``try_reflect`` yields null where
+    ``Pattern.matches`` throws, so an invalid pattern makes ``match`` and ``!match``
+    false instead of failing the job (``regexp_like`` would)."""
+    matched = F.try_reflect(F.lit("java.util.regex.Pattern"), F.lit("matches"), pattern, text)
+    return F.when(matched.isNotNull(), (matched == F.lit("true")).cast(LongType()))
 
 
 def _substr(text: Column, start: Column, length: Column) -> Column:
