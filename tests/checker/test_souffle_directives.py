@@ -134,9 +134,37 @@ def test_io_options_and_several_relations_per_directive() -> None:
         PrintSizeDirective("b"),
     )
     assert program.inputs == ("a", "b")
-    assert program.input_options("b") == {"IO": "file", "filename": "in/x.csv", "delimiter": ","}
-    assert program.output_options("b") == {}
+    assert program.input_directives("b") == (
+        {"IO": "file", "filename": "in/x.csv", "delimiter": ","},
+    )
+    assert program.output_directives("b") == ()
     assert program.printsizes == ("a", "b")
+
+
+def test_every_directive_of_a_relation_keeps_its_own_options() -> None:
+    """Soufflé writes each `.output` (and loads each `.input`) of a relation: the options
+    of two directives are not merged, and the relation is listed once."""
+    program = parse(
+        '.decl a(x: number)\n.input a\n.input a(filename="b.tsv")\n'
+        '.output a(IO=file, filename="AA.csv")\n.output a(IO=file, filename="BB.csv")\n'
+        ".output a(IO=stdout)\n"
+    )
+    assert program.inputs == ("a",) and program.outputs == ("a",)
+    assert program.input_directives("a") == ({}, {"filename": "b.tsv"})
+    assert program.output_directives("a") == (
+        {"IO": "file", "filename": "AA.csv"},
+        {"IO": "file", "filename": "BB.csv"},
+        {"IO": "stdout"},
+    )
+
+
+def test_printsize_twice_is_an_error_as_in_souffle() -> None:
+    source = ".decl a(x: number)\na(1).\n.printsize a\n.printsize a\n"
+    errors = [d for d in diagnose(source, "p.dl") if d.severity == "error"]
+    assert [(e.message, e.span.line, e.span.col) for e in errors] == [
+        ("`.printsize a` is given twice", 4, 1)
+    ]
+    assert errors[0].notes[0].startswith("first given at p.dl:3:1;")
 
 
 @pytest.mark.parametrize(

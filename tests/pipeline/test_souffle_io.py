@@ -22,9 +22,19 @@ def test_filename_is_relative_to_the_facts_directory_and_split_at_the_delimiter(
 ) -> None:
     (tmp_path / "graph").mkdir()
     (tmp_path / "graph" / "e.csv").write_text("1,2\n2,3\n")  # no header, whatever the suffix
-    options = {"edge": {"IO": "file", "filename": "graph/e.csv", "delimiter": ","}}
+    options = {"edge": [{"IO": "file", "filename": "graph/e.csv", "delimiter": ","}]}
     tables = load_inputs(tmp_path, {"edge": EDGE}, options)
     assert tables["edge"].to_pylist() == [{"src": 1, "dst": 2}, {"src": 2, "dst": 3}]
+
+
+def test_several_input_directives_load_the_union_of_their_files(tmp_path: Path) -> None:
+    """Soufflé loads every `.input` of a relation: `.input edge` then
+    `.input edge(filename="more.tsv")` reads both files; a row in both is one fact."""
+    (tmp_path / "edge.facts").write_text("1\t2\n2\t3\n")
+    (tmp_path / "more.tsv").write_text("2\t3\n5\t6\n")
+    options = {"edge": [{}, {"filename": "more.tsv"}]}
+    rows = load_inputs(tmp_path, {"edge": EDGE}, options)["edge"].to_pylist()
+    assert sorted((r["src"], r["dst"]) for r in rows) == [(1, 2), (2, 3), (5, 6)]
 
 
 def test_options_without_filename_read_a_tab_separated_relation_facts(tmp_path: Path) -> None:
@@ -36,7 +46,7 @@ def test_options_without_filename_read_a_tab_separated_relation_facts(tmp_path: 
 
 def test_a_missing_named_file_is_a_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(FactsError, match=r"nope\.tsv: no input file for relation `edge`"):
-        load_inputs(tmp_path, {"edge": EDGE}, {"edge": {"filename": "nope.tsv"}})
+        load_inputs(tmp_path, {"edge": EDGE}, {"edge": [{"filename": "nope.tsv"}]})
 
 
 def test_unsigned_columns_reject_negative_facts(tmp_path: Path) -> None:

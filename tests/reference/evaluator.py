@@ -181,7 +181,8 @@ def _call(func: str, args: list[Value]) -> Value:
     raise EvaluationError(f"unknown function {func}")
 
 
-INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+C_SPACES = " \t\n\v\f\r"
+"""What C's ``isspace`` accepts in the "C" locale (``strtoll``/``strtod`` skip it)."""
 FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
@@ -222,16 +223,53 @@ def _convert(func: str, value: Value) -> Value:
         )
     if func in ("to_number", "ftoi"):
         if isinstance(value, str):
-            if not INTEGER_TEXT.fullmatch(value) or not INT64_MIN <= int(value) <= INT64_MAX:
-                raise NoValue(f"not a number: {value!r}")
-            return int(value)
+            return _souffle_to_number(value)
         return value if isinstance(value, int) else _truncated_int(value)
-    if isinstance(value, str):  # to_float of a symbol
-        parsed = float(value) if FLOAT_TEXT.fullmatch(value) else math.inf
+    if isinstance(value, str):  # to_float of a symbol: std::stod's longest decimal prefix
+        text = value.lstrip(C_SPACES)
+        found = FLOAT_TEXT.match(text)
+        hexadecimal = text.lstrip("+-")[:2].lower() == "0x"  # strtod's hex floats: no value
+        parsed = float(found.group()) if found and not hexadecimal else math.inf
         if not math.isfinite(parsed):
             raise NoValue(f"not a float: {value!r}")
         return parsed
     return float(value)
+
+
+def _souffle_to_number(text: str) -> int:
+    """Soufflé's ``to_number`` (RamSignedFromString with base 0): ``0b``/``-0b`` is binary,
+    ``0x``/``-0x`` hexadecimal, anything else decimal, each read as C's ``strtoll`` does
+    (see ``_strtoll``). Where Soufflé stops with "wrong string provided", no value."""
+    if text.startswith("-0b"):
+        return _strtoll("-" + text[3:], 2)
+    if text.startswith("0b"):
+        return _strtoll(text[2:], 2)
+    return _strtoll(text, 16 if text.startswith(("0x", "-0x")) else 10)
+
+
+def _strtoll(text: str, base: int) -> int:
+    """``std::stoll(text, nullptr, base)``: C-locale spaces, a sign, then the longest run of
+    digits (after an optional ``0x`` in base 16); what follows is ignored. No digit, or a
+    value outside int64: no value."""
+    digits = "0123456789abcdef"[:base]
+    i = len(text) - len(text.lstrip(C_SPACES))
+    sign = -1 if text[i : i + 1] == "-" else 1
+    i += text[i : i + 1] in ("+", "-")
+    if (
+        base == 16
+        and text[i : i + 2].lower() == "0x"
+        and text[i + 2 : i + 3].lower() in list(digits)
+    ):
+        i += 2
+    start = i
+    while i < len(text) and text[i].lower() in list(digits):
+        i += 1
+    if i == start:
+        raise NoValue(f"not a number: {text!r}")
+    value = sign * int(text[start:i], base)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise NoValue(f"out of range: {text!r}")
+    return value
 
 
 def _string_call(func: str, args: list[Value]) -> Value:
@@ -254,11 +292,65 @@ def _constraint_holds(constraint: Constraint, binding: Mapping[str, Value]) -> b
     else:
         first, second = (eval_expr(a, binding) for a in constraint.args)
         assert isinstance(first, str) and isinstance(second, str)
-        # `match` as Soufflé's std::regex_match: the whole string.
-        holds = (
-            first in second if constraint.func == "contains" else bool(re.fullmatch(first, second))
-        )
+        if constraint.func == "contains":
+            holds = first in second
+        else:  # `match` as Soufflé's std::regex_match: the whole string
+            pattern = _python_regex(first)
+            if pattern is None:  # Soufflé: "wrong pattern provided", match and !match false
+                return False
+            holds = pattern.fullmatch(second) is not None
     return holds != constraint.negated
+
+
+POSIX_RANGES = {
+    "alnum": "a-zA-Z0-9",
+    "alpha": "a-zA-Z",
+    "blank": " \\t",
+    "cntrl": "\\x00-\\x1f\\x7f",
+    "d": "0-9",
+    "digit": "0-9",
+    "graph": "!-~",
+    "lower": "a-z",
+    "print": " -~",
+    "punct": "!-/:-@\\[-`{-~",
+    "s": " \\t\\n\\r\\f\\v",
+    "space": " \\t\\n\\r\\f\\v",
+    "upper": "A-Z",
+    "w": "a-zA-Z0-9_",
+    "xdigit": "0-9A-Fa-f",
+}
+"""C's "C"-locale classes, as the ranges of a Python character set."""
+
+
+def _python_regex(pattern: str) -> re.Pattern[str] | None:
+    """A C++ ECMAScript ``std::regex`` pattern as a Python ``re`` one (ASCII classes),
+    written independently of fixflow.checker.regex; None where std::regex rejects it. Only
+    what the goldens use is covered: POSIX classes in brackets, ``.``, ``$``, ``\\v``."""
+    out, i, in_set = [], 0, False
+    while i < len(pattern):
+        char, following = pattern[i], pattern[i + 1 : i + 2]
+        step = 2 if char == "\\" else 1
+        if char == "\\":
+            out.append({"v": r"\x0b", "0": r"\x00"}.get(following, char + following))
+        elif in_set and pattern.startswith("[:", i):
+            end = pattern.find(":]", i)
+            if pattern[i + 2 : end] not in POSIX_RANGES:
+                return None
+            out.append(POSIX_RANGES[pattern[i + 2 : end]])
+            step = end + 2 - i
+        elif in_set:
+            in_set = char != "]"
+            out.append("\\[" if char == "[" else char)
+        elif char == "(" and following == "?" and pattern[i + 2 : i + 3] not in (":", "=", "!"):
+            return None  # lookbehind, named groups, flags: not ECMAScript
+        else:
+            in_set = char == "["
+            out.append({".": "[^\\n\\r]", "$": r"\Z"}.get(char, char))
+        i += step
+    try:
+        return re.compile("".join(out), re.ASCII)
+    except re.error:
+        return None
 
 
 def eval_expr(expr: Expr, binding: Mapping[str, Value]) -> Value:

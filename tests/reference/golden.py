@@ -55,22 +55,26 @@ def read_facts(directory: Path, program: Program) -> dict[str, list[Row]]:
     decompressed whatever the name; missing file: no facts)."""
     facts: dict[str, list[Row]] = {}
     for rel in program.inputs:
-        options = program.input_options(rel)  # Soufflé's `.input r(filename=..., delimiter=...)`
-        path = directory / options.get("filename", f"{rel}.facts")
-        if not path.exists():
-            path = directory / f"{rel}.facts.gz"
-        types = column_types(program, rel)
-        data = path.read_bytes() if path.exists() else b""
-        lines = (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode().splitlines()
-        facts[rel] = [
-            tuple(
-                convert(v, t)
-                for v, t in zip(line.split(options.get("delimiter", "\t")), types, strict=True)
-            )
-            for line in lines
-            if line
-        ]
+        # Soufflé's `.input r(filename=..., delimiter=...)`: every directive is read.
+        rows: set[Row] = set()
+        for options in program.input_directives(rel):
+            rows.update(_read_file(directory, rel, options, column_types(program, rel)))
+        facts[rel] = sorted(rows, key=repr)
     return facts
+
+
+def _read_file(directory: Path, rel: str, options: dict[str, str], types: list[str]) -> list[Row]:
+    path = directory / options.get("filename", f"{rel}.facts")
+    if not path.exists():
+        path = directory / f"{rel}.facts.gz"
+    data = path.read_bytes() if path.exists() else b""
+    lines = (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode().splitlines()
+    delimiter = options.get("delimiter", "\t")
+    return [
+        tuple(convert(v, t) for v, t in zip(line.split(delimiter), types, strict=True))
+        for line in lines
+        if line
+    ]
 
 
 def read_expected(path: Path, program: Program) -> list[Row]:

@@ -34,6 +34,7 @@ from fixflow.checker.ast import (
     Program,
     Rule,
     Span,
+    StringLit,
     Var,
     Wildcard,
     body_atoms,
@@ -44,6 +45,7 @@ from fixflow.checker.catalog import index_var
 from fixflow.checker.diagnostics import Diagnostic
 from fixflow.checker.directives import PRAGMAS
 from fixflow.checker.model import Analysis, EvalClass, Stratum
+from fixflow.checker.regex import InvalidRegex, UntranslatableRegex, java_regex
 from fixflow.checker.subaggregates import Lifted, is_hidden, lift_sub_aggregates
 from fixflow.checker.types import BodyTypes, assignment_sides, infer_body
 from fixflow.checker.unions import merged_alternatives
@@ -124,6 +126,7 @@ class _Analyzer:
     schemas: dict[str, tuple[Attribute, ...]] = field(default_factory=dict)
     decl_spans: dict[str, Span] = field(default_factory=dict)
     inputs: dict[str, Span] = field(default_factory=dict)
+    printsizes: dict[str, Span] = field(default_factory=dict)
 
     def error(self, message: str, span: Span, *notes: str) -> None:
         self.diagnostics.append(Diagnostic(message, span, tuple(notes)))
@@ -176,6 +179,14 @@ class _Analyzer:
             )
         if isinstance(item, InputDirective):
             self.inputs.setdefault(item.relation, item.span)
+        if isinstance(item, PrintSizeDirective):
+            first = self.printsizes.setdefault(item.relation, item.span)
+            if first is not item.span:  # Soufflé: "Redefinition of printsize directives"
+                self.error(
+                    f"`.printsize {item.relation}` is given twice",
+                    item.span,
+                    f"first given at {first}; Soufflé rejects a second one too",
+                )
 
     # ------------------------------------------------------------ rules
 
@@ -225,12 +236,35 @@ class _Analyzer:
             elif isinstance(literal, Negation):
                 atom = literal.atom
                 self._relation_use(atom.relation, len(atom.args), atom.span)
+            elif isinstance(literal, Constraint) and literal.func == "match":
+                self._match_pattern(literal.args[0])
         pre_bound = [index] if index is not None else []
         bound, assignments = bindings(body, pre_bound)
         self._safety(rule, body, bound, assignments)
         types = infer_body(body, self.schemas, assignments)
         self._head_types(rule.head, types)
         self.diagnostics.extend(types.diagnostics)
+
+    def _match_pattern(self, pattern: Expr) -> None:
+        """A literal ``match`` pattern, read as Soufflé's C++ ECMAScript (checker/regex.py);
+        a computed one is read at run time."""
+        if not isinstance(pattern, StringLit):
+            return
+        try:
+            java_regex(pattern.value)
+        except InvalidRegex as exc:
+            self.warning(
+                f"wrong pattern provided to `match`: {exc.message} "
+                f"(character {exc.offset + 1} of the pattern)",
+                pattern.span,
+                "as in Soufflé, `match` and `!match` are both false for this pattern",
+            )
+        except UntranslatableRegex as exc:
+            self.error(
+                f"unsupported pattern in `match`: {exc.message} "
+                f"(character {exc.offset + 1} of the pattern)",
+                pattern.span,
+            )
 
     def _safety(
         self, rule: Rule, body: Body, bound: set[str], assignments: list[Comparison]

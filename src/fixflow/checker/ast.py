@@ -382,11 +382,13 @@ class Program:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        return tuple(i.relation for i in self.items if isinstance(i, InputDirective))
+        """The ``.input`` relations, each once (a relation may have several directives)."""
+        return _unique(i.relation for i in self.items if isinstance(i, InputDirective))
 
     @property
     def outputs(self) -> tuple[str, ...]:
-        return tuple(i.relation for i in self.items if isinstance(i, OutputDirective))
+        """The ``.output`` relations, each once (a relation may have several directives)."""
+        return _unique(i.relation for i in self.items if isinstance(i, OutputDirective))
 
     @property
     def rules(self) -> tuple[Rule, ...]:
@@ -396,16 +398,22 @@ class Program:
     def printsizes(self) -> tuple[str, ...]:
         return tuple(i.relation for i in self.items if isinstance(i, PrintSizeDirective))
 
-    def input_options(self, relation: str) -> dict[str, str]:
-        """The options of ``relation``'s ``.input`` directives (later ones win)."""
-        return _options(
-            i for i in self.items if isinstance(i, InputDirective) and i.relation == relation
+    def input_directives(self, relation: str) -> tuple[dict[str, str], ...]:
+        """The options of each of ``relation``'s ``.input`` directives, in source order:
+        as in Soufflé, every one is loaded (``{}`` for a directive without options)."""
+        return tuple(
+            dict(i.options)
+            for i in self.items
+            if isinstance(i, InputDirective) and i.relation == relation
         )
 
-    def output_options(self, relation: str) -> dict[str, str]:
-        """The options of ``relation``'s ``.output`` directives (later ones win)."""
-        return _options(
-            i for i in self.items if isinstance(i, OutputDirective) and i.relation == relation
+    def output_directives(self, relation: str) -> tuple[dict[str, str], ...]:
+        """The options of each of ``relation``'s ``.output`` directives, in source order:
+        as in Soufflé, every one is written."""
+        return tuple(
+            dict(o.options)
+            for o in self.items
+            if isinstance(o, OutputDirective) and o.relation == relation
         )
 
     def declaration(self, relation: str) -> Declaration | None:
@@ -415,8 +423,8 @@ class Program:
 # ---------------------------------------------------------------- helpers
 
 
-def _options(directives: Iterable[InputDirective | OutputDirective]) -> dict[str, str]:
-    return {key: value for d in directives for key, value in d.options}
+def _unique(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(names))
 
 
 def expr_vars(expr: Expr | Aggregate | None) -> set[str]:

@@ -30,6 +30,7 @@ from pyspark.sql.types import (
 )
 
 from fixflow.checker import ast
+from fixflow.checker.regex import RegexError, java_regex
 from fixflow.checker.types import arith_result, call_result
 from fixflow.operators.plan import (
     Aggregate,
@@ -582,6 +583,10 @@ def column(expr: PExpr, env: Mapping[str, Column] | None = None) -> Column:
             return -column(operand, env)
         case Func(name=name, args=(arg,), type=type_) if name in CONVERSIONS:
             return _conversion(column(arg, env), arg.type, type_)
+        case Func(name="match", args=(Const(value=str(pattern)), text)):
+            return _match_literal(pattern, column(text, env))
+        case Func(name="match", args=(pattern, text)):
+            return _match_computed(column(pattern, env), column(text, env))
         case Func(name=name, args=args, type=type_):
             return _builtin(name, [column(a, env) for a in args], type_)
         case Compare(op=op, left=left, right=right):
@@ -636,9 +641,11 @@ def _finite(value: Column) -> Column:
 
 
 CONVERSIONS = frozenset(("itof", "ftoi", "to_float", "to_number", "to_string"))
-INTEGER_TEXT = r"^[+-]?[0-9]+$"
-FLOAT_TEXT = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"
-"""What ``to_number`` / ``to_float`` accept in a symbol; anything else yields no value."""
+FLOAT_PREFIX = r"^\s*([+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?)"
+"""The part of a symbol ``to_float`` reads: C's ``strtod`` skips spaces (Java's ``\\s`` is
+C's ``isspace``) and stops after the longest decimal float; without one, no value."""
+HEX_FLOAT = r"^\s*[+-]?0[xX]"
+"""strtod's hexadecimal floats (``0x1p3``), which Fixflow does not read: no value."""
 
 
 def _conversion(value: Column, source: TypeName, target: TypeName) -> Column:
@@ -648,11 +655,42 @@ def _conversion(value: Column, source: TypeName, target: TypeName) -> Column:
         return value
     if target == "symbol":
         return value.cast(StringType())  # floats as Java's Double.toString writes them
+    if source == "symbol" and target == "number":
+        return _to_number(value)
     if source == "symbol":
-        pattern = INTEGER_TEXT if target == "number" else FLOAT_TEXT
-        parsed = F.when(value.rlike(pattern), value.try_cast(spark_type(target)))
-        return parsed if target == "number" else _finite(parsed)
+        text = F.regexp_extract(value, FLOAT_PREFIX, 1)
+        readable = value.rlike(FLOAT_PREFIX) & ~value.rlike(HEX_FLOAT)
+        return _finite(F.when(readable, text.try_cast(DoubleType())))
     return value.try_cast(spark_type(target))  # float → number truncates toward zero
+
+
+def _to_number(text: Column) -> Column:
+    """Soufflé's ``to_number`` (RamSignedFromString with base 0, then C's ``strtoll``):
+    ``0x``/``-0x`` starts hexadecimal digits, ``0b``/``-0b`` binary ones (after ``0b``,
+    strtoll's spaces and sign), anything else decimal after spaces and a sign; reading
+    stops at the first other character. No digit or a value outside int64: no value
+    (Soufflé stops the program there)."""
+    hexadecimal = _based(text, r"^(-?)0x0*([0-9a-fA-F]*)", 16, 16)
+    binary = F.coalesce(
+        _based(text, r"^0b\s*([+-]?)0*([01]+)", 2, 64),
+        _based(text, r"^(-)0b0*([01]+)", 2, 64),
+    )
+    decimal = F.concat(*(F.regexp_extract(text, r"^\s*([+-]?)([0-9]+)", g) for g in (1, 2)))
+    return (
+        F.when(text.rlike(r"^-?0x"), hexadecimal)
+        .when(text.rlike(r"^-?0b"), binary)
+        .otherwise(F.when(decimal != "", decimal.try_cast(LongType())))
+    )
+
+
+def _based(text: Column, pattern: str, base: int, max_digits: int) -> Column:
+    """The int64 that ``pattern``'s (sign, digits without leading zeros) spell in ``base``;
+    no value where it does not match or the value is out of range. ``conv`` reads at most
+    ``max_digits`` digits (64 bits) exactly; more are out of range anyway."""
+    sign, digits = (F.regexp_extract(text, pattern, g) for g in (1, 2))
+    magnitude = F.conv(F.when(digits == "", F.lit("0")).otherwise(digits), base, 10)
+    value = F.concat(sign, magnitude).try_cast(LongType())
+    return F.when(text.rlike(pattern) & (F.length(digits) <= max_digits), value)
 
 
 def _builtin(name: str, args: list[Column], type_: TypeName) -> Column:
@@ -686,12 +724,28 @@ def _string_functor(name: str, args: list[Column]) -> Column:
         return _substr(*args)
     if name == "contains":
         return F.contains(args[1], args[0]).cast(LongType())
-    if name == "match":
-        # Soufflé matches the whole string (std::regex_match): anchor the Java regex; `\z`
-        # is the very end (`$` would also match before a final line break).
-        whole = F.concat(F.lit("^(?:"), args[0], F.lit(")\\z"))
-        return F.regexp_like(args[1], whole).cast(LongType())
     raise CompileError(f"unknown built-in `{name}`")
+
+
+def _match_literal(pattern: str, text: Column) -> Column:
+    """``match("...", s)``: Soufflé's C++ ECMAScript pattern in Java's syntax, anchored at
+    both ends as std::regex_match is (``\\z``: the very end). A pattern C++ rejects has no
+    value, so that ``match`` and ``!match`` are both false, as in Soufflé (the checker
+    warned)."""
+    try:
+        java = java_regex(pattern)
+    except RegexError:
+        return F.lit(None).cast(LongType())
+    return F.regexp_like(text, F.lit(f"^(?:{java})\\z")).cast(LongType())
+
+
+def _match_computed(pattern: Column, text: Column) -> Column:
+    """``match(p, s)`` with a pattern known only at run time: read with Java's syntax
+    (docs/language.md), the whole string. ``try_reflect`` yields null where
+    ``Pattern.matches`` throws, so an invalid pattern makes ``match`` and ``!match``
+    false instead of failing the job (``regexp_like`` would)."""
+    matched = F.try_reflect(F.lit("java.util.regex.Pattern"), F.lit("matches"), pattern, text)
+    return F.when(matched.isNotNull(), (matched == F.lit("true")).cast(LongType()))
 
 
 def _substr(text: Column, start: Column, length: Column) -> Column:

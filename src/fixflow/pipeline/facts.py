@@ -171,17 +171,25 @@ def read_table(
 def load_inputs(
     directory: Path,
     relations: dict[str, tuple[Attribute, ...]],
-    options: Mapping[str, Mapping[str, str]] | None = None,
+    options: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
 ) -> dict[str, pa.Table]:
     """Every input relation's facts from ``directory``; a missing file is an error.
-    ``options`` are the relations' ``.input`` options (see ``input_file``)."""
+    ``options`` are the options of each of a relation's ``.input`` directives (see
+    ``input_file``); as in Soufflé, a relation with several holds the union of their files."""
     if relations and not directory.is_dir():  # a program without inputs needs no facts
         raise FactsError(f"{directory}: facts directory does not exist")
     tables = {}
     for relation, attributes in relations.items():
-        path, delimiter = input_file(directory, relation, (options or {}).get(relation, {}))
-        tables[relation] = read_table(path, attributes, delimiter)
+        files = [input_file(directory, relation, o) for o in (options or {}).get(relation, [{}])]
+        read = [read_table(path, attributes, delimiter) for path, delimiter in files]
+        tables[relation] = read[0] if len(read) == 1 else _union(read)
     return tables
+
+
+def _union(tables: Sequence[pa.Table]) -> pa.Table:
+    """The distinct rows of several tables of one schema."""
+    whole = pa.concat_tables(tables)
+    return whole.group_by(whole.column_names, use_threads=False).aggregate([])
 
 
 def input_file(

@@ -114,6 +114,6 @@ def format_batch(report: BatchReport) -> str:
 def eval_only_directives(program: Program) -> list[str]:
     """The program's Soufflé I/O options and ``.printsize`` directives, which only
     `fixflow eval` honours (said at start-up rather than ignored in silence)."""
-    found = [f".input {r}(...)" for r in program.inputs if program.input_options(r)]
-    found += [f".output {r}(...)" for r in program.outputs if program.output_options(r)]
+    found = [f".input {r}(...)" for r in program.inputs if any(program.input_directives(r))]
+    found += [f".output {r}(...)" for r in program.outputs if any(program.output_directives(r))]
     return found + [f".printsize {r}" for r in program.printsizes]

@@ -8,6 +8,7 @@ Soufflé's I/O options are honoured here (and only here: a stream uses the Kafka
 named after the relation): ``.input r(filename="f", delimiter=",")`` reads FACTS_DIR/f,
 ``.output r(IO=file, filename="f", delimiter=",")`` also writes OUT_DIR/f (Soufflé's
 headerless format), ``IO=stdout`` prints the rows; ``.printsize r`` prints ``r<TAB>rows``.
+As in Soufflé, every ``.input`` and ``.output`` directive of a relation is honoured.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = load_inputs(
             args.facts,
             {rel: schemas[rel] for rel in program.inputs},
-            {rel: program.input_options(rel) for rel in program.inputs},
+            {rel: program.input_directives(rel) for rel in program.inputs},
         )
     except FactsError as exc:
         return _error(str(exc))
@@ -269,7 +270,7 @@ def _write_outputs(args: argparse.Namespace, report: Report, results: _Results) 
 
     args.output.mkdir(parents=True, exist_ok=True)
     program = report.analysis.program
-    for relation in dict.fromkeys(program.outputs):
+    for relation in program.outputs:
         attributes = _result_attributes(report, relation)
         table = results.table(relation)
         assert table is not None, f"`{relation}` is neither evaluated nor an input"
@@ -277,9 +278,9 @@ def _write_outputs(args: argparse.Namespace, report: Report, results: _Results) 
         if args.csv:
             write_csv(args.output / f"{relation}.csv", table, attributes)
         print(f"{relation}: {table.num_rows} rows -> {args.output / relation}")
-        options = program.output_options(relation)
-        if options:
-            _write_souffle_output(args.output, relation, table, attributes, options)
+        for options in program.output_directives(relation):  # Soufflé writes every one
+            if options:
+                _write_souffle_output(args.output, relation, table, attributes, options)
     for relation in program.printsizes:
         sized = results.table(relation)
         print(f"{relation}\t{0 if sized is None else sized.num_rows}")  # Soufflé's format
