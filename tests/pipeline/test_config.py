@@ -114,13 +114,11 @@ def _eval_settings(tmp_path: Path, toml: str | None, *flags: str) -> Config:
 
 def test_eval_reads_engine_buffer_and_spark_from_conf_and_its_flags_win(tmp_path: Path) -> None:
     """`fixflow eval --conf` takes the same [engine]/[buffer]/[spark] sections as `run`; a
-    flag overrides the file's key; a key neither sets keeps eval's default."""
-    from fixflow.pipeline.commands.eval import LOCAL_ROWS
-
+    flag overrides the file's key; a key neither sets keeps the embedded default."""
     plain = _eval_settings(tmp_path, None)
     assert (plain.engine.mode, plain.engine.local_rows, plain.spark.master) == (
         "hybrid",
-        LOCAL_ROWS,
+        2_000_000,
         "local[2]",
     )
     toml = (
@@ -129,7 +127,7 @@ def test_eval_reads_engine_buffer_and_spark_from_conf_and_its_flags_win(tmp_path
     )
     filed = _eval_settings(tmp_path, toml)
     assert (filed.engine.mode, filed.engine.max_iterations, filed.buffer.initial) == ("sync", 7, 64)
-    assert filed.engine.local_rows == LOCAL_ROWS  # not in the file: eval's default
+    assert filed.engine.local_rows == 2_000_000  # not in the file: the embedded default
     assert filed.spark.master == "local[1]"
     assert filed.spark.conf["spark.sql.shuffle.partitions"] == "3"
     flagged = _eval_settings(tmp_path, toml, "--engine", "async", "--master", "local[2]")

@@ -83,8 +83,9 @@ class EvalOptions:
     local_rows: int = 0
     """Strata whose inputs the driver holds (at most this many rows each) and that stay that
     small run there, without Spark jobs: batch evaluation's strata (``operators.local``;
-    ``fixflow eval`` sets ``LOCAL_ROWS``) and the Maintainer's min/max retractions
-    (``operators.local_update``; ``[engine] local_rows``); 0: every stratum runs on Spark."""
+    ``fixflow eval`` and ``fixflow run`` take ``[engine] local_rows``, 2,000,000) and the
+    Maintainer's min/max retractions (``operators.local_update``); 0, the API's default:
+    every stratum runs on Spark."""
     witness: bool = False
     """Keep, for min/max MRA relations, the key of the predecessor that gave each value:
     what the ``mra-retract`` update needs to handle deletions without re-evaluating. The

@@ -9,14 +9,15 @@ already in the driver, ``Bootstrap`` runs it here instead, over numpy batches
 - the same plans as on Spark: ``exit_rules``/``delta_rules`` of ``strategies.seminaive``,
   ``combine_plan`` (G) of ``core``, compiled by the kernel backend instead of the Spark one;
 - non-recursive strata: G over every body, once; ``set`` strata (recursion without
-  aggregates): semi-naive rounds, new = derived − all; ``mra`` strata on the ``async`` or
-  ``hybrid`` engine with one shard: that engine's shard loop (``ShardLoop.in_driver``),
-  seeded and fed by the kernels, as a Spark task would run it. Other classes, plans the kernels
-  cannot run (Soufflé's functors), inputs that are not local, and strata that grow past the
-  limit go to Spark (``LocalUnsupported`` says why; the stratum restarts there from its
-  inputs, so nothing is lost);
+  aggregates) and min/max ``aggregate-seminaive`` strata (non-linear and mutual recursion):
+  semi-naive rounds, new = derived − all, or the groups whose value improves; ``mra``
+  strata on the ``async`` or ``hybrid`` engine with one shard: that engine's shard loop
+  (``ShardLoop.in_driver``), seeded and fed by the kernels, as a Spark task would run it.
+  Other classes, plans the kernels cannot run (Soufflé's functors), inputs that are not
+  local, and strata that grow past the limit go to Spark (``LocalUnsupported`` says why;
+  the stratum restarts there from its inputs, so nothing is lost);
 - ``EvalOptions.local_rows`` bounds the rows of each input a local stratum reads and the
-  rows it holds (``fixflow eval --local-rows``, default 100,000; 0, the API's default, turns
+  rows it holds (``fixflow eval --local-rows``, default 2,000,000; 0, the API's default, turns
   the path off).
 
 Inputs given as Arrow tables (``fixflow eval``) are read directly; a Spark frame is collected
@@ -38,6 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from fixflow.checker.ast import TypeName
+from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import head_columns, relation_struct
 from fixflow.operators.core import StratumRun, combine_plan
 from fixflow.operators.engines.async_engine import order_dependence, stage_params, unsupported
@@ -45,6 +47,7 @@ from fixflow.operators.engines.base import EngineOptions, RoundInfo
 from fixflow.operators.engines.kernels import (
     NUMPY_TYPES,
     Batch,
+    JoinIndex,
     Kernel,
     KernelUnsupported,
     _cast,
@@ -182,11 +185,18 @@ class LocalStratum:
             return {r: self.full[r] for r in self.run.relations}, 1
         if strategy == "mra":
             return self.mra()
-        if strategy != "set" or any(e.aggregate is not None for e in self.run.entries()):
+        improving = all(e.aggregate in (None, "min", "max") for e in self.run.entries())
+        if strategy not in ("set", "aggregate-seminaive") or not improving:
             raise LocalUnsupported(f"a `{strategy}` stratum runs on Spark")
+        if any(e.index_pos is not None for e in self.run.entries()):
+            raise LocalUnsupported("an iteration-indexed relation runs on Spark")
         return self.seminaive()
 
     def seminaive(self) -> tuple[dict[str, Batch], int]:
+        """``set`` and min/max ``aggregate-seminaive`` strata: the semi-naive loop of
+        ``strategies.seminaive`` with the growth of ``strategies.aggregate_seminaive``: a
+        set relation gains new tuples, a min/max relation the groups whose value improves,
+        which replace their rows; the delta rules read what a round added."""
         relations, run = self.run.relations, self.run
         for relation in relations:
             self.full[relation] = self.empty(relation)
@@ -195,7 +205,7 @@ class LocalStratum:
             new = {r: self.new_rows(r, plans[r]) for r in relations}
             pending = sum(batch.n for batch in new.values())
             for relation, batch in new.items():
-                self.full[relation] = concat([self.full[relation], batch])
+                self.full[relation] = self.grown(relation, batch)
                 self.delta[relation] = batch
             rounds += 1
             self.check_size()
@@ -294,9 +304,23 @@ class LocalStratum:
         return out
 
     def new_rows(self, relation: str, plans: Sequence[Plan]) -> Batch:
+        """The derived rows that are new: tuples not held yet (set), or groups whose value
+        improves on the held one (min/max, ``rounds.improves``)."""
         derived = self.derive(relation, plans)
-        columns = tuple(derived.cols)
-        return anti_join(derived, self.full[relation], columns)
+        entry = self.run.entry(relation)
+        if entry.aggregate is None:
+            return anti_join(derived, self.full[relation], tuple(derived.cols))
+        assert entry.value_pos is not None
+        value = f"c{entry.value_pos}"
+        return improved(derived, self.full[relation], _keys(entry), value, entry.aggregate)
+
+    def grown(self, relation: str, new: Batch) -> Batch:
+        """The relation with the round's new rows: improved groups replace their rows."""
+        entry = self.run.entry(relation)
+        held = self.full[relation]
+        if entry.aggregate is not None:
+            held = anti_join(held, new, _keys(entry))
+        return concat([held, new])
 
     def derive(self, relation: str, plans: Sequence[Plan]) -> Batch:
         """G over head-row plans, in the relation's positional columns and types; an
@@ -338,6 +362,23 @@ class LocalStratum:
         held = sum(self.full[r].n for r in self.run.relations)
         if held > self.limit:
             raise LocalUnsupported(f"it grew past {self.limit} rows")
+
+
+def _keys(entry: RelationEntry) -> tuple[str, ...]:
+    return tuple(f"c{i}" for i in entry.key_positions)
+
+
+def improved(derived: Batch, held: Batch, keys: tuple[str, ...], value: str, func: str) -> Batch:
+    """The rows of ``derived`` (one per group) whose value is better under ``func`` (min or
+    max) than the group's row in ``held``, or whose group ``held`` lacks; a null value is
+    no candidate (as ``ImprovingGrowth``)."""
+    derived = derived.take(np.flatnonzero(derived.mask(value)))
+    better = np.ones(derived.n, dtype=bool)
+    if held.n and derived.n:
+        rows, old = JoinIndex.build(held, keys).probe(derived, keys)
+        new, was = derived.cols[value][rows], held.cols[value][old]
+        better[rows] = new < was if func == "min" else new > was
+    return derived.take(np.flatnonzero(better))
 
 
 def seed_candidates(

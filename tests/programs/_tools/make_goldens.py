@@ -236,6 +236,24 @@ def _undirected_sssp() -> Golden:
 
 GOLDENS["sssp_undirected"] = _undirected_sssp()
 
+
+def _even_odd() -> Golden:
+    """Dijkstra over the parity product graph: (v, p) -> (w, 1 - p) for every edge."""
+    product = [((u, p), (v, 1 - p), w) for u, v, w in W_EDGES for p in (0, 1)]
+    graph = nx.DiGraph()
+    graph.add_weighted_edges_from(product)
+    dist = nx.single_source_dijkstra_path_length(graph, (1, 0))
+    rows = {p: sorted((v, d) for (v, q), d in dist.items() if q == p) for p in (0, 1)}
+    return Golden(
+        {"edge": W_EDGES},
+        {"even": (("node", "dist"), rows[0]), "odd": (("node", "dist"), rows[1])},
+        1e-9,
+        "networkx Dijkstra from (1, even) over the parity product graph of the edges.",
+    )
+
+
+GOLDENS["sssp_even_odd"] = _even_odd()
+
 GOLDENS["nexus_cc"] = Golden(
     {"arc": CC_EDGES},
     {

@@ -28,7 +28,6 @@ from fixflow.pipeline.config import (
     Config,
     ConfigError,
     add_conf_argument,
-    default_config,
     load_config,
 )
 
@@ -43,11 +42,6 @@ HELP = "evaluate a program once over fact files, writing Delta tables"
 ENGINES = ("sync", "async", "hybrid")
 
 log = logging.getLogger(__name__)
-
-
-LOCAL_ROWS = 100_000
-"""``--local-rows``' default: strata of up to this many rows run in the driver, where a
-round costs microseconds to milliseconds instead of a Spark job (bench/SMALL_RESULTS.md)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,16 +112,13 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="run a stratum in the driver, without Spark jobs, when its inputs and results "
-        f"stay within N rows (default: [engine] local_rows if --conf sets it, else "
-        f"{LOCAL_ROWS}; 0: always on Spark)",
+        "stay within N rows (default: [engine] local_rows, 2,000,000; 0: always on Spark)",
     )
 
 
 def settings(args: argparse.Namespace) -> Config:
-    """The ``--conf`` file over eval's defaults, then the flags over both."""
-    base = default_config()
-    base = replace(base, engine=replace(base.engine, local_rows=LOCAL_ROWS))
-    config = load_config(args.conf, base)
+    """The ``--conf`` file over the embedded settings, then the flags over both."""
+    config = load_config(args.conf)
     flags = {
         "mode": args.engine,
         "shards": args.shards,
