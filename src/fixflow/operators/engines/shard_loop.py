@@ -81,6 +81,18 @@ def _numpy_type(type_name: str) -> type:
     return {"number": np.int64, "float": np.float64}.get(type_name, object)
 
 
+def changes_acc(acc: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """Whether a sum's pending delta still changes its key's value in floating point
+    (acc + Δ != acc; an integer delta always does unless 0). A delta that does not stays
+    unpropagated: later ones add to it, exactly, until it matters, and a sum without a
+    termination clause stops at its float fixpoint instead of propagating ever smaller
+    deltas (a contraction by 0.85 takes thousands of rounds to reach 0.0). What is left
+    unpropagated is below half a unit in the last place of each key's value."""
+    if not np.issubdtype(delta.dtype, np.floating):
+        return delta != 0
+    return (delta != 0) & (acc + delta != acc)
+
+
 class LocalTable:
     """A shard's keys kept sorted, with acc, pending flag, delta and witness per key."""
 
@@ -190,7 +202,7 @@ class LocalTable:
             self.acc[pos] = np.where(self.present[pos], self.acc[pos], 0) + values
             self.present[pos] = True
             self.delta[pos] += values
-            self.pending[pos] = self.delta[pos] != 0
+            self.pending[pos] = changes_acc(self.acc[pos], self.delta[pos])
             return int(np.count_nonzero(values))
         better = values < self.acc[pos] if self.params.g == "min" else values > self.acc[pos]
         better |= ~self.present[pos]

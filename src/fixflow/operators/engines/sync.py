@@ -344,7 +344,9 @@ class _Run:
         acc = old + F.coalesce(d, F.lit(0))
         # A carried delta is already in acc, but not yet propagated.
         total = F.coalesce(d, F.lit(0)) + F.coalesce(F.col("p"), F.lit(0)) if carry else d
-        pending = F.when(total != 0, total)
+        # A delta that no longer changes acc in floating point stops (shard_loop.changes_acc):
+        # a sum without a termination clause ends at its float fixpoint.
+        pending = F.when((total != 0) & (acc + total != acc), total)
         value_type = spark_type(self.program.value_type)
         return grouped.select(
             *self.keys,
