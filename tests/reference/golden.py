@@ -62,6 +62,9 @@ def read_facts(directory: Path, program: Program) -> dict[str, list[Row]]:
         types = column_types(program, rel)
         data = path.read_bytes() if path.exists() else b""
         lines = (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode().splitlines()
+        if not types:  # Soufflé reads no field of a nullary relation's line: any line holds
+            facts[rel] = [()] if lines else []
+            continue
         facts[rel] = [
             tuple(
                 convert(v, t)
