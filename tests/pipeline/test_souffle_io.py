@@ -124,7 +124,9 @@ def test_the_stream_refuses_a_nullary_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     program = tmp_path / "p.dl"
-    program.write_text(".decl r(x: number)\n.output r\n.decl flag()\n.input flag\nr(1) :- flag().\n")
+    program.write_text(
+        ".decl r(x: number)\n.output r\n.decl flag()\n.input flag\nr(1) :- flag().\n"
+    )
     assert fixflow(["run", str(program)]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
     assert f"{program}:4:1: nullary input relation `flag` is not supported by the stream" in line

@@ -158,8 +158,12 @@ def _arith(op: str, left: Value, right: Value) -> Value:
         return left - right
     if op == "*":
         return left * right
+    if right == 0:
+        raise NoValue("x / 0")  # Soufflé: undefined (C++); Fixflow drops the binding
     if isinstance(left, int) and isinstance(right, int):
-        # int64 division truncates toward zero, unlike Python's floor division
+        # Soufflé's number / number is C++'s: truncated toward zero, unlike Python's //
+        if (left, right) == (INT64_MIN, -1):
+            raise NoValue("INT64_MIN / -1 overflows")
         quotient = abs(left) // abs(right)
         return quotient if (left >= 0) == (right >= 0) else -quotient
     return left / right
@@ -681,6 +685,11 @@ class _Evaluator:
         self.rules: dict[str, list[Rule]] = defaultdict(list)
         self.loaded: dict[str, set[Row]] = {}
         """Loaded facts of relations that rules also define (set by ``run``)."""
+        self.float_columns = {
+            d.relation: tuple(a.type == "float" for a in d.attributes) for d in program.declarations
+        }
+        """Per relation, which columns are floats: an integer stored there is a float, so
+        that a later ``/`` on it divides as floats do."""
         for rule in program.rules:
             self.rules[rule.head.relation].append(_expand_rule(rule))
         self.aggs: dict[str, _AggInfo] = {}
@@ -741,7 +750,10 @@ class _Evaluator:
             initial = {index_var: iteration} if index_var and iteration is not None else {}
             for body in rule.bodies:
                 for binding in solve_body(body, indexes, initial):
-                    yield self._head_row(rule.head, binding, recursive)
+                    try:
+                        yield self._head_row(rule.head, binding, recursive)
+                    except NoValue:
+                        continue  # a head value without a value (`x / 0`): no row
 
     def _head_row(self, head: Head, binding: Binding, recursive: bool) -> Row:
         row: list[Value] = []
@@ -752,7 +764,11 @@ class _Evaluator:
                 row.append(value)
             else:
                 row.append(eval_expr(arg, binding))
-        return tuple(row)
+        floats = self.float_columns.get(head.relation, ())
+        return tuple(
+            float(v) if is_float and type(v) is int else v
+            for v, is_float in zip(row, floats or (False,) * len(row), strict=True)
+        )
 
     def _derive(self, rel: str, db: Database, recursive: bool) -> set[Row]:
         rows = list(self._contributions(self.rules[rel], db, recursive))

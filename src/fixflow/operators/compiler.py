@@ -308,14 +308,12 @@ class RuleCompiler:
                 return None
             value = self.expr(source, types)
             types[name] = value.type
-            keep = tuple((n, Col(n, t)) for n, t in plan.schema)
-            assigned: Plan = Project(plan, (*keep, (name, value)))
             if _may_have_no_value(source):
-                # `v = to_number(s)` with s not a number: drop the binding (null = null
-                # is not true), rather than store a null in the head.
-                itself = Col(name, value.type)
-                assigned = Filter(assigned, Compare("=", itself, itself))
-            return assigned
+                # `v = to_number(s)` with s not a number: drop the binding rather than
+                # store a null in the head.
+                return _with_value(plan, name, value)
+            keep = tuple((n, Col(n, t)) for n, t in plan.schema)
+            return Project(plan, (*keep, (name, value)))
         if not _literal_vars(lit) <= set(types):
             return None
         left, right = self.expr(lit.left, types), self.expr(lit.right, types)
@@ -374,7 +372,12 @@ class RuleCompiler:
         for i, (arg, type_) in enumerate(zip(rule.head.args, declared, strict=True)):
             if i in skip_positions:
                 continue
-            outputs.append((f"h{i}", self.head_value(arg, body.types, type_, recursive)))
+            value = self.head_value(arg, body.types, type_, recursive)
+            if not isinstance(arg, ast.Aggregate) and _may_have_no_value(arg):
+                # `p(x, 7 / x)` with x = 0: no row, rather than a null in the head.
+                plan = _with_value(plan, f"#h{i}", value)
+                value = Col(f"#h{i}", value.type)
+            outputs.append((f"h{i}", value))
         return Project(plan, tuple(outputs))
 
     def head_value(
@@ -418,7 +421,8 @@ def _literal_vars(lit: ast.BodyLiteral) -> set[str]:
     return set()
 
 
-PARTIAL_OPS = frozenset(("%", "^"))
+PARTIAL_OPS = frozenset(("%", "^", "/"))
+INT64_MIN = -(2**63)
 PARTIAL_FUNCS = frozenset(("ftoi", "to_number", "to_float"))
 
 
@@ -433,6 +437,14 @@ def _may_have_no_value(expr: ast.Expr) -> bool:
         case ast.Call(func=func, args=args):
             return func in PARTIAL_FUNCS or any(_may_have_no_value(a) for a in args)
     return False
+
+
+def _with_value(plan: Plan, name: str, value: PExpr) -> Plan:
+    """``plan`` with a column ``name`` = ``value``, keeping only the rows where it has a
+    value (null = null is not true)."""
+    keep = tuple((n, Col(n, t)) for n, t in plan.schema)
+    itself = Col(name, value.type)
+    return Filter(Project(plan, (*keep, (name, value))), Compare("=", itself, itself))
 
 
 def _assignment_target(
@@ -599,9 +611,13 @@ def _arith(op: str, left: Column, right: Column, type_: TypeName) -> Column:
         return left - right
     if op == "*":
         return left * right
+    if op == "/" and type_ == "number":
+        # Soufflé's (C++'s) integer division truncates toward zero, as Java's does; x / 0
+        # and the overflowing INT64_MIN / -1 have no value (`when` evaluates neither).
+        defined = (right != 0) & ~((right == -1) & (left == F.lit(INT64_MIN)))
+        return F.when(defined, F.call_function("div", left, right))
     if op == "/":
-        # Division is float division (the checker types it so); x/0 yields no value.
-        return F.try_divide(left.cast(DoubleType()), right)
+        return F.try_divide(left.cast(DoubleType()), right)  # x / 0.0: no value
     if op == "%":
         # Java's remainder truncates toward zero, like C's (Soufflé's); x % 0: no value.
         return F.try_mod(left, right)
