@@ -115,6 +115,12 @@ fact(1, 2).
 .decl quot(x: number, y: number, z: number)
 .output quot
 quot(X, y, -7 / (X - 3)) :- edge(X, _, _), y = 6 / (X - 2).
+.decl notafter(x: number)
+.output notafter
+notafter(X) :- edge(X, _, _), !loop(X - 1).
+.decl later(y: number)
+.output later
+later(y) :- edge(X, _, _), !loop(y), y = X - 1.
 """
 
 FACTS = {
@@ -155,6 +161,13 @@ def test_arithmetic_and_builtins(compiled_rows: dict) -> None:
 def test_division_by_zero_drops_the_binding(compiled_rows: dict) -> None:
     # X = 2 divides by zero in the body, X = 3 in the head: no rows, and no nulls.
     assert compiled_rows["quot"] == {(1, -6, 3)}
+
+
+def test_negated_atoms_with_expressions_and_later_bound_variables(compiled_rows: dict) -> None:
+    # loop = {1}: `!loop(X - 1)` drops X = 2; `!loop(y)` waits for `y = X - 1`, written
+    # after it, instead of testing whether loop is empty.
+    assert compiled_rows["notafter"] == {(1,), (3,)}
+    assert compiled_rows["later"] == {(0,), (2,)}
 
 
 def test_symbols_and_symbol_comparison(compiled_rows: dict) -> None:

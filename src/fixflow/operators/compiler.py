@@ -280,6 +280,8 @@ class RuleCompiler:
         while pending and progress:
             progress = False
             for lit in list(pending):
+                if isinstance(lit, ast.Negation) and _binds_later(lit, types, pending, atom_vars):
+                    continue
                 applied = self._apply_one(plan, types, lit, atom_vars)
                 if applied is not None:
                     plan = applied
@@ -339,10 +341,38 @@ class RuleCompiler:
                 ),
             )
             names &= set(types)
+        if any(_is_expression(a) for a in atom.args):
+            if not set().union(*(ast.expr_vars(a) for a in atom.args)) <= set(types):
+                return None  # `!e(i + 1)` waits until `i` is bound
+            plan, atom = self._bind_expressions(plan, types, atom)
+            names |= {a.name for a in atom.args if isinstance(a, ast.Var)}
         scan, scan_types, tests = self.atom(atom)
-        if tests:
-            raise CompileError("expressions inside a negated atom are not supported")
+        assert not tests, "expression arguments are bound above"
         return AntiJoin(plan, scan, tuple(n for n in scan_types if n in names))
+
+    def _bind_expressions(
+        self, plan: Plan, types: Mapping[str, TypeName], atom: ast.Atom
+    ) -> tuple[Plan, ast.Atom]:
+        """``!e(i + 1)`` as ``#n = i + 1, !e(#n)``: each expression argument computed into a
+        fresh column (of the attribute's type, so the anti-join compares like values);
+        one without a value (``!e(x / 0)``) drops the binding, as an assignment does."""
+        args: list[ast.Expr] = []
+        for arg, type_ in zip(atom.args, self.schemas[atom.relation], strict=True):
+            if not _is_expression(arg):
+                args.append(arg)
+                continue
+            name = self._fresh_name("neg")
+            value = self.expr(arg, types)
+            if value.type != type_:
+                value = Cast(value, type_)
+            keep = tuple((n, Col(n, t)) for n, t in plan.schema)
+            plan = (
+                _with_value(plan, name, value)
+                if _may_have_no_value(arg)
+                else Project(plan, (*keep, (name, value)))
+            )
+            args.append(ast.Var(name))
+        return plan, ast.Atom(atom.relation, tuple(args), atom.span)
 
     # ------------------------------------------------------------ heads
 
@@ -437,6 +467,27 @@ def _may_have_no_value(expr: ast.Expr) -> bool:
         case ast.Call(func=func, args=args):
             return func in PARTIAL_FUNCS or any(_may_have_no_value(a) for a in args)
     return False
+
+
+def _binds_later(
+    negation: ast.Negation,
+    types: Mapping[str, TypeName],
+    pending: Sequence[ast.BodyLiteral],
+    atom_vars: set[str],
+) -> bool:
+    """Whether a variable of ``negation`` is unbound yet but bound later (by an assignment
+    still pending, or an atom outside the body): the anti-join waits for it, rather than
+    treat it as ``_`` as it does a variable that only the negation names."""
+    unbound = _literal_vars(negation) - set(types)
+    others = set().union(*(_literal_vars(lit) for lit in pending if lit is not negation))
+    return bool(unbound & (others | atom_vars))
+
+
+def _is_expression(arg: ast.Expr) -> bool:
+    """An atom argument that is neither a variable, ``_`` nor a constant."""
+    return not isinstance(
+        arg, ast.Var | ast.Wildcard | ast.NumberLit | ast.FloatLit | ast.StringLit
+    )
 
 
 def _with_value(plan: Plan, name: str, value: PExpr) -> Plan:
