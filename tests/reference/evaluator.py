@@ -339,10 +339,12 @@ def _is_bound(expr: Expr, binding: Mapping[str, Value]) -> bool:
 @dataclass(frozen=True)
 class _AggregateLiteral:
     """A Soufflé body aggregate, evaluated in place: its body is solved with its
-    correlation variables (``keys``: those also used outside it) bound, and the result
+    correlation variables (``keys``: those the enclosing body binds) bound, and the result
     bound to ``var``, which replaces the aggregate in the literal that used it. With
     several alternatives (``{ a ; b }``) it ranges over the set of their solutions projected
-    on ``columns`` (keys, target variables, variables every alternative names)."""
+    on ``columns`` (keys, target variables, variables every alternative names). A
+    ``min``/``max`` also binds its ``witnesses`` (variables the rule uses but binds only
+    inside it), once per tuple reaching the extreme value, as Soufflé does."""
 
     func: str
     target: Expr | None
@@ -350,6 +352,7 @@ class _AggregateLiteral:
     var: str
     keys: frozenset[str]
     columns: frozenset[str]
+    witnesses: frozenset[str] = frozenset()
 
 
 def _outermost_aggregates(node: object) -> list[SubAggregate]:
@@ -406,23 +409,60 @@ def _replace_aggregates(node: object, by: dict[int, str]) -> object:
     return node
 
 
-def _expand_body(body: Body, outer: set[str], fresh: Iterator[int]) -> Body:
-    """``body`` with every aggregate moved into an ``_AggregateLiteral`` before its use."""
+def _bound_outside(body: Body) -> set[str]:
+    """What ``body`` binds outside its aggregates (an aggregate's value is bound): the
+    variables of its positive atoms, then of ``X = e`` with ``e`` bound, repeatedly."""
+    bound = {
+        a.name
+        for lit in body.literals
+        if isinstance(lit, Atom)
+        for a in lit.args
+        if isinstance(a, Var)
+    }
+    changed = True
+    while changed:
+        changed = False
+        for lit in body.literals:
+            if not (isinstance(lit, Comparison) and lit.op == "="):
+                continue
+            for side, other in ((lit.left, lit.right), (lit.right, lit.left)):
+                free = _names_outside(side) - bound
+                if isinstance(side, Var) and free and _names_outside(other) <= bound:
+                    bound.add(side.name)
+                    changed = True
+    return bound
+
+
+def _expand_body(body: Body, used: set[str], fresh: Iterator[int]) -> Body:
+    """``body`` with every aggregate moved into an ``_AggregateLiteral`` before its use;
+    ``used``: the names the head of the body's rule uses."""
+    bound = _bound_outside(body)
+    unbound = (used | _names_outside(body.literals)) - bound
     literals: list[object] = []
     for literal in body.literals:
         by: dict[int, str] = {}
         for aggregate in _outermost_aggregates(literal):
             by[id(aggregate)] = var = f"?agg{next(fresh)}"
-            inside = _names_anywhere(aggregate)
+            keys = frozenset(_names_anywhere(aggregate) & bound)
+            binds = set().union(*(_bound_outside(b) for b in aggregate.bodies))
+            witnesses = frozenset(unbound & binds) if aggregate.func in ("min", "max") else None
+            inner_used = keys | expr_vars(aggregate.target) | (witnesses or set())
             inner = tuple(
-                _expand_body(_named_wildcards(b, fresh), outer | inside, fresh)
+                _expand_body(_named_wildcards(b, fresh), inner_used, fresh)
                 for b in aggregate.bodies
             )
-            keys = frozenset(inside & outer)
             shared = set.intersection(*(_names_outside(b.literals) for b in aggregate.bodies))
-            columns = keys | shared | expr_vars(aggregate.target)
+            columns = keys | shared | expr_vars(aggregate.target) | (witnesses or set())
             literals.append(
-                _AggregateLiteral(aggregate.func, aggregate.target, inner, var, keys, columns)
+                _AggregateLiteral(
+                    aggregate.func,
+                    aggregate.target,
+                    inner,
+                    var,
+                    keys,
+                    columns,
+                    witnesses or frozenset(),
+                )
             )
         literals.append(_replace_aggregates(literal, by) if by else literal)
     return Body(tuple(literals), body.span)  # type: ignore[arg-type]
@@ -459,15 +499,14 @@ def _expand_rule(rule: Rule) -> Rule:
     rule = _head_aggregates_to_body(rule)
     if not any(_outermost_aggregates(lit) for b in rule.bodies for lit in b.literals):
         return rule
-    outer = _names_outside(rule.head) | _names_outside(rule.bodies)
     fresh = itertools.count(1)
-    bodies = tuple(_expand_body(b, outer, fresh) for b in rule.bodies)
+    bodies = tuple(_expand_body(b, _names_outside(rule.head), fresh) for b in rule.bodies)
     return Rule(rule.head, bodies, rule.termination, rule.span)
 
 
-def _aggregate_value(
+def _aggregate_rows(
     literal: _AggregateLiteral, binding: Binding, indexes: _Indexes
-) -> Value | None:
+) -> list[Binding]:
     initial = {k: binding[k] for k in literal.keys}
     if len(literal.bodies) == 1:
         rows = solve_body(literal.bodies[0], indexes, initial)
@@ -478,6 +517,32 @@ def _aggregate_value(
             for row in solve_body(body, indexes, initial)
         }
         rows = [dict(row) for row in projected]
+    return rows
+
+
+def _aggregate_bindings(
+    literal: _AggregateLiteral, binding: Binding, indexes: _Indexes
+) -> Iterator[Binding]:
+    """``binding`` with the aggregate's value, and its witnesses: every distinct
+    assignment of them among the rows whose target is the extreme value."""
+    rows = _aggregate_rows(literal, binding, indexes)
+    value = _aggregate_value(literal, rows)
+    if value is None:
+        return
+    if not literal.witnesses:
+        yield {**binding, literal.var: value}
+        return
+    assert literal.target is not None
+    reached = {
+        tuple(sorted((w, row[w]) for w in literal.witnesses))
+        for row in rows
+        if eval_expr(literal.target, row) == value
+    }
+    for witnesses in sorted(reached):
+        yield {**binding, literal.var: value, **dict(witnesses)}
+
+
+def _aggregate_value(literal: _AggregateLiteral, rows: list[Binding]) -> Value | None:
     if literal.func == "count":
         return len(rows)
     assert literal.target is not None
@@ -539,10 +604,8 @@ def _unify_free(atom: Atom, row: Row, binding: Binding) -> bool:
 
 def _apply(literal: object, binding: Binding, indexes: _Indexes) -> Iterator[Binding]:
     match literal:
-        case _AggregateLiteral(var=var):
-            value = _aggregate_value(literal, binding, indexes)
-            if value is not None:
-                yield {**binding, var: value}
+        case _AggregateLiteral():
+            yield from _aggregate_bindings(literal, binding, indexes)
         case Atom():
             yield from _match_atom(literal, binding, indexes)
         case Negation(atom=atom):
