@@ -18,7 +18,7 @@ lifted from that body in turn (its keys are what that body binds).
 A variable that the rule uses outside the aggregate (in its head, say) without binding it
 there, and that the aggregate's body binds, is a *witness* of a ``min`` or ``max``:
 ``top(x, m) :- m = max y : e(x, y).`` is, as in Soufflé's GroundWitnesses transform,
-``top(x, m) :- _agg1(_agg1_v), m = _agg1_v, e(x, _agg1_c_y), _agg1_c_y = _agg1_v.``: the
+``top(x, m) :- _agg1(_agg1_v), e(x, _agg1_c1_y), _agg1_c1_y = _agg1_v, m = _agg1_v.``: the
 aggregate's body once more, its locals renamed, its target equal to the value, so every
 tuple reaching the extreme value (all of them, on a tie) gives its witnesses. A witness of
 ``count``, ``sum`` or ``mean`` is an error, as in Soufflé.
