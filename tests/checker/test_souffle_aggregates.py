@@ -228,3 +228,72 @@ def test_new_aggregate_forms_round_trip(text: str) -> None:
     program = parse(DECLS + text)
     assert parse(pretty(program)) == program
     assert pretty(parse(pretty(program))) == pretty(program)
+
+
+# ---------------------------------------------------------------- witnesses and nesting
+
+
+def _hidden_keys(analysis: object) -> list[list[str]]:
+    schemas = analysis.schemas  # type: ignore[attr-defined]
+    hidden = sorted(r for r in schemas if is_hidden(r) and "_" not in r[1:])
+    return [[a.name for a in schemas[r]][:-1] for r in hidden]
+
+
+def test_a_variable_bound_only_inside_a_max_is_its_witness() -> None:
+    """As in Soufflé, `x` (the head's only) does not group the max: it takes the values of
+    the tuples reaching it, every one of them on a tie."""
+    program = parse(DECLS + "p(x, c) :- c = max y : e(x, y).")
+    analysis = analyze(program)
+    assert not analysis.errors
+    assert _hidden_keys(analysis) == [[]]  # one global max, no group-by key
+    facts = {"e": [(1, 5), (2, 7), (3, 7), (4, 1)]}
+    assert evaluate(program, facts)["p"] == {(2, 7), (3, 7)}
+
+
+def test_a_witness_next_to_a_correlation_variable() -> None:
+    program = parse(
+        DECLS
+        + ".decl w(a: number, b: number, c: number)\n.output w\n"
+        + "w(x, y, m) :- k(x), m = min z : { e(x, z), e(y, z) }."
+    )
+    analysis = analyze(program)
+    assert not analysis.errors
+    assert _hidden_keys(analysis) == [["x"]]
+    facts = {"e": [(1, 5), (2, 5), (1, 7), (3, 7)], "k": [(1,), (3,), (9,)]}
+    # x = 1: z in {5, 7}, min 5, reached with y in {1, 2}; x = 3: 7 with y in {1, 3}.
+    assert evaluate(program, facts)["w"] == {(1, 1, 5), (1, 2, 5), (3, 1, 7), (3, 3, 7)}
+
+
+@pytest.mark.parametrize(
+    ("value", "func"),
+    [
+        ("count : { e(x, y) }", "count"),
+        ("sum y : { e(x, y) }", "sum"),
+        ("ftoi(mean y : { e(x, y) })", "mean"),
+    ],
+)
+def test_a_witness_of_count_sum_or_mean_is_an_error_as_in_souffle(value: str, func: str) -> None:
+    source = DECLS + f"p(x, c) :- c = {value}."
+    [error] = [d for d in diagnose(source, "f.dl") if d.severity == "error"]
+    assert error.message == f"`x` is bound only inside a `{func}` aggregate, but used outside it"
+    text = source.splitlines()[error.span.line - 1]
+    assert text[error.span.col - 1 :].startswith("x, y) }")
+    assert "_agg" not in error.message + " ".join(error.notes)
+
+
+def test_an_aggregate_assigned_inside_another_one() -> None:
+    """The inner sum is grouped by `n`, which the outer body binds; `z` stays local."""
+    program = parse(DECLS + "p(0, s) :- s = sum y : { k(n), y = sum z : { k(z), z < n } }.")
+    analysis = analyze(program)
+    assert not analysis.errors
+    assert sorted(_hidden_keys(analysis)) == [[], ["n"]]
+    assert evaluate(program, {"k": [(2,), (3,), (5,)]})["p"] == {(0, 7)}
+
+
+def test_an_aggregate_compared_inside_another_one() -> None:
+    source = DECLS + "p(x, c) :- k(x), c = count : { k(n), n < x, n > max z : { k(z), z < n } }."
+    program = parse(source)
+    assert not [d for d in diagnose(source, "f.dl") if d.severity == "error"]
+    facts = {"k": [(2,), (3,), (5,)]}
+    # n = 2 has no smaller k (no max: dropped); 3 > 2 and 5 > 3.
+    assert evaluate(program, facts)["p"] == {(2, 0), (3, 0), (5, 1)}

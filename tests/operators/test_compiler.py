@@ -112,6 +112,15 @@ calc(X, q, r, m, e, l, a, u) :- edge(X, Y, w), q = (X - 10) / 3, r = -7 / 2,
     m = min(w, 2.5), e = exp(0.0), l = log(1.0), a = abs(0 - w), u = relu(1.0 - w).
 labelled(L, w) :- name(X, L), edge(X, _, w), L != "skip".
 fact(1, 2).
+.decl quot(x: number, y: number, z: number)
+.output quot
+quot(X, y, -7 / (X - 3)) :- edge(X, _, _), y = 6 / (X - 2).
+.decl notafter(x: number)
+.output notafter
+notafter(X) :- edge(X, _, _), !loop(X - 1).
+.decl later(y: number)
+.output later
+later(y) :- edge(X, _, _), !loop(y), y = X - 1.
 """
 
 FACTS = {
@@ -144,8 +153,21 @@ def test_count_ranges_over_distinct_bindings(compiled_rows: dict) -> None:
 def test_arithmetic_and_builtins(compiled_rows: dict) -> None:
     by_x = {row[0]: row for row in compiled_rows["calc"] if row[0] == 3}
     _, q, r, m, e, ln, a, u = by_x[3]
-    assert (q, r) == (-7 / 3, -3.5)  # division is float division, as the checker types it
+    # number / number truncates toward zero, as in Soufflé: (3 - 10) / 3 = -2, -7 / 2 = -3
+    assert (q, r) == (-2.0, -3.0)
     assert (m, e, ln, a, u) == (2.5, 1.0, 0.0, 4.0, 0.0)
+
+
+def test_division_by_zero_drops_the_binding(compiled_rows: dict) -> None:
+    # X = 2 divides by zero in the body, X = 3 in the head: no rows, and no nulls.
+    assert compiled_rows["quot"] == {(1, -6, 3)}
+
+
+def test_negated_atoms_with_expressions_and_later_bound_variables(compiled_rows: dict) -> None:
+    # loop = {1}: `!loop(X - 1)` drops X = 2; `!loop(y)` waits for `y = X - 1`, written
+    # after it, instead of testing whether loop is empty.
+    assert compiled_rows["notafter"] == {(1,), (3,)}
+    assert compiled_rows["later"] == {(0,), (2,)}
 
 
 def test_symbols_and_symbol_comparison(compiled_rows: dict) -> None:

@@ -65,3 +65,15 @@ def test_null_semantics_follow_spark() -> None:
     div = Arith("/", Col("a", "float"), Col("b", "float"), "float")
     least, valid = evaluate_expr(Func("min", (div, Const(5.0, "float")), "float"), batch)
     assert least.tolist()[0] == 5.0 and (valid is None or valid.all())
+
+
+def test_number_division_truncates_toward_zero() -> None:
+    """Soufflé's (C++'s) ``number / number``; numpy's ``//`` would floor -7 / 2 to -4. As on
+    Spark, x / 0 and INT64_MIN / -1 have no value."""
+    low = np.iinfo(np.int64).min
+    batch = _batch(a=[7, -7, 7, -7, 6, 5, low, low], b=[2, 2, -2, -2, 3, 0, -1, 2])
+    quotient, valid = evaluate_expr(
+        Arith("/", Col("a", "number"), Col("b", "number"), "number"), batch
+    )
+    assert valid is not None and valid.tolist() == [True] * 5 + [False, False, True]
+    assert quotient.tolist()[:5] == [3, -3, -3, 3, 2] and quotient[7] == low // 2

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from fixflow.checker.ast import Attribute
+from fixflow.pipeline.cli import main as fixflow
 from fixflow.pipeline.commands.eval import _write_souffle_output
 from fixflow.pipeline.facts import FactsError, input_file, load_inputs
 from fixflow.pipeline.lake import nullary_table
@@ -109,3 +110,33 @@ def test_the_stream_names_the_directives_only_eval_honours() -> None:
     )
     assert eval_only_directives(program) == [".input e(...)", ".output p(...)", ".printsize o"]
     assert eval_only_directives(parse(".decl e(x: number)\n.input e\n", "p.dl")) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "holds"),
+    [
+        ("flag.facts", "()\n", True),  # what Soufflé writes for a nullary fact
+        ("flag.facts", "\n", True),  # any line: Soufflé reads no field when the arity is 0
+        ("flag.facts", "", False),
+        ("flag.csv", "\n\n", True),  # `fixflow eval --csv`: an empty header, an empty line
+        ("flag.csv", "\n", False),
+    ],
+)
+def test_a_nullary_input_holds_when_its_file_has_a_line(
+    tmp_path: Path, name: str, text: str, holds: bool
+) -> None:
+    (tmp_path / name).write_text(text)
+    table = load_inputs(tmp_path, {"flag": ()})["flag"]
+    assert (table.num_columns, table.num_rows) == (0, int(holds))
+
+
+def test_the_stream_refuses_a_nullary_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "p.dl"
+    program.write_text(
+        ".decl r(x: number)\n.output r\n.decl flag()\n.input flag\nr(1) :- flag().\n"
+    )
+    assert fixflow(["run", str(program)]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"{program}:4:1: nullary input relation `flag` is not supported by the stream" in line

@@ -158,8 +158,12 @@ def _arith(op: str, left: Value, right: Value) -> Value:
         return left - right
     if op == "*":
         return left * right
+    if right == 0:
+        raise NoValue("x / 0")  # Soufflé: undefined (C++); Fixflow drops the binding
     if isinstance(left, int) and isinstance(right, int):
-        # int64 division truncates toward zero, unlike Python's floor division
+        # Soufflé's number / number is C++'s: truncated toward zero, unlike Python's //
+        if (left, right) == (INT64_MIN, -1):
+            raise NoValue("INT64_MIN / -1 overflows")
         quotient = abs(left) // abs(right)
         return quotient if (left >= 0) == (right >= 0) else -quotient
     return left / right
@@ -427,10 +431,12 @@ def _is_bound(expr: Expr, binding: Mapping[str, Value]) -> bool:
 @dataclass(frozen=True)
 class _AggregateLiteral:
     """A Soufflé body aggregate, evaluated in place: its body is solved with its
-    correlation variables (``keys``: those also used outside it) bound, and the result
+    correlation variables (``keys``: those the enclosing body binds) bound, and the result
     bound to ``var``, which replaces the aggregate in the literal that used it. With
     several alternatives (``{ a ; b }``) it ranges over the set of their solutions projected
-    on ``columns`` (keys, target variables, variables every alternative names)."""
+    on ``columns`` (keys, target variables, variables every alternative names). A
+    ``min``/``max`` also binds its ``witnesses`` (variables the rule uses but binds only
+    inside it), once per tuple reaching the extreme value, as Soufflé does."""
 
     func: str
     target: Expr | None
@@ -438,6 +444,7 @@ class _AggregateLiteral:
     var: str
     keys: frozenset[str]
     columns: frozenset[str]
+    witnesses: frozenset[str] = frozenset()
 
 
 def _outermost_aggregates(node: object) -> list[SubAggregate]:
@@ -494,23 +501,60 @@ def _replace_aggregates(node: object, by: dict[int, str]) -> object:
     return node
 
 
-def _expand_body(body: Body, outer: set[str], fresh: Iterator[int]) -> Body:
-    """``body`` with every aggregate moved into an ``_AggregateLiteral`` before its use."""
+def _bound_outside(body: Body) -> set[str]:
+    """What ``body`` binds outside its aggregates (an aggregate's value is bound): the
+    variables of its positive atoms, then of ``X = e`` with ``e`` bound, repeatedly."""
+    bound = {
+        a.name
+        for lit in body.literals
+        if isinstance(lit, Atom)
+        for a in lit.args
+        if isinstance(a, Var)
+    }
+    changed = True
+    while changed:
+        changed = False
+        for lit in body.literals:
+            if not (isinstance(lit, Comparison) and lit.op == "="):
+                continue
+            for side, other in ((lit.left, lit.right), (lit.right, lit.left)):
+                free = _names_outside(side) - bound
+                if isinstance(side, Var) and free and _names_outside(other) <= bound:
+                    bound.add(side.name)
+                    changed = True
+    return bound
+
+
+def _expand_body(body: Body, used: set[str], fresh: Iterator[int]) -> Body:
+    """``body`` with every aggregate moved into an ``_AggregateLiteral`` before its use;
+    ``used``: the names the head of the body's rule uses."""
+    bound = _bound_outside(body)
+    unbound = (used | _names_outside(body.literals)) - bound
     literals: list[object] = []
     for literal in body.literals:
         by: dict[int, str] = {}
         for aggregate in _outermost_aggregates(literal):
             by[id(aggregate)] = var = f"?agg{next(fresh)}"
-            inside = _names_anywhere(aggregate)
+            keys = frozenset(_names_anywhere(aggregate) & bound)
+            binds = set().union(*(_bound_outside(b) for b in aggregate.bodies))
+            witnesses = frozenset(unbound & binds) if aggregate.func in ("min", "max") else None
+            inner_used = keys | expr_vars(aggregate.target) | (witnesses or set())
             inner = tuple(
-                _expand_body(_named_wildcards(b, fresh), outer | inside, fresh)
+                _expand_body(_named_wildcards(b, fresh), inner_used, fresh)
                 for b in aggregate.bodies
             )
-            keys = frozenset(inside & outer)
             shared = set.intersection(*(_names_outside(b.literals) for b in aggregate.bodies))
-            columns = keys | shared | expr_vars(aggregate.target)
+            columns = keys | shared | expr_vars(aggregate.target) | (witnesses or set())
             literals.append(
-                _AggregateLiteral(aggregate.func, aggregate.target, inner, var, keys, columns)
+                _AggregateLiteral(
+                    aggregate.func,
+                    aggregate.target,
+                    inner,
+                    var,
+                    keys,
+                    columns,
+                    witnesses or frozenset(),
+                )
             )
         literals.append(_replace_aggregates(literal, by) if by else literal)
     return Body(tuple(literals), body.span)  # type: ignore[arg-type]
@@ -547,15 +591,14 @@ def _expand_rule(rule: Rule) -> Rule:
     rule = _head_aggregates_to_body(rule)
     if not any(_outermost_aggregates(lit) for b in rule.bodies for lit in b.literals):
         return rule
-    outer = _names_outside(rule.head) | _names_outside(rule.bodies)
     fresh = itertools.count(1)
-    bodies = tuple(_expand_body(b, outer, fresh) for b in rule.bodies)
+    bodies = tuple(_expand_body(b, _names_outside(rule.head), fresh) for b in rule.bodies)
     return Rule(rule.head, bodies, rule.termination, rule.span)
 
 
-def _aggregate_value(
+def _aggregate_rows(
     literal: _AggregateLiteral, binding: Binding, indexes: _Indexes
-) -> Value | None:
+) -> list[Binding]:
     initial = {k: binding[k] for k in literal.keys}
     if len(literal.bodies) == 1:
         rows = solve_body(literal.bodies[0], indexes, initial)
@@ -566,6 +609,32 @@ def _aggregate_value(
             for row in solve_body(body, indexes, initial)
         }
         rows = [dict(row) for row in projected]
+    return rows
+
+
+def _aggregate_bindings(
+    literal: _AggregateLiteral, binding: Binding, indexes: _Indexes
+) -> Iterator[Binding]:
+    """``binding`` with the aggregate's value, and its witnesses: every distinct
+    assignment of them among the rows whose target is the extreme value."""
+    rows = _aggregate_rows(literal, binding, indexes)
+    value = _aggregate_value(literal, rows)
+    if value is None:
+        return
+    if not literal.witnesses:
+        yield {**binding, literal.var: value}
+        return
+    assert literal.target is not None
+    reached = {
+        tuple(sorted((w, row[w]) for w in literal.witnesses))
+        for row in rows
+        if eval_expr(literal.target, row) == value
+    }
+    for witnesses in sorted(reached):
+        yield {**binding, literal.var: value, **dict(witnesses)}
+
+
+def _aggregate_value(literal: _AggregateLiteral, rows: list[Binding]) -> Value | None:
     if literal.func == "count":
         return len(rows)
     assert literal.target is not None
@@ -627,10 +696,8 @@ def _unify_free(atom: Atom, row: Row, binding: Binding) -> bool:
 
 def _apply(literal: object, binding: Binding, indexes: _Indexes) -> Iterator[Binding]:
     match literal:
-        case _AggregateLiteral(var=var):
-            value = _aggregate_value(literal, binding, indexes)
-            if value is not None:
-                yield {**binding, var: value}
+        case _AggregateLiteral():
+            yield from _aggregate_bindings(literal, binding, indexes)
         case Atom():
             yield from _match_atom(literal, binding, indexes)
         case Negation(atom=atom):
@@ -773,6 +840,11 @@ class _Evaluator:
         self.rules: dict[str, list[Rule]] = defaultdict(list)
         self.loaded: dict[str, set[Row]] = {}
         """Loaded facts of relations that rules also define (set by ``run``)."""
+        self.float_columns = {
+            d.relation: tuple(a.type == "float" for a in d.attributes) for d in program.declarations
+        }
+        """Per relation, which columns are floats: an integer stored there is a float, so
+        that a later ``/`` on it divides as floats do."""
         for rule in program.rules:
             self.rules[rule.head.relation].append(_expand_rule(rule))
         self.aggs: dict[str, _AggInfo] = {}
@@ -833,7 +905,10 @@ class _Evaluator:
             initial = {index_var: iteration} if index_var and iteration is not None else {}
             for body in rule.bodies:
                 for binding in solve_body(body, indexes, initial):
-                    yield self._head_row(rule.head, binding, recursive)
+                    try:
+                        yield self._head_row(rule.head, binding, recursive)
+                    except NoValue:
+                        continue  # a head value without a value (`x / 0`): no row
 
     def _head_row(self, head: Head, binding: Binding, recursive: bool) -> Row:
         row: list[Value] = []
@@ -844,7 +919,11 @@ class _Evaluator:
                 row.append(value)
             else:
                 row.append(eval_expr(arg, binding))
-        return tuple(row)
+        floats = self.float_columns.get(head.relation, ())
+        return tuple(
+            float(v) if is_float and type(v) is int else v
+            for v, is_float in zip(row, floats or (False,) * len(row), strict=True)
+        )
 
     def _derive(self, rel: str, db: Database, recursive: bool) -> set[Row]:
         rows = list(self._contributions(self.rules[rel], db, recursive))

@@ -723,8 +723,9 @@ def _empty_outputs(analyzer: _Analyzer, defined: frozenset[str]) -> tuple[str, .
 
 def analyze(program: Program, source: str | None = None) -> Analysis:
     """Check a parsed program and compute its strata (see the module docstring)."""
-    program, lifted = lift_sub_aggregates(program)
+    program, lifted, problems = lift_sub_aggregates(program)
     analyzer = _Analyzer(program)
+    analyzer.diagnostics.extend(problems)
     analyzer.declarations()
     analyzer.rules()
     # Types are checked: `as(x, T)` is `x` from here on, for the strata and the engine.

@@ -136,9 +136,11 @@ class _Translation:
             return left - right
         if op == "*":
             return left * right
-        # Division yields a float (as in Spark); dividing by zero yields no value.
-        left, right = _real(left), _real(right)
+        # Dividing by zero yields no value.
         self.side.append(right != 0)
+        if left.is_int() and right.is_int():
+            return _truncated_division(left, right)
+        left, right = _real(left), _real(right)
         return left / right
 
     def _call(self, func: str, args: list[z3.ArithRef]) -> z3.ArithRef:
@@ -185,6 +187,13 @@ class _Translation:
 
 MODELLED_OPS = frozenset(("+", "-", "*", "/"))
 MODELLED_FUNCS = frozenset(("min", "max", "abs", "relu", "exp", "log"))
+
+
+def _truncated_division(left: z3.ArithRef, right: z3.ArithRef) -> z3.ArithRef:
+    """``number / number`` truncated toward zero (Soufflé's C++ division); Z3's integer
+    division rounds the other way for a negative dividend, so divide the magnitudes."""
+    magnitude = z3.If(left >= 0, left, -left) / z3.If(right >= 0, right, -right)
+    return z3.If((left >= 0) == (right >= 0), magnitude, -magnitude)
 
 
 def _real(term: z3.ArithRef) -> z3.ArithRef:

@@ -6,18 +6,30 @@
     p(x, c) :- q(x), _agg1(x, _agg1_v), c = _agg1_v ;
                q(x), !_agg1(x, _), _agg1_v = 0, c = _agg1_v.
 
-The aggregate's variables that also occur elsewhere in the rule are its group-by keys
-(correlation variables); the others are local. ``count`` and ``sum`` over an empty group
-are 0 (the second alternative); ``min``, ``max`` and ``mean`` then give no value, so the
-rule does not fire. A correlation variable the aggregate only tests (``count : { r(y),
-y > x }``) takes its values from a hidden ``_aggN_dom(x)`` projected from the enclosing
-body. Wildcards of the aggregate's atoms become hidden variables: as in
-Soufflé, ``count : { r(x, _) }`` counts tuples. Hidden names start with ``_``, which no
-identifier of a program can (docs/language.md), so they never collide with user names.
+As in Soufflé, the aggregate's variables that the enclosing body binds outside aggregates
+are its group-by keys (correlation variables); the others are local. ``count`` and ``sum``
+over an empty group are 0 (the second alternative); ``min``, ``max`` and ``mean`` then
+give no value, so the rule does not fire. A correlation variable the aggregate only tests
+(``count : { r(y), y > x }``) takes its values from a hidden ``_aggN_dom(x)`` projected
+from the enclosing body. Wildcards of the aggregate's atoms become hidden variables: as in
+Soufflé, ``count : { r(x, _) }`` counts tuples. An aggregate inside another one's body is
+lifted from that body in turn (its keys are what that body binds).
+
+A variable that the rule uses outside the aggregate (in its head, say) without binding it
+there, and that the aggregate's body binds, is a *witness* of a ``min`` or ``max``:
+``top(x, m) :- m = max y : e(x, y).`` is, as in Soufflé's GroundWitnesses transform,
+``top(x, m) :- _agg1(_agg1_v), e(x, _agg1_c1_y), _agg1_c1_y = _agg1_v, m = _agg1_v.``: the
+aggregate's body once more, its locals renamed, its target equal to the value, so every
+tuple reaching the extreme value (all of them, on a tie) gives its witnesses. A witness of
+``count``, ``sum`` or ``mean`` is an error, as in Soufflé.
+
+Hidden names start with ``_``, which no identifier of a program can (docs/language.md), so
+they never collide with user names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -40,6 +52,7 @@ from fixflow.checker.ast import (
     Item,
     Neg,
     Negation,
+    NodeT,
     NumberLit,
     Program,
     Rule,
@@ -50,9 +63,12 @@ from fixflow.checker.ast import (
     Wildcard,
     expr_vars,
 )
+from fixflow.checker.diagnostics import Diagnostic
 from fixflow.checker.types import BodyTypes, assignment_sides
 
 HIDDEN_PREFIX = "_agg"
+WITNESSED = ("min", "max")
+"""The aggregates whose body may bind variables the rule uses outside it (Soufflé's)."""
 
 
 @dataclass(frozen=True)
@@ -65,32 +81,50 @@ class Lifted:
     """The head relation of the rule the aggregate appears in."""
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """What a body aggregate sees of the body it is in."""
+
+    keys: frozenset[str]
+    """The names that may group it: bound by the body outside aggregates."""
+    unbound: frozenset[str]
+    """The names the rule uses outside aggregates without binding them: its witnesses if
+    the aggregate binds them."""
+
+
 @dataclass
 class _Lifter:
     schemas: dict[str, tuple[Attribute, ...]]
     items: list[Item] = field(default_factory=list)
     lifted: list[Lifted] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
     counter: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def rule(self, rule: Rule) -> Rule:
         rule = _head_aggregates_to_body(rule)
-        outer_names = _rule_names_outside_aggregates(rule)
+        head_names = set().union(*(_names(a) for a in rule.head.args))
         bodies: list[Body] = []
         for body in rule.bodies:
-            bodies += self._body(body, outer_names, rule.head.relation)
+            bodies += self._body(body, head_names, rule.head.relation)
         return Rule(rule.head, tuple(bodies), rule.termination, rule.span)
 
-    def _body(self, body: Body, outer: set[str], enclosing: str) -> list[Body]:
+    def _body(self, body: Body, used: set[str], enclosing: str) -> list[Body]:
         """The alternatives replacing ``body``: one per empty/non-empty choice of each
-        ``count``/``sum`` aggregate."""
+        ``count``/``sum`` aggregate, and per alternative of a witnessed one. ``used``: the
+        names the head of ``body``'s rule uses."""
+        if not any(_sub_aggregates(lit) for lit in body.literals):
+            return [body]
+        bound = _grounded(body)
+        used = used.union(*(_names(lit) for lit in body.literals))
+        scope = _Scope(frozenset(bound), frozenset(used - bound))
         alternatives: list[list[BodyLiteral]] = [[]]
         for literal in body.literals:
-            choices = self._literal(literal, body, outer, enclosing)
+            choices = self._literal(literal, body, scope, enclosing)
             alternatives = [a + c for a in alternatives for c in choices]
         return [Body(tuple(a), body.span) for a in alternatives]
 
     def _literal(
-        self, literal: BodyLiteral, body: Body, outer: set[str], enclosing: str
+        self, literal: BodyLiteral, body: Body, scope: _Scope, enclosing: str
     ) -> list[list[BodyLiteral]]:
         aggregates = _sub_aggregates(literal)
         if not aggregates:
@@ -98,41 +132,92 @@ class _Lifter:
         choices: list[list[BodyLiteral]] = [[]]
         replacements: dict[int, Var] = {}
         for aggregate in aggregates:
-            value, options = self._lift(aggregate, body, outer, enclosing)
+            value, options = self._lift(aggregate, body, scope, enclosing)
             replacements[id(aggregate)] = value
             choices = [c + o for c in choices for o in options]
         rewritten = _replace_in_literal(literal, replacements)
         return [[*c, rewritten] for c in choices]
 
     def _lift(
-        self, aggregate: SubAggregate, body: Body, outer: set[str], enclosing: str
+        self, aggregate: SubAggregate, body: Body, scope: _Scope, enclosing: str
     ) -> tuple[Var, list[list[BodyLiteral]]]:
         relation = f"{HIDDEN_PREFIX}{next(self.counter)}"
         span = aggregate.span
+        witnesses = self._witnesses(aggregate, scope)
+        refused = aggregate.func not in WITNESSED and bool(witnesses)
+        if refused:
+            # Reported: grouping by them (without the empty group, where they would have
+            # no value) spares the user errors that only follow from it.
+            scope = _Scope(scope.keys | set(witnesses), scope.unbound)
+            witnesses = []
         if len(aggregate.bodies) == 1:
-            keys, value_type = self._aggregate_rules(relation, aggregate, body, outer, enclosing)
+            keys, value_type = self._aggregate_rules(relation, aggregate, body, scope, enclosing)
         else:
-            keys, value_type = self._union_rules(relation, aggregate, body, outer, enclosing)
+            keys, value_type = self._union_rules(relation, aggregate, body, scope, enclosing)
         self._declare(relation, [*keys, Attribute("value", value_type, span)], span)
         self.lifted.append(Lifted(relation, span, enclosing))
         value = Var(f"{relation}_v", span)
         key_vars = tuple(Var(k.name, span) for k in keys)
         options: list[list[BodyLiteral]] = [[Atom(relation, (*key_vars, value), span)]]
-        if aggregate.func in ("count", "sum"):
+        if witnesses:
+            kept = {k.name for k in keys} | set(witnesses)
+            copies = self._witness_copies(aggregate, value, kept, relation)
+            used = scope.unbound | scope.keys
+            expanded = [b for c in copies for b in self._body(c, set(used), enclosing)]
+            options = [[*o, *c.literals] for o in options for c in expanded]
+        if aggregate.func in ("count", "sum") and not refused:
             zero: Expr = FloatLit(0.0, span) if value_type == "float" else NumberLit(0, span)
             absent = Negation(Atom(relation, (*key_vars, Wildcard(span)), span), span)
             options.append([absent, Comparison("=", value, zero, span)])
         return value, options
 
+    def _witnesses(self, aggregate: SubAggregate, scope: _Scope) -> list[str]:
+        """The variables ``aggregate`` binds that the rule uses unbound outside it (module
+        doc); for ``count``, ``sum`` and ``mean`` each is an error, as in Soufflé."""
+        bound = set().union(*(_grounded(b) for b in aggregate.bodies))
+        witnesses = sorted(scope.unbound & bound)
+        if aggregate.func not in WITNESSED:
+            for name in witnesses:
+                self.diagnostics.append(
+                    Diagnostic(
+                        f"`{name}` is bound only inside a `{aggregate.func}` aggregate, "
+                        "but used outside it",
+                        _first_occurrence(aggregate, name),
+                        (
+                            f"bind `{name}` outside the aggregate to group by it; only a "
+                            "`min` or `max` aggregate gives values (witnesses) to variables "
+                            "used outside it, as in Soufflé",
+                        ),
+                    )
+                )
+        return witnesses
+
+    def _witness_copies(
+        self, aggregate: SubAggregate, value: Var, kept: set[str], relation: str
+    ) -> list[Body]:
+        """Per alternative of ``aggregate``, its body with the target equal to ``value``
+        and every variable but ``kept`` (its keys and witnesses) renamed: joined to the
+        rule, it binds the witnesses to the tuples that reach the value (module doc)."""
+        assert aggregate.target is not None, "min and max have a target"
+        copies: list[Body] = []
+        for index, alternative in enumerate(aggregate.bodies, start=1):
+            names = _body_names(alternative) | expr_vars(aggregate.target)
+            rename = {n: f"{relation}_c{index}_{n}" for n in sorted(names - kept)}
+            target = _renamed(aggregate.target, rename)
+            literals = _renamed(alternative.literals, rename)
+            reached = Comparison("=", target, value, aggregate.span)
+            copies.append(Body((*literals, reached), alternative.span))
+        return copies
+
     def _aggregate_rules(
-        self, relation: str, aggregate: SubAggregate, body: Body, outer: set[str], enclosing: str
+        self, relation: str, aggregate: SubAggregate, body: Body, scope: _Scope, enclosing: str
     ) -> tuple[list[Attribute], TypeName]:
         """``_aggN(keys.., f[target]) :- inner.`` for a body aggregate of one body: its
         keys (correlation variables) and the type of its value."""
         span = aggregate.span
         inner = _with_named_wildcards(aggregate.bodies[0], relation)
         inner_names = _body_names(inner) | expr_vars(aggregate.target)
-        candidates = sorted(inner_names & outer)
+        candidates = sorted(inner_names & scope.keys)
         inner, types = self._typed_keys(f"{relation}_dom", candidates, body, inner, span)
         # A key still unbound stays a plain variable: the analysis reports it as unsafe
         # where the user wrote it.
@@ -141,12 +226,15 @@ class _Lifter:
             *[Var(k.name, span) for k in keys],
             Aggregate(aggregate.func, aggregate.target, span),
         )
-        for alternative in self._body(inner, outer | inner_names, enclosing):
+        # Aggregates nested in ``inner`` are lifted from it: its head uses the keys and
+        # the target.
+        used = {k.name for k in keys} | expr_vars(aggregate.target)
+        for alternative in self._body(inner, used, enclosing):
             self.items.append(Rule(Head(relation, head_args, span), (alternative,), None, span))
         return keys, _value_type(aggregate, types)
 
     def _union_rules(
-        self, relation: str, aggregate: SubAggregate, body: Body, outer: set[str], enclosing: str
+        self, relation: str, aggregate: SubAggregate, body: Body, scope: _Scope, enclosing: str
     ) -> tuple[list[Attribute], TypeName]:
         """``f t : { b1 ; b2 }``: a hidden set relation ``_aggN_set(keys.., locals..)`` with
         one rule per alternative, and ``_aggN(keys.., f[t]) :- _aggN_set(keys.., locals..)``.
@@ -157,7 +245,7 @@ class _Lifter:
         span = aggregate.span
         union = f"{relation}_set"
         names = [_body_names(b) | expr_vars(aggregate.target) for b in aggregate.bodies]
-        keys = sorted(set().union(*names) & outer)
+        keys = sorted(set().union(*names) & scope.keys)
         columns = [*keys, *_union_locals(aggregate, keys)]
         head = Head(union, tuple(Var(c, span) for c in columns), span)
         typed: list[BodyTypes] = []
@@ -165,7 +253,7 @@ class _Lifter:
             domain = f"{relation}_dom{index}"
             inner, types = self._typed_keys(domain, keys, body, alternative, span)
             typed.append(types)
-            for expanded in self._body(inner, outer | names[index - 1], enclosing):
+            for expanded in self._body(inner, set(columns), enclosing):
                 self.items.append(Rule(head, (expanded,), None, span))
         self._declare(union, [Attribute(c, _column_type(c, typed), span) for c in columns], span)
         set_body = Body((Atom(union, tuple(Var(c, span) for c in columns), span),), span)
@@ -225,9 +313,13 @@ def _head_aggregates_to_body(rule: Rule) -> Rule:
     return Rule(head, bodies, rule.termination, rule.span)
 
 
-def _infer(body: Body, schemas: dict[str, tuple[Attribute, ...]]) -> BodyTypes:
-    """The types of the variables ``body`` binds (atoms, then assignments to a fixpoint)."""
-    types = BodyTypes(dict(schemas))
+def _infer(
+    body: Body, schemas: dict[str, tuple[Attribute, ...]], known: dict[str, TypeName] | None = None
+) -> BodyTypes:
+    """The types of the variables ``body`` binds (atoms, then assignments to a fixpoint;
+    ``known``: those of an enclosing body). A nested aggregate's value has the type of its
+    target in its own body."""
+    types = BodyTypes(dict(schemas), dict(known or {}))
     for literal in body.literals:
         if isinstance(literal, Atom):
             types.bind_from_atom(literal)
@@ -238,10 +330,22 @@ def _infer(body: Body, schemas: dict[str, tuple[Attribute, ...]]) -> BodyTypes:
         for comparison in list(pending):
             target, value = assignment_sides(comparison, set(types.types))
             if target is not None and expr_vars(value) <= set(types.types):
-                types.bind_assignment(target, value)
+                types.bind_assignment(target, _typed_values(value, types))
                 pending.remove(comparison)
                 progress = True
     return types
+
+
+def _typed_values(expr: Expr, types: BodyTypes) -> Expr:
+    """``expr`` with each body aggregate replaced by a hidden variable of its value's type
+    (added to ``types``), so that ``expr`` can be typed."""
+    by: dict[int, Var] = {}
+    for aggregate in _sub_aggregates(expr):
+        name = f"{HIDDEN_PREFIX}_type{len(types.types)}"
+        inner = _infer(aggregate.bodies[0], types.schemas, types.types)
+        types.types[name] = _value_type(aggregate, inner)
+        by[id(aggregate)] = Var(name, aggregate.span)
+    return _replace(expr, by) if by else expr
 
 
 def _union_locals(aggregate: SubAggregate, keys: list[str]) -> list[str]:
@@ -351,6 +455,59 @@ def _names(node: object) -> set[str]:
     return set()
 
 
+def _grounded(body: Body) -> set[str]:
+    """The variables ``body`` binds outside its aggregates (positive atoms, then
+    assignments to a fixpoint; an aggregate's value counts as bound, as in Soufflé)."""
+    bound: set[str] = set()
+    for literal in body.literals:
+        if isinstance(literal, Atom):
+            bound |= {a.name for a in literal.args if isinstance(a, Var)}
+    pending = [lit for lit in body.literals if isinstance(lit, Comparison) and lit.op == "="]
+    progress = True
+    while progress:
+        progress = False
+        for comparison in list(pending):
+            target, value = assignment_sides(comparison, bound)
+            if target is not None and expr_vars(value) <= bound:
+                bound.add(target.name)
+                pending.remove(comparison)
+                progress = True
+    return bound
+
+
+def _renamed(node: NodeT, rename: dict[str, str]) -> NodeT:
+    """``node`` (an AST node or a tuple of them) with the variables of ``rename``
+    renamed, inside nested aggregates too."""
+    if isinstance(node, Var):
+        return Var(rename.get(node.name, node.name), node.span)  # type: ignore[return-value]
+    if isinstance(node, tuple):
+        return tuple(_renamed(n, rename) for n in node)  # type: ignore[return-value]
+    if dataclasses.is_dataclass(node) and not isinstance(node, Span | type):
+        changes = {
+            f.name: _renamed(getattr(node, f.name), rename) for f in dataclasses.fields(node)
+        }
+        return dataclasses.replace(node, **changes)
+    return node
+
+
+def _first_occurrence(aggregate: SubAggregate, name: str) -> Span:
+    """Where ``name`` first occurs in ``aggregate``'s bodies (for a diagnostic)."""
+    found: list[Span] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, Var) and node.name == name:
+            found.append(node.span)
+        elif isinstance(node, tuple):
+            for child in node:
+                visit(child)
+        elif dataclasses.is_dataclass(node) and not isinstance(node, Span | type):
+            for f in dataclasses.fields(node):
+                visit(getattr(node, f.name))
+
+    visit(aggregate.bodies)
+    return found[0] if found else aggregate.span
+
+
 def _body_names(body: Body) -> set[str]:
     names: set[str] = set()
     for literal in body.literals:
@@ -358,14 +515,6 @@ def _body_names(body: Body) -> set[str]:
         for aggregate in _sub_aggregates(literal):
             names |= expr_vars(aggregate.target)
             names = names.union(*(_body_names(b) for b in aggregate.bodies))
-    return names
-
-
-def _rule_names_outside_aggregates(rule: Rule) -> set[str]:
-    names = set().union(*(_names(a) for a in rule.head.args))
-    for body in rule.bodies:
-        for literal in body.literals:
-            names |= _names(literal)
     return names
 
 
@@ -380,16 +529,18 @@ def has_sub_aggregates(program: Program) -> bool:
 
 def lift_sub_aggregates(
     program: Program,
-) -> tuple[Program, tuple[Lifted, ...]]:
-    """The program with every body aggregate lifted into a hidden relation (module doc)."""
+) -> tuple[Program, tuple[Lifted, ...], tuple[Diagnostic, ...]]:
+    """The program with every body aggregate lifted into a hidden relation (module doc),
+    and what is wrong with its aggregates (a witness of ``count``, ``sum`` or ``mean``)."""
     if not has_sub_aggregates(program):
-        return program, ()
+        return program, (), ()
     schemas = {d.relation: d.attributes for d in program.declarations}
     lifter = _Lifter(schemas)
     items: list[Item] = []
     for item in program.items:
         items.append(lifter.rule(item) if isinstance(item, Rule) else item)
-    return Program(tuple(items + lifter.items), program.file), tuple(lifter.lifted)
+    lifted = Program(tuple(items + lifter.items), program.file)
+    return lifted, tuple(lifter.lifted), tuple(lifter.diagnostics)
 
 
 def is_hidden(relation: str) -> bool:

@@ -3,7 +3,8 @@
 Types are ``number`` (int64), ``float`` and ``symbol``. ``number`` widens to ``float``
 (an int literal or an integer value may land in a float column); the reverse is a
 narrowing and an error, and mixing ``symbol`` with either numeric type is an error.
-Division always yields ``float`` (it does in Spark, where the engine evaluates it).
+``/`` on two ``number`` operands is a ``number``, truncated toward zero as in Soufflé (C++):
+``-7 / 2`` is ``-3``; with a ``float`` operand it is a ``float``.
 ``%``, the bitwise and the logical operators take ``number`` operands only (as in Soufflé,
 where they are integer operators): a float operand is an error, not a truncation.
 """
@@ -78,8 +79,6 @@ CONVERSIONS: dict[tuple[str, str], str] = {
 
 def arith_result(op: str, left: TypeName, right: TypeName) -> TypeName:
     """The type of ``left op right`` on well-typed operands."""
-    if op == "/":
-        return "float"
     if op in INTEGER_OPS:
         return "number"
     return join_numeric(left, right)  # `^` included: number ^ number is a number

@@ -281,6 +281,8 @@ class RuleCompiler:
         while pending and progress:
             progress = False
             for lit in list(pending):
+                if isinstance(lit, ast.Negation) and _binds_later(lit, types, pending, atom_vars):
+                    continue
                 applied = self._apply_one(plan, types, lit, atom_vars)
                 if applied is not None:
                     plan = applied
@@ -309,14 +311,12 @@ class RuleCompiler:
                 return None
             value = self.expr(source, types)
             types[name] = value.type
-            keep = tuple((n, Col(n, t)) for n, t in plan.schema)
-            assigned: Plan = Project(plan, (*keep, (name, value)))
             if _may_have_no_value(source):
-                # `v = to_number(s)` with s not a number: drop the binding (null = null
-                # is not true), rather than store a null in the head.
-                itself = Col(name, value.type)
-                assigned = Filter(assigned, Compare("=", itself, itself))
-            return assigned
+                # `v = to_number(s)` with s not a number: drop the binding rather than
+                # store a null in the head.
+                return _with_value(plan, name, value)
+            keep = tuple((n, Col(n, t)) for n, t in plan.schema)
+            return Project(plan, (*keep, (name, value)))
         if not _literal_vars(lit) <= set(types):
             return None
         left, right = self.expr(lit.left, types), self.expr(lit.right, types)
@@ -342,10 +342,38 @@ class RuleCompiler:
                 ),
             )
             names &= set(types)
+        if any(_is_expression(a) for a in atom.args):
+            if not set().union(*(ast.expr_vars(a) for a in atom.args)) <= set(types):
+                return None  # `!e(i + 1)` waits until `i` is bound
+            plan, atom = self._bind_expressions(plan, types, atom)
+            names |= {a.name for a in atom.args if isinstance(a, ast.Var)}
         scan, scan_types, tests = self.atom(atom)
-        if tests:
-            raise CompileError("expressions inside a negated atom are not supported")
+        assert not tests, "expression arguments are bound above"
         return AntiJoin(plan, scan, tuple(n for n in scan_types if n in names))
+
+    def _bind_expressions(
+        self, plan: Plan, types: Mapping[str, TypeName], atom: ast.Atom
+    ) -> tuple[Plan, ast.Atom]:
+        """``!e(i + 1)`` as ``#n = i + 1, !e(#n)``: each expression argument computed into a
+        fresh column (of the attribute's type, so the anti-join compares like values);
+        one without a value (``!e(x / 0)``) drops the binding, as an assignment does."""
+        args: list[ast.Expr] = []
+        for arg, type_ in zip(atom.args, self.schemas[atom.relation], strict=True):
+            if not _is_expression(arg):
+                args.append(arg)
+                continue
+            name = self._fresh_name("neg")
+            value = self.expr(arg, types)
+            if value.type != type_:
+                value = Cast(value, type_)
+            keep = tuple((n, Col(n, t)) for n, t in plan.schema)
+            plan = (
+                _with_value(plan, name, value)
+                if _may_have_no_value(arg)
+                else Project(plan, (*keep, (name, value)))
+            )
+            args.append(ast.Var(name))
+        return plan, ast.Atom(atom.relation, tuple(args), atom.span)
 
     # ------------------------------------------------------------ heads
 
@@ -375,7 +403,12 @@ class RuleCompiler:
         for i, (arg, type_) in enumerate(zip(rule.head.args, declared, strict=True)):
             if i in skip_positions:
                 continue
-            outputs.append((f"h{i}", self.head_value(arg, body.types, type_, recursive)))
+            value = self.head_value(arg, body.types, type_, recursive)
+            if not isinstance(arg, ast.Aggregate) and _may_have_no_value(arg):
+                # `p(x, 7 / x)` with x = 0: no row, rather than a null in the head.
+                plan = _with_value(plan, f"#h{i}", value)
+                value = Col(f"#h{i}", value.type)
+            outputs.append((f"h{i}", value))
         return Project(plan, tuple(outputs))
 
     def head_value(
@@ -419,7 +452,8 @@ def _literal_vars(lit: ast.BodyLiteral) -> set[str]:
     return set()
 
 
-PARTIAL_OPS = frozenset(("%", "^"))
+PARTIAL_OPS = frozenset(("%", "^", "/"))
+INT64_MIN = -(2**63)
 PARTIAL_FUNCS = frozenset(("ftoi", "to_number", "to_float"))
 
 
@@ -434,6 +468,35 @@ def _may_have_no_value(expr: ast.Expr) -> bool:
         case ast.Call(func=func, args=args):
             return func in PARTIAL_FUNCS or any(_may_have_no_value(a) for a in args)
     return False
+
+
+def _binds_later(
+    negation: ast.Negation,
+    types: Mapping[str, TypeName],
+    pending: Sequence[ast.BodyLiteral],
+    atom_vars: set[str],
+) -> bool:
+    """Whether a variable of ``negation`` is unbound yet but bound later (by an assignment
+    still pending, or an atom outside the body): the anti-join waits for it, rather than
+    treat it as ``_`` as it does a variable that only the negation names."""
+    unbound = _literal_vars(negation) - set(types)
+    others = set().union(*(_literal_vars(lit) for lit in pending if lit is not negation))
+    return bool(unbound & (others | atom_vars))
+
+
+def _is_expression(arg: ast.Expr) -> bool:
+    """An atom argument that is neither a variable, ``_`` nor a constant."""
+    return not isinstance(
+        arg, ast.Var | ast.Wildcard | ast.NumberLit | ast.FloatLit | ast.StringLit
+    )
+
+
+def _with_value(plan: Plan, name: str, value: PExpr) -> Plan:
+    """``plan`` with a column ``name`` = ``value``, keeping only the rows where it has a
+    value (null = null is not true)."""
+    keep = tuple((n, Col(n, t)) for n, t in plan.schema)
+    itself = Col(name, value.type)
+    return Filter(Project(plan, (*keep, (name, value))), Compare("=", itself, itself))
 
 
 def _assignment_target(
@@ -604,9 +667,13 @@ def _arith(op: str, left: Column, right: Column, type_: TypeName) -> Column:
         return left - right
     if op == "*":
         return left * right
+    if op == "/" and type_ == "number":
+        # Soufflé's (C++'s) integer division truncates toward zero, as Java's does; x / 0
+        # and the overflowing INT64_MIN / -1 have no value (`when` evaluates neither).
+        defined = (right != 0) & ~((right == -1) & (left == F.lit(INT64_MIN)))
+        return F.when(defined, F.call_function("div", left, right))
     if op == "/":
-        # Division is float division (the checker types it so); x/0 yields no value.
-        return F.try_divide(left.cast(DoubleType()), right)
+        return F.try_divide(left.cast(DoubleType()), right)  # x / 0.0: no value
     if op == "%":
         # Java's remainder truncates toward zero, like C's (Soufflé's); x % 0: no value.
         return F.try_mod(left, right)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from fixflow.checker.ast import Attribute
-from fixflow.pipeline.lake import rows_to_arrow
+from fixflow.pipeline.lake import declared_rows, nullary_table, rows_to_arrow
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,8 @@ def read_rows(
 ) -> list[tuple[Value, ...]]:
     """Typed rows of one facts file, in declared column order (``delimiter``: see
     ``_records``; such a file has no header)."""
+    if not attributes:
+        return [()] if _nullary_holds(path, delimiter) else []
     records = _records(path, delimiter)
     order = list(range(len(attributes)))
     if delimiter is None and _is_csv(path):
@@ -142,6 +144,16 @@ def read_rows(
             tuple(_convert(fields[i], a, where) for i, a in zip(order, attributes, strict=True))
         )
     return rows
+
+
+def _nullary_holds(path: Path, delimiter: str | None) -> bool:
+    """Whether a nullary relation's facts file holds its empty tuple. As Soufflé's reader,
+    which reads no field of a line when the arity is 0, any line does: Soufflé writes
+    ``()``, ``fixflow eval --csv`` an empty line (after the header line of a ``.csv``)."""
+    lines = _lines(path)
+    if delimiter is None and _is_csv(path):
+        next(lines, None)  # the header: an empty line
+    return next(lines, None) is not None
 
 
 def _header_order(
@@ -165,6 +177,8 @@ def read_table(
     """One facts file as a pyarrow table with the declared schema."""
     rows = read_rows(path, attributes, delimiter)
     log.info("read %d facts from %s", len(rows), path)
+    if not attributes:  # no columns: the row count alone says whether it holds
+        return declared_rows(nullary_table(bool(rows)), attributes)
     return rows_to_arrow(rows, attributes)
 
 

@@ -150,8 +150,8 @@ def evaluate_expr(expr: PExpr, batch: Batch) -> Value:
             return batch.cols[name], batch.valid.get(name)
         case Const(value=value, type=type_):
             return np.full(batch.n, value, dtype=NUMPY_TYPES[type_]), None
-        case Arith(op=op, left=left, right=right):
-            return _arith(op, evaluate_expr(left, batch), evaluate_expr(right, batch))
+        case Arith(op=op, left=left, right=right, type=type_):
+            return _arith(op, evaluate_expr(left, batch), evaluate_expr(right, batch), type_)
         case Negate(operand=operand):
             values, valid = evaluate_expr(operand, batch)
             return -values, valid
@@ -175,7 +175,7 @@ COMPARISONS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 
-def _arith(op: str, left: Value, right: Value) -> Value:
+def _arith(op: str, left: Value, right: Value, type_: str) -> Value:
     (a, va), (b, vb) = left, right
     valid = _both(va, vb)
     if op == "+":
@@ -184,11 +184,24 @@ def _arith(op: str, left: Value, right: Value) -> Value:
         return a - b, valid
     if op == "*":
         return a * b, valid
-    # Float division, as in the checker's typing; x / 0 has no value (Spark's try_divide).
+    if type_ == "number":
+        return _integer_divide(a, b, valid)
+    # Float division; x / 0 has no value (Spark's try_divide).
     nonzero = b != 0
     with np.errstate(divide="ignore", invalid="ignore"):
         quotient = np.divide(a.astype(np.float64), np.where(nonzero, b, 1))
     return quotient, _both(valid, nonzero)
+
+
+def _integer_divide(a: np.ndarray, b: np.ndarray, valid: np.ndarray | None) -> Value:
+    """``number / number`` truncated toward zero (Soufflé's C++ division; numpy's ``//``
+    floors); x / 0 and INT64_MIN / -1 have no value, as on Spark."""
+    defined = (b != 0) & ~((b == -1) & (a == np.iinfo(np.int64).min))
+    divisor = np.where(defined, b, 1)
+    floored = a // divisor
+    inexact = (a - floored * divisor) != 0
+    quotient = floored + (inexact & ((a < 0) != (divisor < 0)))
+    return quotient, _both(valid, defined)
 
 
 def _builtin(name: str, args: list[Value], type_: str) -> Value:

@@ -34,6 +34,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"fixflow run: {args.program}: no such file", file=sys.stderr)
         return 2
     try:
+        nullary = _nullary_input(Path(args.program))
+        if nullary is not None:
+            print(f"fixflow run: {nullary}", file=sys.stderr)
+            return 1
         config = config_from_args(args)
         return _run(config, args.program, args.available_now)
     except ConfigError as error:
@@ -50,6 +54,25 @@ def run(args: argparse.Namespace) -> int:
             raise
         print(f"fixflow run: the stream stopped: {failure_summary(error)}", file=sys.stderr)
         return 1
+
+
+def _nullary_input(program_file: Path) -> str | None:
+    """Why the stream refuses the program, if it has a nullary input: a topic's records
+    carry the fields of a tuple, and a nullary relation's one tuple has none (`fixflow
+    eval` reads its facts file; docs/language.md)."""
+    from fixflow.checker import load
+    from fixflow.checker.ast import InputDirective
+
+    report = load(program_file.read_text(encoding="utf-8"), str(program_file))
+    schemas = report.analysis.schemas
+    for item in report.analysis.program.items:
+        if isinstance(item, InputDirective) and not schemas.get(item.relation, (None,)):
+            return (
+                f"{item.span}: nullary input relation `{item.relation}` is not supported by "
+                "the stream (only by `fixflow eval`): derive it from a relation with "
+                "attributes instead"
+            )
+    return None
 
 
 def _run(config: Config, program: str, available_now: bool) -> int:
