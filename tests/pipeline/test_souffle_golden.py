@@ -81,3 +81,15 @@ def test_facts_and_output_directories_default_to_the_current_one(
     monkeypatch.chdir(tmp_path)
     assert fixflow(["eval", "prog.dl"]) == 0
     assert sorted(_table_rows(tmp_path / "n", ["x"])) == [(1,), (2,)]
+
+
+def test_overflow_wraps_on_spark_as_in_the_driver(spark: SparkSession, tmp_path: Path) -> None:
+    """souffle_int_wrap with every stratum on Spark (`--local-rows 0`): Spark's ANSI mode
+    would fail the job on overflow; the rows are the driver's and Soufflé's."""
+    directory = CASES_DIR / "souffle_int_wrap"
+    args = ["eval", str(directory / "program.dl"), "-F", str(directory / "facts")]
+    assert fixflow([*args, "-D", str(tmp_path / "out"), "--local-rows", "0"]) == 0
+    case = load_golden(directory)
+    names = ["x", "sum", "product", "below", "negated", "absolute"]
+    actual = _table_rows(tmp_path / "out" / "wrap", names)
+    assert compare_rows(actual, case.expected["wrap"], 0.0) == []

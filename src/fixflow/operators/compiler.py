@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
+    DecimalType,
     DoubleType,
     LongType,
     StringType,
@@ -576,8 +578,13 @@ def column(expr: PExpr, env: Mapping[str, Column] | None = None) -> Column:
             return env[name] if env is not None else F.col(column_name(name))
         case Const(value=value, type=type_):
             return F.lit(value).cast(spark_type(type_))
+        case Arith(op="+" | "-" | "*" as op, left=left, right=right, type="number"):
+            return _wrapping(op, column(left, env), column(right, env))
         case Arith(op=op, left=left, right=right, type=type_):
             return _arith(op, column(left, env), column(right, env), type_)
+        case Negate(operand=operand, type="number"):
+            value = column(operand, env)
+            return F.when(value == F.lit(INT64_MIN), value).otherwise(-value)
         case Negate(operand=operand):
             return -column(operand, env)
         case Func(name=name, args=(arg,), type=type_) if name in CONVERSIONS:
@@ -609,6 +616,23 @@ def _arith(op: str, left: Column, right: Column, type_: TypeName) -> Column:
         power = F.pow(left, right)  # a double; number ^ number truncates toward zero
         return power.try_cast(LongType()) if type_ == "number" else _finite(power)
     return _integer_op(op, left, right)
+
+
+INT64_MIN = -(2**63)
+_WIDE = DecimalType(38, 0)  # holds any sum, difference or product of two int64
+_EXACT = {"+": F.try_add, "-": F.try_subtract, "*": F.try_multiply}
+
+
+def _wrapping(op: str, left: Column, right: Column) -> Column:
+    """``number`` ``+ - *`` wrapping around on overflow, as Soufflé's C++ does (two's
+    complement) and the driver's numpy kernels do; Spark's ANSI mode would fail the job.
+    The exact result is computed again in decimal only for the rows that overflow."""
+    exact = _EXACT[op](left, right)
+    wide = _arith(op, left.cast(_WIDE), right.cast(_WIDE), "number")
+    half, full = (F.lit(Decimal(2**n)).cast(_WIDE) for n in (63, 64))
+    wrapped = (F.pmod(wide + half, full) - half).cast(LongType())
+    overflowed = exact.isNull() & left.isNotNull() & right.isNotNull()
+    return F.when(overflowed, wrapped).otherwise(exact)
 
 
 def _integer_op(op: str, left: Column, right: Column) -> Column:
@@ -646,8 +670,11 @@ def _conversion(value: Column, source: TypeName, target: TypeName) -> Column:
     float out of ``number``'s range, yields no value."""
     if source == target:
         return value
+    if target == "symbol" and source == "float":
+        # Soufflé's std::to_string: C's %f, six decimals (10.5 -> "10.500000").
+        return F.format_string("%.6f", value)
     if target == "symbol":
-        return value.cast(StringType())  # floats as Java's Double.toString writes them
+        return value.cast(StringType())
     if source == "symbol":
         pattern = INTEGER_TEXT if target == "number" else FLOAT_TEXT
         parsed = F.when(value.rlike(pattern), value.try_cast(spark_type(target)))
@@ -661,7 +688,9 @@ def _builtin(name: str, args: list[Column], type_: TypeName) -> Column:
     if name == "max":
         return F.greatest(*(a.cast(spark_type(type_)) for a in args))
     if name == "abs":
-        return F.abs(args[0])
+        # abs of int64's minimum wraps to itself (as numpy's does), not an ANSI failure.
+        least = args[0] == F.lit(INT64_MIN) if type_ == "number" else F.lit(False)
+        return F.when(least, args[0]).otherwise(F.abs(args[0]))
     if name == "exp":
         return F.exp(args[0])
     if name == "log":
