@@ -376,7 +376,12 @@ class RuleCompiler:
         for i, (arg, type_) in enumerate(zip(rule.head.args, declared, strict=True)):
             if i in skip_positions:
                 continue
-            outputs.append((f"h{i}", self.head_value(arg, body.types, type_, recursive)))
+            value = self.head_value(arg, body.types, type_, recursive)
+            if _may_have_no_value(arg.arg if isinstance(arg, ast.Aggregate) else arg):
+                # `r(x % 0)`: drop the binding (null = null is not true), as an assignment
+                # does, rather than store a null in the head.
+                plan = Filter(plan, Compare("=", value, value))
+            outputs.append((f"h{i}", value))
         return Project(plan, tuple(outputs))
 
     def head_value(
@@ -420,17 +425,17 @@ def _literal_vars(lit: ast.BodyLiteral) -> set[str]:
     return set()
 
 
-PARTIAL_OPS = frozenset(("%", "^"))
-PARTIAL_FUNCS = frozenset(("ftoi", "to_number", "to_float"))
+PARTIAL_OPS = frozenset(("%", "^", "/"))
+PARTIAL_FUNCS = frozenset(("ftoi", "to_number", "to_float", "log"))
 
 
-def _may_have_no_value(expr: ast.Expr) -> bool:
+def _may_have_no_value(expr: ast.Expr | None) -> bool:
     """Whether one of Soufflé's partial operators occurs in ``expr`` (``x % 0``,
     ``to_number("a")``, a float out of range)."""
     match expr:
         case ast.BinOp(op=op, left=left, right=right):
             return op in PARTIAL_OPS or _may_have_no_value(left) or _may_have_no_value(right)
-        case ast.Neg(operand=operand):
+        case ast.Neg(operand=operand) | ast.Cast(operand=operand):
             return _may_have_no_value(operand)
         case ast.Call(func=func, args=args):
             return func in PARTIAL_FUNCS or any(_may_have_no_value(a) for a in args)
