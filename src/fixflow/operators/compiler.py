@@ -588,8 +588,8 @@ def column(expr: PExpr, env: Mapping[str, Column] | None = None) -> Column:
         case Arith(op=op, left=left, right=right, type=type_):
             return _arith(op, column(left, env), column(right, env), type_)
         case Negate(operand=operand, type="number"):
-            value = column(operand, env)
-            return F.when(value == F.lit(INT64_MIN), value).otherwise(-value)
+            number = column(operand, env)  # -(-2^63) wraps to itself, as in C++
+            return F.when(number == F.lit(INT64_MIN), number).otherwise(-number)
         case Negate(operand=operand):
             return -column(operand, env)
         case Func(name=name, args=(arg,), type=type_) if name in CONVERSIONS:
