@@ -68,7 +68,7 @@ def read_facts(directory: Path, program: Program) -> dict[str, list[Row]]:
                 for v, t in zip(line.split(options.get("delimiter", "\t")), types, strict=True)
             )
             for line in lines
-            if line
+            if line or types == ["symbol"]  # Soufflé: a blank line there is the symbol ""
         ]
     return facts
 
