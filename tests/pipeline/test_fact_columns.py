@@ -64,6 +64,7 @@ CASES = [
     ("guess.csv", "a,b,c\n1,0.5,x\n2,3,1e400\n3,nan,-0\n4,18446744073709551616,inf\n", None, True),
     ('odd "names".csv', '"{a}","b""c",%d\n1,2,3\n', None, True),
     ("node.facts", "alice\nbob smith\n42\n\n", NODE, True),
+    ("blank.facts", "a\n\n  \nb", NODE, True),
     ("edge.tsv", "1\t2\t0.5\n3\t4\t5\n", EDGE, True),
     ("crlf.facts", "1\t2\t0.5\r\n3\t4\t5\r\n", EDGE, False),
     ("cr.facts", "1\t2\t0.5\r3\t4\t5\r", EDGE, False),
@@ -159,6 +160,14 @@ def test_bad_files_raise_the_reference_error_with_file_and_line(
         read_columns(path, attributes)
     assert str(got.value) == str(expected.value)
     assert str(got.value).startswith(str(path))
+
+
+def test_a_blank_line_of_one_symbol_column_is_the_empty_symbol(tmp_path: Path) -> None:
+    """As Soufflé reads it; the final line break ends the last line, it starts none."""
+    path = tmp_path / "node.facts"
+    path.write_text("a\n\nb\n")
+    assert read_fact_file(path, NODE).facts == [("a",), ("",), ("b",)]
+    assert read_columns(path, NODE).columns[0].values == ["a", "", "b"]
 
 
 def test_reading_pauses_the_cyclic_gc_and_restores_it(tmp_path: Path) -> None:

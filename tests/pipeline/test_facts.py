@@ -21,6 +21,17 @@ def test_tab_separated_facts_are_typed(tmp_path: Path) -> None:
     assert read_rows(path, EDGE) == [(1, 2, 0.5), (2, 3, 0.001)]
 
 
+def test_a_blank_line_is_the_empty_symbol_in_a_one_symbol_relation(tmp_path: Path) -> None:
+    """Soufflé reads a blank line of a one-column symbol relation as "" (and rejects it in
+    others, where Fixflow skips it)."""
+    path = tmp_path / "w.facts"
+    path.write_text("a\n\n  \nb\n")
+    assert read_rows(path, (Attribute("s", "symbol"),)) == [("a",), ("",), ("  ",), ("b",)]
+    path.write_text("a\tb\n\n  \nc\td\n")
+    pair = (Attribute("s", "symbol"), Attribute("t", "symbol"))
+    assert read_rows(path, pair) == [("a", "b"), ("c", "d")]
+
+
 def test_csv_with_header_in_any_column_order(tmp_path: Path) -> None:
     path = tmp_path / "name.csv"
     path.write_text('label,id\n"a, b",1\nplain,2\n')

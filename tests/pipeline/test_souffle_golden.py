@@ -81,3 +81,48 @@ def test_facts_and_output_directories_default_to_the_current_one(
     monkeypatch.chdir(tmp_path)
     assert fixflow(["eval", "prog.dl"]) == 0
     assert sorted(_table_rows(tmp_path / "n", ["x"])) == [(1,), (2,)]
+
+
+def test_overflow_wraps_on_spark_as_in_the_driver(spark: SparkSession, tmp_path: Path) -> None:
+    """souffle_int_wrap with every stratum on Spark (`--local-rows 0`): Spark's ANSI mode
+    would fail the job on overflow; the rows are the driver's and Soufflé's."""
+    directory = CASES_DIR / "souffle_int_wrap"
+    args = ["eval", str(directory / "program.dl"), "-F", str(directory / "facts")]
+    assert fixflow([*args, "-D", str(tmp_path / "out"), "--local-rows", "0"]) == 0
+    case = load_golden(directory)
+    names = ["x", "sum", "product", "below", "negated", "absolute"]
+    actual = _table_rows(tmp_path / "out" / "wrap", names)
+    assert compare_rows(actual, case.expected["wrap"], 0.0) == []
+
+
+NO_VALUE_PROGRAM = """
+.decl w(s: symbol)
+.decl one(x: number)
+.decl out(kind: symbol, x: float)
+.output out
+w("a"). w("42"). one(1). one(2).
+out("to_number", itof(to_number(s))) :- w(s).
+out("mod", itof(7 % (n - 1))) :- one(n).
+out("div", 1.0 / (itof(n) - 1.0)) :- one(n).
+out("log", y) :- one(n), y = log(itof(n) - 1.0).
+out("assigned", y) :- one(n), y = 2.0 / (itof(n) - 1.0).
+"""
+
+
+@pytest.mark.parametrize("local_rows", ["100000", "0"])
+def test_a_head_value_without_a_value_drops_the_binding(
+    spark: SparkSession, tmp_path: Path, local_rows: str
+) -> None:
+    """`r(x % 0)`, `r(1.0 / 0.0)`, `y = log(0.0)`: no row, in the driver and on Spark (they
+    stored a null row; Soufflé fails or writes inf, Fixflow's floats are finite)."""
+    (tmp_path / "p.dl").write_text(NO_VALUE_PROGRAM)
+    args = ["eval", str(tmp_path / "p.dl"), "-D", str(tmp_path / "out")]
+    assert fixflow([*args, "--local-rows", local_rows]) == 0
+    rows = sorted(_table_rows(tmp_path / "out" / "out", ["kind", "x"]))
+    assert rows == [
+        ("assigned", 2.0),
+        ("div", 1.0),
+        ("log", 0.0),
+        ("mod", 0.0),
+        ("to_number", 42.0),
+    ]

@@ -115,6 +115,11 @@ def _int64(value: int) -> int:
     return (value - INT64_MIN) % 2**64 + INT64_MIN
 
 
+def _wrapped(value: int | float) -> int | float:
+    """An int64 result wrapped around (Soufflé's C++ arithmetic); a float as it is."""
+    return _int64(value) if isinstance(value, int) else value
+
+
 def _truncated_int(value: float) -> int:
     if not math.isfinite(value) or not INT64_MIN <= math.trunc(value) <= INT64_MAX:
         raise NoValue(f"{value!r} does not fit a number")
@@ -153,11 +158,11 @@ def _arith(op: str, left: Value, right: Value) -> Value:
     if op not in ("+", "-", "*", "/"):
         return _souffle_op(op, left, right)
     if op == "+":
-        return left + right
+        return _wrapped(left + right)
     if op == "-":
-        return left - right
+        return _wrapped(left - right)
     if op == "*":
-        return left * right
+        return _wrapped(left * right)
     if right == 0:
         raise NoValue("x / 0")  # Soufflé: undefined (C++); Fixflow drops the binding
     if isinstance(left, int) and isinstance(right, int):
@@ -175,7 +180,7 @@ def _call(func: str, args: list[Value]) -> Value:
     if func == "max":
         return max(args[0], args[1])
     if func == "abs":
-        return abs(args[0])
+        return _wrapped(abs(args[0]))
     if func == "exp":
         return math.exp(args[0])
     if func == "log":
@@ -190,40 +195,12 @@ C_SPACES = " \t\n\v\f\r"
 FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
-def _java_double(value: float) -> str:
-    """Java's ``Double.toString`` (what Spark writes for a double): plain between 1e-3 and
-    1e7, else ``d.dddE±n``; shortest digits either way."""
-    if value == 0:
-        return "-0.0" if math.copysign(1, value) < 0 else "0.0"
-    sign = "-" if value < 0 else ""
-    digits, exponent = _shortest_digits(abs(value))
-    if 1e-3 <= abs(value) < 1e7:
-        point = exponent + 1
-        if point <= 0:
-            return f"{sign}0.{'0' * -point}{digits}"
-        whole, fraction = digits[:point].ljust(point, "0"), digits[point:]
-        return f"{sign}{whole}.{fraction or '0'}"
-    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
-
-
-def _shortest_digits(value: float) -> tuple[str, int]:
-    """The shortest round-tripping significant digits of ``value`` > 0 and the decimal
-    exponent of the first one."""
-    mantissa, _, exponent = f"{value:.17e}".partition("e")
-    for precision in range(1, 18):
-        text = f"{value:.{precision - 1}e}"
-        if float(text) == value:
-            mantissa, _, exponent = text.partition("e")
-            break
-    return mantissa.replace(".", "").rstrip("0") or "0", int(exponent)
-
-
 def _convert(func: str, value: Value) -> Value:
     if func == "to_string":
         return (
             value
             if isinstance(value, str)
-            else (str(value) if isinstance(value, int) else _java_double(value))
+            else (str(value) if isinstance(value, int) else f"{value:.6f}")  # std::to_string
         )
     if func in ("to_number", "ftoi"):
         if isinstance(value, str):
@@ -368,7 +345,7 @@ def eval_expr(expr: Expr, binding: Mapping[str, Value]) -> Value:
         case BinOp(op=op, left=left, right=right):
             return _arith(op, eval_expr(left, binding), eval_expr(right, binding))
         case Neg(operand=operand):
-            return -eval_expr(operand, binding)  # type: ignore[operator]
+            return _wrapped(-eval_expr(operand, binding))  # type: ignore[operator]
         case Cast(operand=operand):
             return eval_expr(operand, binding)  # `as` retypes; it never converts
         case Call(func="bnot", args=(operand,)):

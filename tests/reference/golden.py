@@ -75,7 +75,7 @@ def _read_file(directory: Path, rel: str, options: dict[str, str], types: list[s
     return [
         tuple(convert(v, t) for v, t in zip(line.split(delimiter), types, strict=True))
         for line in lines
-        if line
+        if line or types == ["symbol"]  # Soufflé: a blank line there is the symbol ""
     ]
 
 

@@ -115,6 +115,17 @@ UNSUPPORTED_SOUFFLE_FUNCS = {
     "engine does not reproduce",
 }
 """Soufflé functors Fixflow refuses on purpose, with why (a one-line error, not "unknown")."""
+_SAME_RESULTS = "it only chooses Soufflé's data structure or plan: remove it, the rows are the same"
+SOUFFLE_QUALIFIERS = {
+    **dict.fromkeys(("brie", "btree", "btree_delete", "inline", "no_inline"), _SAME_RESULTS),
+    **dict.fromkeys(("magic", "no_magic"), _SAME_RESULTS),
+    "eqrel": "Fixflow has no equivalence relations: write the reflexive, symmetric and "
+    "transitive rules",
+    "choice": "`choice-domain` (one tuple kept per key) has no counterpart here",
+    "overridable": "components are not supported",
+    **dict.fromkeys(("input", "output", "printsize"), "write the directive, e.g. `.output r`"),
+}
+"""Soufflé's relation qualifiers (`.decl r(x: number) brie`), refused with why."""
 CONSTRAINTS_NOTE = (
     "the built-in constraints are `true`, `false`, `contains(sub, s)` and `match(regex, s)`"
 )
@@ -347,6 +358,16 @@ class Parser:
             self._attribute, f"expected `,` or `)` after an attribute of `{name.text}`"
         )
         end = self._advance()  # the `)` that _comma_list stopped at
+        qualifier = self._peek()
+        if qualifier.span.line == end.span.line and qualifier.text in SOUFFLE_QUALIFIERS:
+            why = SOUFFLE_QUALIFIERS[qualifier.text]
+            shown = "choice-domain" if qualifier.text == "choice" else qualifier.text
+            self._report(
+                f"Soufflé's relation qualifier `{shown}` is not supported",
+                qualifier.span,
+                why,
+            )
+            raise _Abort()
         return Declaration(name.text, attributes, self._span(start, end))
 
     def _comma_list(self, parse_element: Callable[[], T], message: str) -> tuple[T, ...]:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
+    DecimalType,
     DoubleType,
     LongType,
     StringType,
@@ -404,8 +406,9 @@ class RuleCompiler:
             if i in skip_positions:
                 continue
             value = self.head_value(arg, body.types, type_, recursive)
-            if not isinstance(arg, ast.Aggregate) and _may_have_no_value(arg):
-                # `p(x, 7 / x)` with x = 0: no row, rather than a null in the head.
+            if _may_have_no_value(arg.arg if isinstance(arg, ast.Aggregate) else arg):
+                # `p(x, 7 / x)` with x = 0, `r(min[x % 0])`: no row, rather than a null in
+                # the head (computed once, into a column, and kept where it has a value).
                 plan = _with_value(plan, f"#h{i}", value)
                 value = Col(f"#h{i}", value.type)
             outputs.append((f"h{i}", value))
@@ -454,16 +457,16 @@ def _literal_vars(lit: ast.BodyLiteral) -> set[str]:
 
 PARTIAL_OPS = frozenset(("%", "^", "/"))
 INT64_MIN = -(2**63)
-PARTIAL_FUNCS = frozenset(("ftoi", "to_number", "to_float"))
+PARTIAL_FUNCS = frozenset(("ftoi", "to_number", "to_float", "log"))
 
 
-def _may_have_no_value(expr: ast.Expr) -> bool:
+def _may_have_no_value(expr: ast.Expr | None) -> bool:
     """Whether one of Soufflé's partial operators occurs in ``expr`` (``x % 0``,
     ``to_number("a")``, a float out of range)."""
     match expr:
         case ast.BinOp(op=op, left=left, right=right):
             return op in PARTIAL_OPS or _may_have_no_value(left) or _may_have_no_value(right)
-        case ast.Neg(operand=operand):
+        case ast.Neg(operand=operand) | ast.Cast(operand=operand):
             return _may_have_no_value(operand)
         case ast.Call(func=func, args=args):
             return func in PARTIAL_FUNCS or any(_may_have_no_value(a) for a in args)
@@ -640,8 +643,13 @@ def column(expr: PExpr, env: Mapping[str, Column] | None = None) -> Column:
             return env[name] if env is not None else F.col(column_name(name))
         case Const(value=value, type=type_):
             return F.lit(value).cast(spark_type(type_))
+        case Arith(op="+" | "-" | "*" as op, left=left, right=right, type="number"):
+            return _wrapping(op, column(left, env), column(right, env))
         case Arith(op=op, left=left, right=right, type=type_):
             return _arith(op, column(left, env), column(right, env), type_)
+        case Negate(operand=operand, type="number"):
+            number = column(operand, env)  # -(-2^63) wraps to itself, as in C++
+            return F.when(number == F.lit(INT64_MIN), number).otherwise(-number)
         case Negate(operand=operand):
             return -column(operand, env)
         case Func(name=name, args=(arg,), type=type_) if name in CONVERSIONS:
@@ -683,6 +691,23 @@ def _arith(op: str, left: Column, right: Column, type_: TypeName) -> Column:
     return _integer_op(op, left, right)
 
 
+INT64_MIN = -(2**63)
+_WIDE = DecimalType(38, 0)  # holds any sum, difference or product of two int64
+_EXACT = {"+": F.try_add, "-": F.try_subtract, "*": F.try_multiply}
+
+
+def _wrapping(op: str, left: Column, right: Column) -> Column:
+    """``number`` ``+ - *`` wrapping around on overflow, as Soufflé's C++ does (two's
+    complement) and the driver's numpy kernels do; Spark's ANSI mode would fail the job.
+    The exact result is computed again in decimal only for the rows that overflow."""
+    exact = _EXACT[op](left, right)
+    wide = _arith(op, left.cast(_WIDE), right.cast(_WIDE), "number")
+    half, full = (F.lit(Decimal(2**n)).cast(_WIDE) for n in (63, 64))
+    wrapped = (F.pmod(wide + half, full) - half).cast(LongType())
+    overflowed = exact.isNull() & left.isNotNull() & right.isNotNull()
+    return F.when(overflowed, wrapped).otherwise(exact)
+
+
 def _integer_op(op: str, left: Column, right: Column) -> Column:
     """The bitwise and logical operators on ``number`` (logical ones yield 0 or 1)."""
     if op in ("bshl", "bshr"):
@@ -720,8 +745,11 @@ def _conversion(value: Column, source: TypeName, target: TypeName) -> Column:
     float out of ``number``'s range, yields no value."""
     if source == target:
         return value
+    if target == "symbol" and source == "float":
+        # Soufflé's std::to_string: C's %f, six decimals (10.5 -> "10.500000").
+        return F.format_string("%.6f", value)
     if target == "symbol":
-        return value.cast(StringType())  # floats as Java's Double.toString writes them
+        return value.cast(StringType())
     if source == "symbol" and target == "number":
         return _to_number(value)
     if source == "symbol":
@@ -766,7 +794,9 @@ def _builtin(name: str, args: list[Column], type_: TypeName) -> Column:
     if name == "max":
         return F.greatest(*(a.cast(spark_type(type_)) for a in args))
     if name == "abs":
-        return F.abs(args[0])
+        # abs of int64's minimum wraps to itself (as numpy's does), not an ANSI failure.
+        least = args[0] == F.lit(INT64_MIN) if type_ == "number" else F.lit(False)
+        return F.when(least, args[0]).otherwise(F.abs(args[0]))
     if name == "exp":
         return F.exp(args[0])
     if name == "log":

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from fixflow.checker.ast import Attribute
-from fixflow.pipeline.messages import OP_FIELD, Op, Value
+from fixflow.pipeline.messages import OP_FIELD, Op, Value, is_one_symbol
 from fixflow.pipeline.publish import (
     TAB_SEPARATED,
     FactFile,
@@ -150,7 +150,11 @@ def _tsv_texts(path: Path, attributes: Sequence[Attribute]) -> _Texts | None:
     # A lone "\r" ends a line for the reference (it iterates the file with newline="").
     if "\r" in text:
         return None
-    rows = [line.split("\t") for line in text.split("\n") if line]
+    one_symbol = is_one_symbol(attributes)  # then a blank line is the symbol ""
+    lines = text.split("\n")
+    if one_symbol and lines[-1] == "":
+        lines.pop()  # what follows the final line break is no line
+    rows = [line.split("\t") for line in lines if line or one_symbol]
     names = [a.name for a in attributes]
     return _columns_of(rows, len(names), list(range(len(names))), names)
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.lake import declared_rows, nullary_table, rows_to_arrow
+from fixflow.pipeline.messages import is_one_symbol
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +106,13 @@ def _decoded(path: Path, number: int, data: bytes) -> str:
         ) from None
 
 
-def _records(path: Path, delimiter: str | None = None) -> Iterator[tuple[int, list[str]]]:
+def _records(
+    path: Path, delimiter: str | None = None, one_symbol: bool = False
+) -> Iterator[tuple[int, list[str]]]:
     """(line number, fields) of every non-empty record; with a ``delimiter`` (Soufflé's
-    ``IO=file`` input) every line is split at it, whatever the file's name."""
+    ``IO=file`` input) every line is split at it, whatever the file's name. With
+    ``one_symbol`` (a relation of one ``symbol`` column) a blank line is the symbol "", as
+    Soufflé reads it."""
     if delimiter is None and _is_csv(path):
         reader = csv.reader(_lines(path))
         for fields in reader:
@@ -117,7 +122,7 @@ def _records(path: Path, delimiter: str | None = None) -> Iterator[tuple[int, li
     separator = "\t" if delimiter is None else delimiter
     for number, line in enumerate(_lines(path), start=1):
         line = line.rstrip("\r\n")
-        if line.strip():
+        if line.strip() or one_symbol:
             yield number, line.split(separator)
 
 
@@ -128,7 +133,7 @@ def read_rows(
     ``_records``; such a file has no header)."""
     if not attributes:
         return [()] if _nullary_holds(path, delimiter) else []
-    records = _records(path, delimiter)
+    records = _records(path, delimiter, one_symbol=is_one_symbol(attributes))
     order = list(range(len(attributes)))
     if delimiter is None and _is_csv(path):
         header = next(records, None)

@@ -156,3 +156,9 @@ def encode_fact(attributes: Sequence[Attribute], values: Sequence[Value], op: Op
     if op != "insert":
         document[OP_FIELD] = op
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+
+
+def is_one_symbol(attributes: Sequence[Attribute]) -> bool:
+    """A relation of one ``symbol`` column: a blank line of its tab-separated facts is the
+    symbol "", as Soufflé reads it (elsewhere blank lines are skipped)."""
+    return [a.type for a in attributes] == ["symbol"]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from fixflow.checker.ast import Attribute, Program
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.messages import Op, Value
+from fixflow.pipeline.messages import Op, Value, is_one_symbol
 
 if TYPE_CHECKING:  # the producer (and confluent_kafka) is imported where used
     from fixflow.pipeline.fact_columns import FactColumns
@@ -143,17 +143,19 @@ def read_fact_file(path: Path, attributes: Sequence[Attribute] | None) -> FactFi
                 "declares its relation; pass --program PROG.dl so the attribute names "
                 "come from its .decl"
             )
-        return FactFile(tuple(attributes), list(_typed_rows(path, _tsv_rows(path), attributes)))
+        rows = _tsv_rows(path, is_one_symbol(attributes))
+        return FactFile(tuple(attributes), list(_typed_rows(path, rows, attributes)))
     raise PublishError(
         f"{path}: unknown file type {suffix or '(none)'!r} (expected .csv, .facts or .tsv)"
     )
 
 
-def _tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+def _tsv_rows(path: Path, one_symbol: bool) -> Iterator[tuple[int, list[str]]]:
+    """Blank lines are skipped, except for one ``symbol`` column: there they are ""."""
     with path.open(encoding="utf-8", newline="") as handle:
         for number, line in enumerate(handle, start=1):
             line = line.rstrip("\r\n")
-            if line:
+            if line or one_symbol:
                 yield number, line.split("\t")
 
 

@@ -287,11 +287,11 @@ def _write_souffle_output(
     """Soufflé's ``.output r(IO=file, filename=..., delimiter=...)``: one line per (sorted)
     row, no header, into ``filename`` relative to ``directory`` (default ``r.csv``,
     tab-separated); with ``IO=stdout`` the rows between Soufflé's banner lines instead."""
-    from fixflow.pipeline.lake import sorted_rows, text_value
+    from fixflow.pipeline.lake import sorted_rows
 
     rows = sorted_rows(table, attributes)
     delimiter = options.get("delimiter", "\t")
-    lines = [delimiter.join(text_value(v) for v in row) if row else "()" for row in rows]
+    lines = [delimiter.join(map(souffle_text, row)) if row else "()" for row in rows]
     if options.get("IO") == "stdout":
         print(
             "\n".join(["---------------", relation, "===============", *lines, "==============="])
@@ -301,6 +301,12 @@ def _write_souffle_output(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     print(f"{relation}: {len(rows)} rows -> {path}")
+
+
+def souffle_text(value: object) -> str:
+    """A value as Soufflé writes it: a float as C++ streams print it at Soufflé's precision
+    of 17 significant digits (``%.17g``: ``10``, ``0.10000000000000001``, ``1e+20``)."""
+    return format(value, ".17g") if isinstance(value, float) else str(value)
 
 
 def _result_attributes(report: Report, relation: str) -> tuple[Attribute, ...]:
