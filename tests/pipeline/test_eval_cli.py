@@ -219,3 +219,69 @@ def test_no_java_is_one_line_saying_what_to_install(project: Path, java_home: st
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     expected = "has no bin/java" if java_home else "no Java found: Spark needs a JDK 17 or 21"
     assert done.stderr.startswith("fixflow eval: ") and expected in done.stderr
+
+
+COUNTER = """\
+.decl n(x: number)
+.output n
+.decl big(x: number)
+.output big
+.decl one(x: number)
+.output one
+n(0).
+n(x + 1) :- n(x), x < 20.
+big(x) :- n(x), x > 2.
+one(1).
+"""
+
+
+def _partial(table: Path) -> list[dict] | None:
+    """The ``fixflow.partial`` entry of the table's last commit (None without one)."""
+    import json
+
+    [last] = DeltaTable(str(table)).history(limit=1)
+    raw = last.get("fixflow.partial")
+    return None if raw is None else json.loads(raw)
+
+
+def _show(relation: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fixflow.pipeline.cli", "show", relation, "--results", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.spark
+def test_a_capped_stratum_makes_a_partial_result(tmp_path: Path) -> None:
+    """`--max-iterations` cuts the counter's stratum short: the tables are written, those
+    reading it marked partial in their commit and by `fixflow show`, one warning line,
+    exit status 3. The same program without a cap converges (21 rounds): exit 0, no mark,
+    where the partial tables were."""
+    (tmp_path / "prog.dl").write_text(COUNTER)
+    out = tmp_path / "out"
+    result = fixflow(tmp_path / "prog.dl", "-D", out, "--max-iterations", "5")
+    assert result.returncode == 3, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "(n) stopped at its iteration cap (5 rounds)" in warnings[0]
+    assert "n: 5 rows (partial)" in result.stdout and "one: 1 rows ->" in result.stdout
+    [entry] = _partial(out / "n") or [None]
+    assert entry is not None and (entry["relations"], entry["cap"], entry["rounds"]) == (
+        ["n"],
+        5,
+        5,
+    )
+    assert _partial(out / "big") == [entry]  # reads n: partial too
+    assert _partial(out / "one") is None  # reads nothing capped
+    shown = _show("big", out)
+    assert shown.returncode == 0, shown.stderr
+    expected = f"partial: stratum {entry['stratum']} (n) stopped at its iteration cap (5 rounds)"
+    assert any(line.startswith(expected) for line in shown.stdout.splitlines()), shown.stdout
+
+    result = fixflow(tmp_path / "prog.dl", "-D", out)
+    assert result.returncode == 0, result.stderr
+    assert "warning:" not in result.stderr and "n: 21 rows ->" in result.stdout
+    assert _partial(out / "n") is None and _partial(out / "big") is None
+    shown = _show("n", out)
+    assert shown.returncode == 0 and "partial" not in shown.stdout, shown.stdout

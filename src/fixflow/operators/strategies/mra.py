@@ -472,4 +472,12 @@ def _resume(ctx: UpdateContext, seed: DataFrame, rows: DataFrame | None = None) 
         log.warning("%s: hit the iteration cap (%d rounds)", relation, ctx.max_iterations)
     changes = {relation: ctx.changes(original, current)}
     witnessed = {relation: outcome.state.witnessed_rows()} if rows is not None else {}
-    return Outcome({relation: current}, changes, outcome.rounds, carried=left, witnessed=witnessed)
+    capped = outcome.capped and ctx.round_budget is None  # else: carried on, not cut short
+    return Outcome(
+        {relation: current},
+        changes,
+        outcome.rounds,
+        carried=left,
+        witnessed=witnessed,
+        capped=capped,
+    )

@@ -8,6 +8,12 @@ Soufflé's I/O options are honoured here (and only here: a stream uses the Kafka
 named after the relation): ``.input r(filename="f", delimiter=",")`` reads FACTS_DIR/f,
 ``.output r(IO=file, filename="f", delimiter=",")`` also writes OUT_DIR/f (Soufflé's
 headerless format), ``IO=stdout`` prints the rows; ``.printsize r`` prints ``r<TAB>rows``.
+
+Round caps (``core.round_cap``): a stratum that reaches a fixpoint runs until a round
+changes nothing, as in Soufflé; one that may only approach a limit (sum/count recursion,
+``naive``) stops after 1000 rounds; ``--max-iterations N`` caps every stratum at N. A
+stratum stopped by its cap prints a warning, the tables depending on it are written with
+``fixflow.partial`` in their commit, and the exit status is ``EXIT_PARTIAL`` (3).
 """
 
 from __future__ import annotations
@@ -27,10 +33,15 @@ if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command 
     import pyarrow as pa
 
     from fixflow.checker.model import Report
-    from fixflow.operators.evaluate import Evaluation
+    from fixflow.operators.evaluate import EvalOptions, Evaluation
 
 HELP = "evaluate a program once over fact files, writing Delta tables"
 ENGINES = ("sync", "async", "hybrid")
+
+EXIT_PARTIAL = 3
+"""The exit status when a round cap stopped a stratum before it converged: the tables are
+written, those depending on it marked partial (``fixflow.partial``), but the result is
+not the program's."""
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +98,12 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-iterations",
         type=int,
-        default=1000,
+        default=None,
         metavar="N",
-        help="round cap of every recursive stratum (default: 1000)",
+        help="round cap of every recursive stratum (default: none on strata that reach a "
+        "fixpoint, as in Soufflé; 1000 on strata that approach a limit: sum/count "
+        "recursion, naive ones). A stratum stopped by a cap makes its tables partial "
+        f"and the exit status {EXIT_PARTIAL}",
     )
     parser.add_argument(
         "--partitions",
@@ -121,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.shards < 0:
         return _error("--shards must be 0 (automatic) or more")
-    if args.max_iterations < 1:
+    if args.max_iterations is not None and args.max_iterations < 1:
         return _error("--max-iterations must be at least 1")
     if args.local_rows < 0:
         return _error("--local-rows must be 0 (never in the driver) or more")
@@ -178,6 +192,19 @@ def _evaluate_and_write(
     except EvaluationError as exc:
         return _error(str(exc))
     _write_outputs(args, report, _Results(report, evaluation, inputs))
+    _summarize(args, evaluation, options)
+    for stats in evaluation.capped:
+        print(
+            f"warning: stratum {stats.stratum} ({', '.join(stats.relations)}) stopped at its "
+            f"iteration cap ({stats.cap} rounds) before converging: its results are partial",
+            file=sys.stderr,
+        )
+    log.info("evaluated in %.1f s", time.monotonic() - started)
+    return EXIT_PARTIAL if evaluation.capped else 0
+
+
+def _summarize(args: argparse.Namespace, evaluation: Evaluation, options: EvalOptions) -> None:
+    """A line per stratum the async/hybrid engine ran, with its engine figures."""
     printer = options.progress
     for stats in evaluation.stats:
         last = printer.last.get(stats.stratum) if isinstance(printer, RoundPrinter) else None
@@ -189,14 +216,6 @@ def _evaluate_and_write(
                 f"{engine_figures(last.detail)}",
                 file=sys.stderr,
             )
-    for stats in evaluation.capped:
-        print(
-            f"warning: stratum {stats.stratum} ({', '.join(stats.relations)}) stopped at the "
-            f"iteration cap ({args.max_iterations} rounds) before converging",
-            file=sys.stderr,
-        )
-    log.info("evaluated in %.1f s", time.monotonic() - started)
-    return 0
 
 
 class _Results:
@@ -204,7 +223,22 @@ class _Results:
     the driver when it evaluated them, else from Spark (one job)."""
 
     def __init__(self, report: Report, evaluation: Evaluation, inputs: Mapping[str, pa.Table]):
+        from fixflow.operators.evaluate import partial_relations
+
         self.report, self.evaluation, self.inputs = report, evaluation, inputs
+        self.partial = partial_relations(report, (s.stratum for s in evaluation.capped))
+        """Relation → the capped strata its rows depend on."""
+
+    def metadata(self, relation: str) -> dict[str, str]:
+        """The commit entries of the relation's table: ``fixflow.partial`` if it is."""
+        from fixflow.pipeline.results import partial_metadata
+
+        capped = self.partial.get(relation, frozenset())
+        return partial_metadata(
+            (s.stratum, s.relations, s.cap, s.rounds)
+            for s in self.evaluation.capped
+            if s.stratum in capped
+        )
 
     def table(self, relation: str) -> pa.Table | None:
         from fixflow.pipeline.lake import positional_to_arrow, to_arrow
@@ -229,10 +263,12 @@ def _write_outputs(args: argparse.Namespace, report: Report, results: _Results) 
         attributes = _result_attributes(report, relation)
         table = results.table(relation)
         assert table is not None, f"`{relation}` is neither evaluated nor an input"
-        write_table(args.output / relation, table, attributes)
+        metadata = results.metadata(relation)
+        write_table(args.output / relation, table, attributes, metadata=metadata)
         if args.csv:
             write_csv(args.output / f"{relation}.csv", table, attributes)
-        print(f"{relation}: {table.num_rows} rows -> {args.output / relation}")
+        partial = " (partial)" if metadata else ""
+        print(f"{relation}: {table.num_rows} rows{partial} -> {args.output / relation}")
         options = program.output_options(relation)
         if options:
             _write_souffle_output(args.output, relation, table, attributes, options)
