@@ -265,6 +265,7 @@ def test_a_capped_stratum_makes_a_partial_result(tmp_path: Path) -> None:
     assert result.returncode == 3, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "(n) stopped at its iteration cap (5 rounds)" in warnings[0]
+    assert result.stderr.count("iteration cap") == 1, result.stderr  # one line, no log too
     assert "n: 5 rows (partial)" in result.stdout and "one: 1 rows ->" in result.stdout
     [entry] = _partial(out / "n") or [None]
     assert entry is not None and (entry["relations"], entry["cap"], entry["rounds"]) == (
@@ -285,3 +286,23 @@ def test_a_capped_stratum_makes_a_partial_result(tmp_path: Path) -> None:
     assert _partial(out / "n") is None and _partial(out / "big") is None
     shown = _show("n", out)
     assert shown.returncode == 0 and "partial" not in shown.stdout, shown.stdout
+
+
+@pytest.mark.spark
+def test_the_async_engine_reports_its_stage_cap(tmp_path: Path) -> None:
+    """A sum approaching its limit (no clause) on the async engine, two shards: the cap
+    counts stages, and the stratum it stops is reported capped, its table partial."""
+    (tmp_path / "rank.dl").write_text(
+        ".decl edge(x: number, y: number)\n.input edge\n"
+        ".decl rank(x: number, r: float)\n.output rank\n"
+        "rank(Y, sum[r]) :- edge(_, Y), r = 0.15 ; rank(X, rx), edge(X, Y), r = 0.85 * rx.\n"
+    )
+    (tmp_path / "edge.facts").write_text("1\t2\n2\t3\n3\t1\n")
+    out = tmp_path / "out"
+    engine = ["--engine", "async", "--shards", "2", "--max-iterations", "2"]
+    result = fixflow(tmp_path / "rank.dl", "-F", tmp_path, "-D", out, *engine)
+    assert result.returncode == 3, result.stderr
+    assert "(rank) stopped at its iteration cap (2 rounds)" in result.stderr
+    assert "async engine, 2 stages" in result.stderr
+    [entry] = _partial(out / "rank") or [None]
+    assert entry is not None and (entry["cap"], entry["rounds"]) == (2, 2)

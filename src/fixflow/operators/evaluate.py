@@ -325,8 +325,8 @@ class Bootstrap:
         stats.rounds, stats.capped = done.rounds, done.capped
         stats.seconds = time.perf_counter() - started
         stats.jobs = self.materializer.jobs - jobs
-        if stats.capped:
-            log.warning(
+        if stats.capped:  # info: the caller warns once (`fixflow eval`, the Maintainer)
+            log.info(
                 "stratum %d %s hit the iteration cap (%d rounds) before converging",
                 stratum.index,
                 ", ".join(stratum.relations),
