@@ -316,6 +316,7 @@ class Maintainer:
         published (none after a regular epoch)."""
         epoch = Epoch(strata=[self._unchanged(s) for s in self.report.strata])
         self._publish(epoch)
+        self._track_partial(epoch)  # lists the strata still partial
         return epoch
 
     def apply(
