@@ -353,7 +353,7 @@ class Bench:
         report = load(SSSP, "sssp.dl")
         attributes = report.catalog["sssp"].result
         options = EvalOptions(
-            max_iterations=self.config.engine.max_iterations,
+            max_iterations=self.config.engine.max_iterations or None,
             engine_options=engine_options(self.config),
             local_rows=local_rows,
         )

@@ -549,3 +549,35 @@ def test_a_first_batch_into_an_empty_input_is_copied_not_bootstrapped(spark: Spa
     assert chosen["copy"] == chosen["up"] == "update:delta-rules", chosen
     assert chosen["src"] == chosen["both"] == "bootstrap:switched", chosen
     check_current(spark, report, maintainer, {"arc": step}, 0.0, engine=False)
+
+
+CHAIN = """\
+.decl start(x: number)
+.input start
+.decl n(x: number)
+.output n
+n(x) :- start(x).
+n(x + 1) :- n(x), x < 10.
+"""
+
+
+def test_a_capped_stratum_stays_partial_until_a_bootstrap_converges(
+    spark: SparkSession,
+) -> None:
+    """A user's cap stops the counter's bootstrap: the epoch lists the stratum as partial
+    (what the stream marks its commits with); an update continues from the partial rows,
+    so it stays partial. Without the cap the same stratum converges: nothing partial."""
+    report = report_of(CHAIN)
+    start = declared(report, edb_frames(spark, report, {"start": [(0,)]}))
+    capped = Maintainer(report, spark, EvalOptions(max_iterations=3), switch_fraction=1e6)
+    epoch = capped.load(start)
+    (counter,) = [s for s in epoch.strata if s.relations == ("n",)]
+    assert (counter.capped, counter.cap, counter.rounds) == (True, 3, 3)
+    assert [s.stratum for s in epoch.partial] == [counter.stratum]
+    more = declared(report, edb_frames(spark, report, {"start": [(20,)]}))
+    epoch = capped.apply(more, {})
+    assert [s.stratum for s in epoch.partial] == [counter.stratum]
+    free = Maintainer(report, spark, switch_fraction=1e6)
+    epoch = free.load(start)
+    assert epoch.partial == [] and not any(s.capped for s in epoch.strata)
+    assert sorted(r[0] for r in free.relation("n").collect()) == list(range(11))

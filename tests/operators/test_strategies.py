@@ -196,7 +196,7 @@ def test_iteration_cap_is_honoured_and_reported(
     spark: SparkSession, caplog: pytest.LogCaptureFixture
 ) -> None:
     chain = [(i, i + 1, 1.0) for i in range(1, 8)]
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         rows, evaluation = run(spark, SSSP, {"edge": chain}, max_iterations=3)
     stats = evaluation.stats[-1]
     assert stats.capped and stats.rounds == 3

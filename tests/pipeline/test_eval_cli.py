@@ -261,3 +261,90 @@ def test_a_program_whose_strata_all_run_in_the_driver_needs_no_java(project: Pat
     sssp = DeltaTable(str(project / "out" / "sssp")).to_pyarrow_table().to_pylist()
     assert sorted((r["node"], r["dist"]) for r in sssp) == [(1, 0.0), (2, 1.5), (3, 3.5)]
     assert (project / "out" / "far.csv").read_text().splitlines() == ["node", "3"]
+
+
+COUNTER = """\
+.decl n(x: number)
+.output n
+.decl big(x: number)
+.output big
+.decl one(x: number)
+.output one
+n(0).
+n(x + 1) :- n(x), x < 20.
+big(x) :- n(x), x > 2.
+one(1).
+"""
+
+
+def _partial(table: Path) -> list[dict] | None:
+    """The ``fixflow.partial`` entry of the table's last commit (None without one)."""
+    import json
+
+    [last] = DeltaTable(str(table)).history(limit=1)
+    raw = last.get("fixflow.partial")
+    return None if raw is None else json.loads(raw)
+
+
+def _show(relation: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fixflow.pipeline.cli", "show", relation, "--results", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.spark
+def test_a_capped_stratum_makes_a_partial_result(tmp_path: Path) -> None:
+    """`--max-iterations` cuts the counter's stratum short: the tables are written, those
+    reading it marked partial in their commit and by `fixflow show`, one warning line,
+    exit status 3. The same program without a cap converges (21 rounds): exit 0, no mark,
+    where the partial tables were."""
+    (tmp_path / "prog.dl").write_text(COUNTER)
+    out = tmp_path / "out"
+    result = fixflow(tmp_path / "prog.dl", "-D", out, "--max-iterations", "5")
+    assert result.returncode == 3, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "(n) stopped at its iteration cap (5 rounds)" in warnings[0]
+    assert result.stderr.count("iteration cap") == 1, result.stderr  # one line, no log too
+    assert "n: 5 rows (partial)" in result.stdout and "one: 1 rows ->" in result.stdout
+    [entry] = _partial(out / "n") or [None]
+    assert entry is not None and (entry["relations"], entry["cap"], entry["rounds"]) == (
+        ["n"],
+        5,
+        5,
+    )
+    assert _partial(out / "big") == [entry]  # reads n: partial too
+    assert _partial(out / "one") is None  # reads nothing capped
+    shown = _show("big", out)
+    assert shown.returncode == 0, shown.stderr
+    expected = f"partial: stratum {entry['stratum']} (n) stopped at its iteration cap (5 rounds)"
+    assert any(line.startswith(expected) for line in shown.stdout.splitlines()), shown.stdout
+
+    result = fixflow(tmp_path / "prog.dl", "-D", out)
+    assert result.returncode == 0, result.stderr
+    assert "warning:" not in result.stderr and "n: 21 rows ->" in result.stdout
+    assert _partial(out / "n") is None and _partial(out / "big") is None
+    shown = _show("n", out)
+    assert shown.returncode == 0 and "partial" not in shown.stdout, shown.stdout
+
+
+@pytest.mark.spark
+def test_the_async_engine_reports_its_stage_cap(tmp_path: Path) -> None:
+    """A sum approaching its limit (no clause) on the async engine, two shards: the cap
+    counts stages, and the stratum it stops is reported capped, its table partial."""
+    (tmp_path / "rank.dl").write_text(
+        ".decl edge(x: number, y: number)\n.input edge\n"
+        ".decl rank(x: number, r: float)\n.output rank\n"
+        "rank(Y, sum[r]) :- edge(_, Y), r = 0.15 ; rank(X, rx), edge(X, Y), r = 0.85 * rx.\n"
+    )
+    (tmp_path / "edge.facts").write_text("1\t2\n2\t3\n3\t1\n")
+    out = tmp_path / "out"
+    engine = ["--engine", "async", "--shards", "2", "--max-iterations", "2"]
+    result = fixflow(tmp_path / "rank.dl", "-F", tmp_path, "-D", out, *engine)
+    assert result.returncode == 3, result.stderr
+    assert "(rank) stopped at its iteration cap (2 rounds)" in result.stderr
+    assert "async engine, 2 stages" in result.stderr
+    [entry] = _partial(out / "rank") or [None]
+    assert entry is not None and (entry["cap"], entry["rounds"]) == (2, 2)

@@ -124,3 +124,43 @@ def stream_case(name: str, spark: Any, config: Config) -> ProgramStream:
             failures.append(f"step {step.number:02d} ({step.why}): {problems}")
     assert not failures, f"{name}:\n" + "\n".join(failures)
     return stream
+
+
+CAPPED_COUNTER = """\
+.decl start(x: number)
+.input start
+.decl n(x: number)
+.output n
+.decl one(x: number)
+.output one
+n(x) :- start(x).
+n(x + 1) :- n(x), x < 10.
+one(1).
+"""
+
+
+def test_a_capped_stream_commits_partial_results(
+    spark: Any, broker: Config, tmp_path: Path
+) -> None:
+    """`[engine] max_iterations = 3` stops the counter's bootstrap: `n`'s result commit
+    carries `fixflow.partial` (its stratum, cap and rounds); `one`, which reads nothing
+    capped, does not."""
+    import json
+
+    from deltalake import DeltaTable
+
+    from fixflow.checker.parser import parse
+
+    program_file = tmp_path / "counter.dl"
+    program_file.write_text(CAPPED_COUNTER)
+    config = isolated_config(broker, tmp_path / "lake")
+    config = replace(config, engine=replace(config.engine, max_iterations=3))
+    stream = ProgramStream(spark, config, program_file)
+    publish(config, parse(CAPPED_COUNTER, "counter.dl"), step_messages({"start": [(0,)]}, {}))
+    run_available_now(stream)
+    assert read_table(stream.lake.results("n")).num_rows == 3  # type: ignore[union-attr]
+    [last] = DeltaTable(stream.lake.results("n")).history(limit=1)
+    [entry] = json.loads(last["fixflow.partial"])
+    assert (entry["relations"], entry["cap"], entry["rounds"]) == (["n"], 3, 3)
+    [other] = DeltaTable(stream.lake.results("one")).history(limit=1)
+    assert "fixflow.partial" not in other

@@ -76,6 +76,13 @@ def test_result_rows_gauge_equals_the_result_size(run: LiveRun, last: dict[Any, 
     assert total(last, "fixflow_result_rows", relation="sssp") == rows
 
 
+def test_a_converging_stream_has_no_partial_strata(last: dict[Any, float]) -> None:
+    """SSSP reaches its fixpoint (no iteration cap by default): nothing partial, and the
+    gauge is exposed at 0."""
+    assert ("fixflow_partial_strata", ()) in last
+    assert total(last, "fixflow_partial_strata") == 0
+
+
 def test_kafka_lag_and_beta_gauges_are_exposed(run: LiveRun, last: dict[Any, float]) -> None:
     topic = run.config.kafka.topic("edge")
     lag = [

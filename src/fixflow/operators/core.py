@@ -21,6 +21,7 @@ level lower, in ``fixflow.operators.rounds``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -69,10 +70,44 @@ def strategy_of(stratum: Stratum, forced: Mapping[str, EvalClass]) -> str:
     return stratum.eval_class or "naive"
 
 
+LIMIT_CAP = 1000
+"""The round cap of a stratum that converges to a limit rather than a fixpoint, when the
+user sets none (``round_cap``)."""
+
+NO_CAP = sys.maxsize
+"""``StratumRun.max_iterations`` of an uncapped stratum: loops compare with it as a cap."""
+
+
+def reaches_fixpoint(report: Report, stratum: Stratum) -> bool:
+    """Whether the stratum's evaluation ends when a round changes nothing, as every
+    Soufflé stratum does: recursion without aggregates (``set``, arithmetic included),
+    monotone min/max/count semi-naive, min/max MRA. Sum/count MRA (a limit, or a
+    convergence the checker could not prove) and ``naive`` strata (iteration-indexed,
+    ``mean``, non-monotone) may approach a limit for ever."""
+    match stratum.eval_class:
+        case "set" | "aggregate-seminaive":
+            return True
+        case "mra":
+            specs = [report.mra[r] for r in stratum.relations if r in report.mra]
+            return bool(specs) and all(s.aggregate in ("min", "max") for s in specs)
+    return False
+
+
+def round_cap(report: Report, stratum: Stratum, user_cap: int | None) -> int | None:
+    """The stratum's round cap: the user's (``--max-iterations``, ``[engine]
+    max_iterations``) on every stratum; else none where the stratum reaches a fixpoint,
+    ``LIMIT_CAP`` where it may only approach a limit. None: no cap."""
+    if user_cap is not None:
+        return user_cap
+    return None if reaches_fixpoint(report, stratum) else LIMIT_CAP
+
+
 @dataclass
 class EvalOptions:
-    max_iterations: int = 1000
-    """Round cap of every recursive stratum; hitting it logs a warning and is reported."""
+    max_iterations: int | None = None
+    """The round cap the user set, on every recursive stratum; None: ``round_cap``'s
+    default rule. A stratum stopped by a cap is reported (``StratumStats.capped``): its
+    results are partial."""
     engine_options: EngineOptions = field(default_factory=EngineOptions)
     """The MRA engine and its knobs (``[engine]``, ``[buffer]``)."""
     partitions: int | None = None
@@ -249,8 +284,15 @@ class StratumRun:
         self.backend = SparkBackend(self.spark, frames.source)
 
     @property
+    def cap(self) -> int | None:
+        """The stratum's iteration cap (``round_cap``); None: it runs until nothing changes."""
+        return round_cap(self.report, self.stratum, self.options.max_iterations)
+
+    @property
     def max_iterations(self) -> int:
-        return self.options.max_iterations
+        """The round cap as a bound loops compare with (``NO_CAP`` when uncapped)."""
+        cap = self.cap
+        return NO_CAP if cap is None else cap
 
     @property
     def relations(self) -> tuple[str, ...]:

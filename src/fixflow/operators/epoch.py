@@ -109,6 +109,8 @@ class Outcome:
     """MRA states left with pending deltas because the round budget ran out."""
     witnessed: dict[str, DataFrame] = field(default_factory=dict)
     """min/max MRA relations kept with their witnesses: rows plus ``w0..``."""
+    capped: bool = False
+    """The round cap stopped the update before it converged: the rows are partial."""
 
 
 class UpdateContext(StratumRun):

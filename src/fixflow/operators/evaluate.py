@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TypeAlias, TypeVar
@@ -31,6 +31,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from fixflow.checker.analysis import dependency_edges
 from fixflow.checker.catalog import Catalog
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.compiler import positional, relation_struct, spark_type
@@ -44,6 +45,7 @@ from fixflow.operators.core import (
     atoms_over,
     combine_plan,
     result_rows,
+    round_cap,
     rule_rows,
     strategy_of,
 )
@@ -92,6 +94,7 @@ __all__ = [
     "StratumStats",
     "evaluate",
     "evaluate_with_stats",
+    "partial_relations",
     "program_plans",
     "session_conf",
 ]
@@ -104,6 +107,10 @@ class StratumStats:
     strategy: str
     rounds: int = 0
     capped: bool = False
+    """A round cap stopped the stratum before it converged: its rows (and those of every
+    later stratum reading them) are partial."""
+    cap: int | None = None
+    """The stratum's iteration cap (``core.round_cap``); None: none."""
     seconds: float = 0.0
     jobs: int = 0
     local: bool = False
@@ -317,6 +324,7 @@ class Bootstrap:
             partitions=self.partitions,
             on_round=lambda info: self._progress(stats, info),
         )
+        stats.cap = run.cap
         started, jobs = time.perf_counter(), self.materializer.jobs
         log.info("stratum %d %s: %s", stratum.index, stratum.relations, run.strategy)
         bootstrap = next(method for _, applies, method in BOOTSTRAPS if applies(run))
@@ -332,12 +340,12 @@ class Bootstrap:
         stats.rounds, stats.capped = done.rounds, done.capped
         stats.seconds = time.perf_counter() - started
         stats.jobs = self.materializer.jobs - jobs
-        if stats.capped:
-            log.warning(
+        if stats.capped:  # info: the caller warns once (`fixflow eval`, the Maintainer)
+            log.info(
                 "stratum %d %s hit the iteration cap (%d rounds) before converging",
                 stratum.index,
                 ", ".join(stratum.relations),
-                self.options.max_iterations,
+                run.max_iterations,
             )
         return stats
 
@@ -355,7 +363,7 @@ class Bootstrap:
         self.unshared.update(done.rows)
         self.witnessed.update(done.witnessed)
         log.info("stratum %d ran in the driver (%d rounds)", run.stratum.index, done.rounds)
-        return Bootstrapped(done.rounds)
+        return Bootstrapped(done.rounds, done.capped)
 
     def _in_driver_rows(self, relation: str) -> Batch | None:
         """A relation's rows for a stratum in the driver: held there, or collected from
@@ -433,13 +441,31 @@ class Bootstrap:
             )
 
 
+def partial_relations(report: Report, capped: Iterable[int]) -> dict[str, frozenset[int]]:
+    """Every relation whose rows are partial because the strata ``capped`` (indexes)
+    stopped at a round cap: theirs, and those of every later stratum reading them (through
+    a negation too: a missing row there may add one) → the capped strata they depend on."""
+    stopped = set(capped)
+    reached: dict[str, frozenset[int]] = {}
+    idb = report.analysis.idb
+    for stratum in report.strata:
+        edges = dependency_edges(stratum.rules, idb)
+        mine = frozenset().union(*(reached.get(e.body, frozenset()) for e in edges))
+        if stratum.index in stopped:
+            mine |= {stratum.index}
+        if mine:
+            reached.update(dict.fromkeys(stratum.relations, mine))
+    return reached
+
+
 # ---------------------------------------------------------------- display
 
 
-def program_plans(report: Report, max_iterations: int = 1000) -> list[Plan]:
+def program_plans(report: Report, max_iterations: int | None = None) -> list[Plan]:
     """One plan per stratum, for display (``explain``): a non-recursive stratum's plan, or a
     ``Fixpoint`` whose ``init`` are the exit rules and whose ``step`` are the delta rules
-    (MRA: F′ reading the frontier)."""
+    (MRA: F′ reading the frontier), with its iteration cap (``round_cap``: the user's
+    ``max_iterations``, else the default rule)."""
     catalog = report.catalog
     plans: list[Plan] = []
     for stratum in report.strata:
@@ -448,9 +474,8 @@ def program_plans(report: Report, max_iterations: int = 1000) -> list[Plan]:
             plans += [combine_plan(catalog[r], init) for r in stratum.relations if init]
             continue
         eval_class = stratum.eval_class or "naive"
-        plans.append(
-            Fixpoint(eval_class, stratum.relations, tuple(init), tuple(step), max_iterations)
-        )
+        cap = round_cap(report, stratum, max_iterations)
+        plans.append(Fixpoint(eval_class, stratum.relations, tuple(init), tuple(step), cap))
     return plans
 
 

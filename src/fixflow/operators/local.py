@@ -57,6 +57,7 @@ from fixflow.operators.engines.kernels import (
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
 from fixflow.operators.engines.shard_loop import (
     DESTINATION,
+    LOCAL_ITERATION_CAP,
     LocalTable,
     ShardLoop,
     valid_candidates,
@@ -175,6 +176,8 @@ class LocalStratum:
         """min/max MRA relations with ``EvalOptions.witness``: their rows with witnesses
         (``witnessed_rows``), as a stream's retraction needs them."""
         self.limit = limit
+        self.capped = False
+        """The round cap stopped the stratum before its fixpoint (its rows are partial)."""
 
     def bootstrap(self) -> tuple[dict[str, Batch], int]:
         """Every relation of the stratum, and the rounds it took."""
@@ -211,9 +214,7 @@ class LocalStratum:
             self.check_size()
             run.round(RoundInfo(rounds, pending, None))
             plans = {r: delta_rules(run, r) for r in relations}
-        capped = bool(pending)
-        if capped:
-            raise LocalUnsupported("the iteration cap: Spark reports it")
+        self.capped = bool(pending)  # the same rounds as on Spark: no need to run them there
         return {r: self.full[r] for r in relations}, rounds
 
     def mra(self) -> tuple[dict[str, Batch], int]:
@@ -291,6 +292,9 @@ class LocalStratum:
             bound = params.local_bound
             if bound is not None and loop.table.local_measure() < bound:
                 return loop, loop.iterations  # the termination clause holds
+            if loop.iterations >= LOCAL_ITERATION_CAP:
+                # Its guard: a run would do nothing more (an uncapped stratum: spin for ever).
+                raise LocalUnsupported(f"{LOCAL_ITERATION_CAP} local iterations: Spark runs it")
         raise LocalUnsupported("the iteration cap: Spark reports it")
 
     def aux_rows(self, program: MraProgram, body: RecursiveBody) -> Batch:
@@ -432,6 +436,8 @@ class LocalRun:
     rounds: int
     witnessed: dict[str, Batch]
     """``LocalStratum.witnessed``."""
+    capped: bool = False
+    """``LocalStratum.capped``."""
 
 
 def run_locally(run: StratumRun, sources: Fetch, limit: int) -> LocalRun:
@@ -443,4 +449,4 @@ def run_locally(run: StratumRun, sources: Fetch, limit: int) -> LocalRun:
         rows, rounds = stratum.bootstrap()
     except KernelUnsupported as error:
         raise LocalUnsupported(str(error)) from None
-    return LocalRun(rows, rounds, stratum.witnessed)
+    return LocalRun(rows, rounds, stratum.witnessed, stratum.capped)

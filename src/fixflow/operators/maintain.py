@@ -164,6 +164,10 @@ class StratumEpoch:
     note: str = ""
     jobs: int = 0
     """Spark jobs of the stratum's materializations in this epoch."""
+    capped: bool = False
+    """A round cap stopped the stratum before it converged this epoch."""
+    cap: int | None = None
+    """The stratum's round cap when it stopped there (``core.round_cap``)."""
 
 
 LESSON_EPOCHS = 4
@@ -188,6 +192,8 @@ class Epoch:
     provisional: bool = False
     """Async consistency: some MRA relation still has pending deltas (its rows are not yet
     the fixpoint of the current facts); later epochs carry them on."""
+    partial: list[StratumEpoch] = field(default_factory=list)
+    """The strata whose rows are partial after this epoch (``Maintainer.partial``)."""
 
     @property
     def rounds(self) -> int:
@@ -246,6 +252,10 @@ class Maintainer:
         self._changed_since: dict[str, ChangedSince] = {}
         """Per input relation stored lazily (``_changed_later``), its changes since the
         last rows Spark stored."""
+        self.partial: dict[int, StratumEpoch] = {}
+        """Per stratum whose rows are partial, the epoch a round cap stopped it in. An
+        update continues from partial rows and stays partial; a bootstrap that converges
+        ends it."""
 
     # ------------------------------------------------------------ public
 
@@ -306,6 +316,7 @@ class Maintainer:
         published (none after a regular epoch)."""
         epoch = Epoch(strata=[self._unchanged(s) for s in self.report.strata])
         self._publish(epoch)
+        self._track_partial(epoch)  # lists the strata still partial
         return epoch
 
     def apply(
@@ -338,17 +349,37 @@ class Maintainer:
             self.edb_rows[rel] += delta.n_added - delta.n_removed
             self.frames[rel], deltas[rel] = self._changed(rel, old[rel], delta)
         if not deltas and not self.carried:
-            return Epoch(strata=[self._unchanged(s) for s in self.report.strata])
+            unchanged = Epoch(strata=[self._unchanged(s) for s in self.report.strata])
+            self._track_partial(unchanged)
+            return unchanged
         if self.whole_program_only:
             epoch = self._bootstrap_all()
         else:
             epoch = Epoch(strata=[self._stratum(s, old, deltas) for s in self.report.strata])
             self._publish(epoch, old, deltas)
             self.epochs += 1
+            self._track_partial(epoch)
         self._garbage += [*old.values(), *(f for d in deltas.values() for f in d.frames)]
         epoch.seconds = time.monotonic() - started
         epoch.provisional = self.provisional
         return epoch
+
+    def _track_partial(self, epoch: Epoch) -> None:
+        """Record the strata a cap stopped this epoch, forget those a bootstrap ran to
+        convergence, and list in ``epoch`` every stratum still partial."""
+        for stratum in epoch.strata:
+            if stratum.capped:
+                self.partial[stratum.stratum] = stratum
+                log.warning(
+                    "stratum %d %s stopped at its iteration cap (%s rounds) before converging: "
+                    "its results are partial",
+                    stratum.stratum,
+                    ",".join(stratum.relations),
+                    stratum.cap,
+                )
+            elif stratum.strategy.startswith("bootstrap"):
+                self.partial.pop(stratum.stratum, None)
+        epoch.partial = [self.partial[i] for i in sorted(self.partial)]
 
     def relation(self, name: str) -> DataFrame:
         """The current rows of ``name`` (EDB or IDB), with its result columns."""
@@ -518,6 +549,9 @@ class Maintainer:
         result = self._adopt(ctx.stratum, outcome.frames, outcome.deltas, old, deltas)
         result.strategy, result.rounds = f"update:{method.name}", outcome.rounds
         result.note = outcome.note
+        result.capped, result.cap = outcome.capped, ctx.cap
+        if outcome.capped:
+            result.note = (result.note + "; " if result.note else "") + "hit the iteration cap"
         self._carry(ctx.stratum, outcome.carried)
         self._witness(ctx.stratum, outcome.witnessed)
         return result
@@ -654,6 +688,7 @@ class Maintainer:
         if publish:
             self._publish(epoch)
         self.epochs += 1
+        self._track_partial(epoch)
         return epoch
 
     def _publish(
@@ -742,6 +777,8 @@ class Maintainer:
             stats.seconds,
             note,
             stats.jobs,
+            stats.capped,
+            stats.cap,
         )
 
     @staticmethod

@@ -189,13 +189,13 @@ class Aggregate:
 class Fixpoint:
     """A recursive stratum: ``init`` plans seed ``relations``, ``step`` plans are iterated
     by ``strategy`` (``set``, ``mra``, ``aggregate-seminaive``, ``naive``) until nothing
-    changes, the termination clause holds, or ``max_iterations`` rounds ran."""
+    changes, the termination clause holds, or ``max_iterations`` rounds ran (None: no cap)."""
 
     strategy: str
     relations: tuple[str, ...]
     init: tuple[Plan, ...]
     step: tuple[Plan, ...]
-    max_iterations: int
+    max_iterations: int | None
 
     @property
     def schema(self) -> tuple[tuple[str, TypeName], ...]:
@@ -253,7 +253,8 @@ def _header(plan: Plan) -> str:
         case Aggregate(group_by=group_by, func=func, arg=arg, output=output):
             return f"Aggregate {output} := {func}[{arg or '*'}] by ({', '.join(group_by)})"
         case Fixpoint(strategy=strategy, relations=relations, max_iterations=cap):
-            return f"Fixpoint {strategy} ({', '.join(relations)}) cap {cap}"
+            limit = "no cap" if cap is None else f"cap {cap}"
+            return f"Fixpoint {strategy} ({', '.join(relations)}) {limit}"
     raise TypeError(f"not a plan: {plan!r}")
 
 

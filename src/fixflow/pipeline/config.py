@@ -120,7 +120,11 @@ class EngineConfig:
     shards: int = _key(0, minimum=0)
     """MonoTable shards of the async/hybrid engine; 0 = one per 2M auxiliary rows, at most
     one per Spark core (a stage ships every shard's rows, so small shards do not pay)."""
-    max_iterations: int = _key(1000, positive=True)
+    max_iterations: int = _key(0, minimum=0)
+    """Round (sync) or stage (async/hybrid) cap of every recursive stratum; 0 = the default
+    rule (``operators.core.round_cap``): none where a stratum reaches a fixpoint, 1000
+    where it may only approach a limit. Results a capped stratum reaches are committed
+    with ``fixflow.partial``."""
     priority: bool = True
     """async/hybrid: a local iteration propagates the best ``schedule_portion`` of the
     pending deltas by G's order (A3). On a permuted 1M-edge grid it cut SSSP's relaxations

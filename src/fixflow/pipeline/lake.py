@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import csv
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -134,14 +134,23 @@ def write_table(
     table: pa.Table,
     attributes: Sequence[Attribute],
     mode: Literal["overwrite", "append"] = "overwrite",
+    metadata: Mapping[str, str] | None = None,
 ) -> None:
     """Write ``table`` (declared rows or already in the table's schema) as a Delta table
-    with exactly the table's schema (``table_schema``)."""
+    with exactly the table's schema (``table_schema``); ``metadata``: ``fixflow.*``
+    entries of the commit (e.g. ``fixflow.partial``)."""
     data = in_table_schema(table, attributes)
+    properties = CommitProperties(custom_metadata=dict(metadata)) if metadata else None
     if mode == "overwrite":
-        write_deltalake(str(path), data, mode="overwrite", schema_mode="overwrite")
+        write_deltalake(
+            str(path),
+            data,
+            mode="overwrite",
+            schema_mode="overwrite",
+            commit_properties=properties,
+        )
     else:
-        write_deltalake(str(path), data, mode="append")
+        write_deltalake(str(path), data, mode="append", commit_properties=properties)
     log.info("wrote %d rows to %s", table.num_rows, path)
 
 

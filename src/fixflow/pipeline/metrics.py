@@ -138,6 +138,12 @@ class Metrics:
             "1 while the committed results are provisional (async consistency, deltas pending)",
             registry=r,
         )
+        self.partial_strata = Gauge(
+            "fixflow_partial_strata",
+            "Strata whose results are partial: an iteration cap stopped them before they "
+            "converged (their result commits carry fixflow.partial)",
+            registry=r,
+        )
         self.up = Gauge(
             "fixflow_up",
             "1 while the streaming query runs (what /ready answers), else 0",

@@ -226,6 +226,36 @@ def _sortable(data_type: pa.DataType) -> bool:
     return not nested and not pa.types.is_null(data_type)
 
 
+PARTIAL = "fixflow.partial"
+"""The commit entry of a table whose rows are partial: a round cap stopped a stratum they
+depend on before it converged. A JSON list, one object per such stratum: ``stratum``
+(its index), ``relations``, ``cap`` and ``rounds``. A complete result has no entry."""
+
+
+def partial_metadata(
+    strata: Iterable[tuple[int, Sequence[str], int | None, int]],
+) -> dict[str, str]:
+    """The ``PARTIAL`` entry for capped strata (index, relations, cap, rounds); none when
+    there are none."""
+    entries = [
+        {"stratum": index, "relations": list(relations), "cap": cap, "rounds": rounds}
+        for index, relations, cap, rounds in strata
+    ]
+    return {PARTIAL: json.dumps(entries)} if entries else {}
+
+
+def describe_partial(raw: str) -> list[str]:
+    """One line per capped stratum of a ``PARTIAL`` entry (anything else as it is)."""
+    try:
+        return [
+            f"partial: stratum {e['stratum']} ({', '.join(e['relations'])}) stopped at its "
+            f"iteration cap ({e['cap']} rounds) before converging"
+            for e in json.loads(raw)
+        ]
+    except (ValueError, TypeError, KeyError):
+        return [f"partial: {raw}"]
+
+
 @dataclass(frozen=True, slots=True)
 class CommitInfo:
     """The latest commit of a table: its version and the Fixflow metadata it carries."""
@@ -246,7 +276,9 @@ class CommitInfo:
             lines.append(f"offsets {_offsets_text(self.fixflow['offsets'])}")
         if self.provisional:
             lines.append("provisional: async consistency, results may still change")
-        shown = {"batch_id", "query_id", "offsets", "provisional"}
+        if self.partial:
+            lines.extend(describe_partial(self.fixflow["partial"]))
+        shown = {"batch_id", "query_id", "offsets", "provisional", "partial"}
         lines.extend(
             f"{key} {value}" for key, value in sorted(self.fixflow.items()) if key not in shown
         )
@@ -255,6 +287,11 @@ class CommitInfo:
     @property
     def provisional(self) -> bool:
         return self.fixflow.get("provisional", "").lower() in ("true", "1", "yes")
+
+    @property
+    def partial(self) -> bool:
+        """A round cap cut a stratum the rows depend on short (``PARTIAL``)."""
+        return self.fixflow.get("partial", "[]") not in ("", "[]")
 
     def _when(self) -> str:
         parts = []

@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
-from fixflow.operators.evaluate import EvalOptions, Progress
+from fixflow.operators.evaluate import EvalOptions, Progress, partial_relations
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
 from fixflow.pipeline.broker_watch import BrokerWatch
 from fixflow.pipeline.config import Config
@@ -67,6 +67,7 @@ from fixflow.pipeline.lakehouse import (
     table_rows,
 )
 from fixflow.pipeline.metrics import Health, Metrics, Strategy
+from fixflow.pipeline.results import partial_metadata
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class ProgramStream:
         self.on_round = on_round
         """Called after every evaluation round (progress output of long batches)."""
         options = EvalOptions(
-            max_iterations=config.engine.max_iterations,
+            max_iterations=config.engine.max_iterations or None,  # 0: the default rule
             engine_options=engine_options(config),
             progress=self._on_round,
             # Deletions retract min/max values along their witness chains (mra-retract).
@@ -289,6 +290,7 @@ class ProgramStream:
         """Commit an epoch's changed result rows (and, async, the pending deltas)."""
         changed = {}
         metadata = self._metadata(epoch)
+        partial = partial_relations(self.report, (s.stratum for s in epoch.partial))
         for relation, change in epoch.changes.items():
             upserts, deletes = self._arrow_change(relation, change)
             new_rows = change.new_rows  # appended: no scan of the result table
@@ -308,7 +310,7 @@ class ProgramStream:
                 upserts,
                 deletes,
                 commit,
-                metadata,
+                self._with_partial(metadata, epoch, partial.get(relation, frozenset())),
                 new_rows=new_rows,
             )
             if merged is not None:
@@ -324,6 +326,17 @@ class ProgramStream:
         if not self.async_mode:
             return None
         return {"fixflow.provisional": "true" if epoch.provisional else "false"}
+
+    @staticmethod
+    def _with_partial(
+        metadata: dict[str, str] | None, epoch: Epoch, capped: frozenset[int]
+    ) -> dict[str, str] | None:
+        """A result commit's entries, with ``fixflow.partial`` when the relation depends
+        on a stratum an iteration cap stopped (``Maintainer.partial``)."""
+        entries = partial_metadata(
+            (s.stratum, s.relations, s.cap, s.rounds) for s in epoch.partial if s.stratum in capped
+        )
+        return {**(metadata or {}), **entries} or None
 
     def _flag_unchanged(self, relation: str, epoch: Epoch) -> bool:
         return not self.async_mode or self._flagged.get(relation, False) == epoch.provisional
@@ -422,6 +435,8 @@ class ProgramStream:
         if self.metrics is None:
             return
         self.metrics.provisional.set(1 if report.provisional else 0)
+        if report.epoch is not None:
+            self.metrics.partial_strata.set(len(report.epoch.partial))
         if report.epoch is not None:
             for stratum in report.epoch.strata:
                 if stratum.strategy != "unchanged":

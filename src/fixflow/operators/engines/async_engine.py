@@ -744,7 +744,12 @@ class AsyncEngine:
                     if measure is not None and clause_holds(program.spec.termination, measure):
                         break
                 if stage >= max_rounds:
-                    capped = True
+                    # The clause may not have been consulted this stage (check_interval_ms):
+                    # a stage that meets it converged, whatever the cap.
+                    clause = program.spec.termination
+                    capped = not (
+                        clause is not None and measure is not None and clause_holds(clause, measure)
+                    )
                     break
                 frame = stored.frame.where(F.col("kind") < AUX)
         finally:

@@ -282,7 +282,7 @@ def update(ctx: UpdateContext) -> Outcome:
         for r in ctx.relations
     }
     frames = {r: ctx.frames.full[r] for r in ctx.relations}
-    return Outcome(frames, deltas, rounds + grown.rounds)
+    return Outcome(frames, deltas, rounds + grown.rounds, capped=grown.capped)
 
 
 def changes(ctx: UpdateContext, relation: str, old: DataFrame, touched: list[DataFrame]) -> Delta:

@@ -468,8 +468,16 @@ def _resume(ctx: UpdateContext, seed: DataFrame, rows: DataFrame | None = None) 
     )
     current = outcome.rows.select(*original.columns)
     left = {relation: outcome.state} if outcome.capped else {}
-    if outcome.capped and ctx.round_budget is None:
-        log.warning("%s: hit the iteration cap (%d rounds)", relation, ctx.max_iterations)
+    if outcome.capped and ctx.round_budget is None:  # the Maintainer warns
+        log.info("%s: hit the iteration cap (%d rounds)", relation, ctx.max_iterations)
     changes = {relation: ctx.changes(original, current)}
     witnessed = {relation: outcome.state.witnessed_rows()} if rows is not None else {}
-    return Outcome({relation: current}, changes, outcome.rounds, carried=left, witnessed=witnessed)
+    capped = outcome.capped and ctx.round_budget is None  # else: carried on, not cut short
+    return Outcome(
+        {relation: current},
+        changes,
+        outcome.rounds,
+        carried=left,
+        witnessed=witnessed,
+        capped=capped,
+    )

@@ -212,7 +212,8 @@ def update_with(ctx: UpdateContext, growth: Mapping[str, Growth]) -> Outcome:
     deltas = {
         r: growth[r].changes(ctx, r, grown.original[r], grown.touched[r]) for r in ctx.relations
     }
-    return Outcome({r: ctx.frames.full[r] for r in ctx.relations}, deltas, grown.rounds)
+    frames = {r: ctx.frames.full[r] for r in ctx.relations}
+    return Outcome(frames, deltas, grown.rounds, capped=grown.capped)
 
 
 # ---------------------------------------------------------------- the class

@@ -9,6 +9,12 @@ named after the relation): ``.input r(filename="f", delimiter=",")`` reads FACTS
 ``.output r(IO=file, filename="f", delimiter=",")`` also writes OUT_DIR/f (Soufflé's
 headerless format), ``IO=stdout`` prints the rows; ``.printsize r`` prints ``r<TAB>rows``.
 As in Soufflé, every ``.input`` and ``.output`` directive of a relation is honoured.
+
+Round caps (``core.round_cap``): a stratum that reaches a fixpoint runs until a round
+changes nothing, as in Soufflé; one that may only approach a limit (sum/count recursion,
+``naive``) stops after 1000 rounds; ``--max-iterations N`` caps every stratum at N. A
+stratum stopped by its cap prints a warning, the tables depending on it are written with
+``fixflow.partial`` in their commit, and the exit status is ``EXIT_PARTIAL`` (3).
 """
 
 from __future__ import annotations
@@ -36,10 +42,15 @@ if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command 
     from pyspark.sql import SparkSession
 
     from fixflow.checker.model import Report
-    from fixflow.operators.evaluate import Evaluation
+    from fixflow.operators.evaluate import EvalOptions, Evaluation
 
 HELP = "evaluate a program once over fact files, writing Delta tables"
 ENGINES = ("sync", "async", "hybrid")
+
+EXIT_PARTIAL = 3
+"""The exit status when a round cap stopped a stratum before it converged: the tables are
+written, those depending on it marked partial (``fixflow.partial``), but the result is
+not the program's."""
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +108,10 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="round cap of every recursive stratum (default: [engine] max_iterations, 1000)",
+        help="round cap of every recursive stratum (default: [engine] max_iterations, 0: "
+        "none on strata that reach a fixpoint, as in Soufflé; 1000 on strata that approach "
+        "a limit: sum/count recursion, naive ones). A stratum stopped by a cap makes its "
+        f"tables partial and the exit status {EXIT_PARTIAL}",
     )
     parser.add_argument(
         "--partitions",
@@ -165,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         from fixflow.operators.evaluate import program_plans
         from fixflow.operators.plan import explain
 
-        for plan in program_plans(report, config.engine.max_iterations):
+        for plan in program_plans(report, config.engine.max_iterations or None):
             print(explain(plan))
         return 0
     schemas = report.analysis.schemas
@@ -196,7 +210,7 @@ def _evaluate_and_write(
     )
     spark = cast("SparkSession", on_demand)
     options = EvalOptions(
-        max_iterations=config.engine.max_iterations,
+        max_iterations=config.engine.max_iterations or None,  # 0: the default rule
         engine_options=engine_options(config),
         partitions=args.partitions,
         progress=RoundPrinter(),
@@ -209,6 +223,23 @@ def _evaluate_and_write(
     except EvaluationError as exc:
         return _error(str(exc))
     _write_outputs(args, report, _Results(report, evaluation, inputs))
+    _summarize(config, evaluation, options)
+    for stats in evaluation.capped:
+        print(
+            f"warning: stratum {stats.stratum} ({', '.join(stats.relations)}) stopped at its "
+            f"iteration cap ({stats.cap} rounds) before converging: its results are partial",
+            file=sys.stderr,
+        )
+    log.info(
+        "evaluated in %.3f s (%s)",
+        time.monotonic() - started,
+        "Spark started" if on_demand.started else "Spark not started",
+    )
+    return EXIT_PARTIAL if evaluation.capped else 0
+
+
+def _summarize(config: Config, evaluation: Evaluation, options: EvalOptions) -> None:
+    """A line per stratum the async/hybrid engine ran, with its engine figures."""
     printer = options.progress
     for stats in evaluation.stats:
         last = printer.last.get(stats.stratum) if isinstance(printer, RoundPrinter) else None
@@ -221,18 +252,6 @@ def _evaluate_and_write(
                 f"{engine_figures(last.detail)}",
                 file=sys.stderr,
             )
-    for stats in evaluation.capped:
-        print(
-            f"warning: stratum {stats.stratum} ({', '.join(stats.relations)}) stopped at the "
-            f"iteration cap ({config.engine.max_iterations} rounds) before converging",
-            file=sys.stderr,
-        )
-    log.info(
-        "evaluated in %.3f s (%s)",
-        time.monotonic() - started,
-        "Spark started" if on_demand.started else "Spark not started",
-    )
-    return 0
 
 
 class _Results:
@@ -240,7 +259,22 @@ class _Results:
     the driver when it evaluated them, else from Spark (one job)."""
 
     def __init__(self, report: Report, evaluation: Evaluation, inputs: Mapping[str, pa.Table]):
+        from fixflow.operators.evaluate import partial_relations
+
         self.report, self.evaluation, self.inputs = report, evaluation, inputs
+        self.partial = partial_relations(report, (s.stratum for s in evaluation.capped))
+        """Relation → the capped strata its rows depend on."""
+
+    def metadata(self, relation: str) -> dict[str, str]:
+        """The commit entries of the relation's table: ``fixflow.partial`` if it is."""
+        from fixflow.pipeline.results import partial_metadata
+
+        capped = self.partial.get(relation, frozenset())
+        return partial_metadata(
+            (s.stratum, s.relations, s.cap, s.rounds)
+            for s in self.evaluation.capped
+            if s.stratum in capped
+        )
 
     def table(self, relation: str) -> pa.Table | None:
         from fixflow.pipeline.lake import positional_to_arrow, to_arrow
@@ -265,10 +299,12 @@ def _write_outputs(args: argparse.Namespace, report: Report, results: _Results) 
         attributes = _result_attributes(report, relation)
         table = results.table(relation)
         assert table is not None, f"`{relation}` is neither evaluated nor an input"
-        write_table(args.output / relation, table, attributes)
+        metadata = results.metadata(relation)
+        write_table(args.output / relation, table, attributes, metadata=metadata)
         if args.csv:
             write_csv(args.output / f"{relation}.csv", table, attributes)
-        print(f"{relation}: {table.num_rows} rows -> {args.output / relation}")
+        partial = " (partial)" if metadata else ""
+        print(f"{relation}: {table.num_rows} rows{partial} -> {args.output / relation}")
         for options in program.output_directives(relation):  # Soufflé writes every one
             if options:
                 _write_souffle_output(args.output, relation, table, attributes, options)

@@ -1,7 +1,8 @@
 """`fixflow show RELATION [--limit N] [--conf FILE] [--program STEM | --results DIR]`.
 
 Prints a result relation sorted by its columns, its row count, and the Delta version and
-Fixflow metadata (batch, offsets, provisional flag) of its last commit. Reads with
+Fixflow metadata (batch, offsets, provisional flag, partial: a stratum stopped by an
+iteration cap) of its last commit. Reads with
 deltalake and the DataFusion it bundles: no JVM, so it answers in well under a second.
 """
 
