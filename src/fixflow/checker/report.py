@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fixflow.checker.ast import Declaration, Program, Rule
 from fixflow.checker.diagnostics import Diagnostic
+from fixflow.checker.hints import stratum_hints
 from fixflow.checker.model import PROPERTY_NAMES, Report, RuleVerdict, Stratum
 from fixflow.checker.printer import pretty
 from fixflow.checker.subaggregates import is_hidden
@@ -43,6 +44,7 @@ def _stratum_json(stratum: Stratum, report: Report) -> dict[str, object]:
         "recursive": stratum.recursive,
         "class": stratum.eval_class,
         "reason": stratum.reason,
+        "hints": stratum_hints(stratum),
         "rewritten": pretty(spec.rewritten) if spec and spec.rewritten else None,
     }
 
@@ -72,6 +74,7 @@ def human(report: Report) -> str:
         if not stratum.recursive:
             continue
         lines.append(f"  class: {stratum.eval_class} — {stratum.reason}")
+        lines += [f"  {hint}" for hint in stratum_hints(stratum)]
         for verdict in report.verdicts:
             if verdict.relation in stratum.relations:
                 lines += _verdict_lines(verdict, file, stratum.reason)
