@@ -307,6 +307,7 @@ def test_a_capped_stratum_makes_a_partial_result(tmp_path: Path) -> None:
     assert result.returncode == 3, result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "(n) stopped at its iteration cap (5 rounds)" in warnings[0]
+    assert warnings[0].endswith("partial (1 pending)"), warnings[0]  # round 5 derived n(5)
     assert result.stderr.count("iteration cap") == 1, result.stderr  # one line, no log too
     assert "n: 5 rows (partial)" in result.stdout and "one: 1 rows ->" in result.stdout
     [entry] = _partial(out / "n") or [None]

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command 
     from pyspark.sql import SparkSession
 
     from fixflow.checker.model import Report
-    from fixflow.operators.evaluate import EvalOptions, Evaluation
+    from fixflow.operators.evaluate import EvalOptions, Evaluation, Progress
 
 HELP = "evaluate a program once over fact files, writing Delta tables"
 ENGINES = ("sync", "async", "hybrid")
@@ -224,10 +224,13 @@ def _evaluate_and_write(
         return _error(str(exc))
     _write_outputs(args, report, _Results(report, evaluation, inputs))
     _summarize(config, evaluation, options)
+    printer = options.progress
     for stats in evaluation.capped:
+        last = printer.last.get(stats.stratum) if isinstance(printer, RoundPrinter) else None
         print(
             f"warning: stratum {stats.stratum} ({', '.join(stats.relations)}) stopped at its "
-            f"iteration cap ({stats.cap} rounds) before converging: its results are partial",
+            f"iteration cap ({stats.cap} rounds) before converging: its results are partial"
+            + _residual(last),
             file=sys.stderr,
         )
     log.info(
@@ -236,6 +239,15 @@ def _evaluate_and_write(
         "Spark started" if on_demand.started else "Spark not started",
     )
     return EXIT_PARTIAL if evaluation.capped else 0
+
+
+def _residual(last: Progress | None) -> str:
+    """What was left when a cap stopped a stratum: its pending deltas (the rows of its last
+    round's change on the semi-naive loops) and the termination measure over them."""
+    if last is None:
+        return ""
+    measure = "" if last.measure is None else f", termination measure {last.measure:.3g}"
+    return f" ({last.pending} pending{measure})"
 
 
 def _summarize(config: Config, evaluation: Evaluation, options: EvalOptions) -> None:
