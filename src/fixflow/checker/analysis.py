@@ -47,34 +47,13 @@ from fixflow.checker.directives import PRAGMAS
 from fixflow.checker.model import Analysis, EvalClass, Stratum
 from fixflow.checker.regex import InvalidRegex, UntranslatableRegex, java_regex
 from fixflow.checker.subaggregates import Lifted, is_hidden, lift_sub_aggregates
-from fixflow.checker.types import BodyTypes, assignment_sides, infer_body
+from fixflow.checker.types import BodyTypes, assignment_sides, bindings, infer_body
 from fixflow.checker.unions import merged_alternatives
 
 log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------- shared helpers
-
-
-def bindings(body: Body, pre_bound: Iterable[str] = ()) -> tuple[set[str], list[Comparison]]:
-    """The variables a body binds (positive atoms, then assignments whose right side is
-    bound, to a fixpoint) and its assignments in binding order."""
-    bound = set(pre_bound)
-    for atom in body_atoms(body):
-        bound |= {a.name for a in atom.args if isinstance(a, Var)}
-    assignments: list[Comparison] = []
-    pending = [lit for lit in body.literals if isinstance(lit, Comparison) and lit.op == "="]
-    progress = True
-    while progress:
-        progress = False
-        for comparison in list(pending):
-            target, value = assignment_sides(comparison, bound)
-            if target is not None and expr_vars(value) <= bound:
-                bound.add(target.name)
-                assignments.append(comparison)
-                pending.remove(comparison)
-                progress = True
-    return bound, assignments
 
 
 def rule_variables(rule: Rule) -> set[str]:

@@ -463,6 +463,11 @@ def map_nodes(node: NodeT, kind: type[KindT], replace: Callable[[KindT], object]
     return replace(node) if isinstance(node, kind) else node  # type: ignore[return-value]
 
 
+def renamed_vars(node: NodeT, rename: dict[str, str]) -> NodeT:
+    """``node`` with the variables of ``rename`` renamed, inside nested aggregates too."""
+    return map_nodes(node, Var, lambda v: Var(rename.get(v.name, v.name), v.span))
+
+
 def map_casts(node: NodeT, replace: Callable[[Cast], Expr]) -> NodeT:
     """``node`` with every ``Cast`` replaced by ``replace(cast)`` (``map_nodes``)."""
     return map_nodes(node, Cast, replace)

@@ -52,7 +52,6 @@ from fixflow.checker.ast import (
     Item,
     Neg,
     Negation,
-    NodeT,
     NumberLit,
     Program,
     Rule,
@@ -62,9 +61,10 @@ from fixflow.checker.ast import (
     Var,
     Wildcard,
     expr_vars,
+    renamed_vars,
 )
 from fixflow.checker.diagnostics import Diagnostic
-from fixflow.checker.types import BodyTypes, assignment_sides
+from fixflow.checker.types import BodyTypes, assignment_sides, bindings
 
 HIDDEN_PREFIX = "_agg"
 WITNESSED = ("min", "max")
@@ -203,8 +203,8 @@ class _Lifter:
         for index, alternative in enumerate(aggregate.bodies, start=1):
             names = _body_names(alternative) | expr_vars(aggregate.target)
             rename = {n: f"{relation}_c{index}_{n}" for n in sorted(names - kept)}
-            target = _renamed(aggregate.target, rename)
-            literals = _renamed(alternative.literals, rename)
+            target = renamed_vars(aggregate.target, rename)
+            literals = renamed_vars(alternative.literals, rename)
             reached = Comparison("=", target, value, aggregate.span)
             copies.append(Body((*literals, reached), alternative.span))
         return copies
@@ -456,38 +456,9 @@ def _names(node: object) -> set[str]:
 
 
 def _grounded(body: Body) -> set[str]:
-    """The variables ``body`` binds outside its aggregates (positive atoms, then
-    assignments to a fixpoint; an aggregate's value counts as bound, as in Soufflé)."""
-    bound: set[str] = set()
-    for literal in body.literals:
-        if isinstance(literal, Atom):
-            bound |= {a.name for a in literal.args if isinstance(a, Var)}
-    pending = [lit for lit in body.literals if isinstance(lit, Comparison) and lit.op == "="]
-    progress = True
-    while progress:
-        progress = False
-        for comparison in list(pending):
-            target, value = assignment_sides(comparison, bound)
-            if target is not None and expr_vars(value) <= bound:
-                bound.add(target.name)
-                pending.remove(comparison)
-                progress = True
-    return bound
-
-
-def _renamed(node: NodeT, rename: dict[str, str]) -> NodeT:
-    """``node`` (an AST node or a tuple of them) with the variables of ``rename``
-    renamed, inside nested aggregates too."""
-    if isinstance(node, Var):
-        return Var(rename.get(node.name, node.name), node.span)  # type: ignore[return-value]
-    if isinstance(node, tuple):
-        return tuple(_renamed(n, rename) for n in node)  # type: ignore[return-value]
-    if dataclasses.is_dataclass(node) and not isinstance(node, Span | type):
-        changes = {
-            f.name: _renamed(getattr(node, f.name), rename) for f in dataclasses.fields(node)
-        }
-        return dataclasses.replace(node, **changes)
-    return node
+    """The variables ``body`` binds outside its aggregates (an aggregate's value counts as
+    bound, as in Soufflé): ``types.bindings``."""
+    return bindings(body)[0]
 
 
 def _first_occurrence(aggregate: SubAggregate, name: str) -> Span:

@@ -11,6 +11,7 @@ where they are integer operators): a float operand is an error, not a truncation
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from fixflow.checker.ast import (
@@ -33,6 +34,8 @@ from fixflow.checker.ast import (
     TypeName,
     Var,
     Wildcard,
+    body_atoms,
+    expr_vars,
 )
 from fixflow.checker.diagnostics import Diagnostic
 
@@ -345,3 +348,24 @@ def assignment_sides(comparison: Comparison, bound: set[str]) -> tuple[Var | Non
     if isinstance(comparison.right, Var) and comparison.right.name not in bound:
         return comparison.right, comparison.left
     return None, comparison.right
+
+
+def bindings(body: Body, pre_bound: Iterable[str] = ()) -> tuple[set[str], list[Comparison]]:
+    """The variables a body binds (positive atoms, then assignments whose right side is
+    bound, to a fixpoint) and its assignments in binding order."""
+    bound = set(pre_bound)
+    for atom in body_atoms(body):
+        bound |= {a.name for a in atom.args if isinstance(a, Var)}
+    assignments: list[Comparison] = []
+    pending = [lit for lit in body.literals if isinstance(lit, Comparison) and lit.op == "="]
+    progress = True
+    while progress:
+        progress = False
+        for comparison in list(pending):
+            target, value = assignment_sides(comparison, bound)
+            if target is not None and expr_vars(value) <= bound:
+                bound.add(target.name)
+                assignments.append(comparison)
+                pending.remove(comparison)
+                progress = True
+    return bound, assignments

@@ -30,12 +30,12 @@ from fixflow.checker.ast import (
     Body,
     Comparison,
     Expr,
-    NodeT,
     Rule,
     Termination,
     Var,
     body_atoms,
     map_nodes,
+    renamed_vars,
 )
 from fixflow.checker.catalog import index_var
 
@@ -125,9 +125,9 @@ def _as_alternative(
         if name in taken or name in mapping.values():
             mapping[name] = _fresh(name, avoid)
             avoid.add(mapping[name])
-    bodies = [_renamed(body, mapping) for body in rule.bodies]
+    bodies = [renamed_vars(body, mapping) for body in rule.bodies]
     comparisons = tuple(
-        Comparison("=", target, _renamed(term, mapping)) for target, term in equalities
+        Comparison("=", target, renamed_vars(term, mapping)) for target, term in equalities
     )
     clause = rule.termination
     if clause is not None:
@@ -135,10 +135,6 @@ def _as_alternative(
             clause.func, mapping.get(clause.var, clause.var), clause.op, clause.bound, clause.span
         )
     return bodies, comparisons, clause
-
-
-def _renamed(node: NodeT, mapping: dict[str, str]) -> NodeT:
-    return map_nodes(node, Var, lambda v: Var(mapping.get(v.name, v.name), v.span))
 
 
 def _fresh(name: str, avoid: set[str]) -> str:
