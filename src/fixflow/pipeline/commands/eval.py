@@ -110,8 +110,10 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="round cap of every recursive stratum (default: [engine] max_iterations, 0: "
         "none on strata that reach a fixpoint, as in Soufflé; 1000 on strata that approach "
-        "a limit: sum/count recursion, naive ones). A stratum stopped by a cap makes its "
-        f"tables partial and the exit status {EXIT_PARTIAL}",
+        "a limit: sum/count recursion, naive ones). One iteration is a round on the sync "
+        "engine and the semi-naive/naive loops (every pending delta propagated once), a stage "
+        "on async/hybrid (each shard's local loop run to quiescence, then an exchange). A "
+        f"stratum stopped by a cap makes its tables partial and the exit status {EXIT_PARTIAL}",
     )
     parser.add_argument(
         "--partitions",
