@@ -2,7 +2,7 @@
 
 For every recursive aggregate rule: Property 1 (G commutative and associative), Property 2
 (G∘F′∘G = G∘F′ for every linear alternative), A3 convergence for sum programs that reach
-a limit, and the initial delta. Then one class per recursive stratum (docs/architecture.md §2):
+a limit, and the initial delta. Then one class per recursive stratum (docs/architecture.md):
 ``set``, ``mra`` (one relation, linear, Properties 1 and 2 hold), ``aggregate-seminaive``
 (min/max recursion with monotone combining expressions, or recursion through a count
 used only in upward-closed tests) or ``naive``. ``unknown`` never yields ``mra``.
