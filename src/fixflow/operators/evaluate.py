@@ -31,9 +31,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from fixflow.checker.analysis import dependency_edges
 from fixflow.checker.catalog import Catalog
 from fixflow.checker.model import Report, Stratum
+from fixflow.checker.stratification import dependency_edges
 from fixflow.operators.compiler import positional, relation_struct, spark_type
 from fixflow.operators.core import (
     Bootstrapped,
