@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from fixflow.checker import smt
+import fixflow.checker.smt as smt
 from fixflow.checker.ast import (
     Atom,
     Comparison,
