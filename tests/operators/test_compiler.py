@@ -7,8 +7,9 @@ from pyspark.sql import SparkSession
 
 from fixflow.checker import ast
 from fixflow.checker.parser import parse
-from fixflow.operators.compiler import CompileError, RuleCompiler, column_name
+from fixflow.operators.compiler import CompileError, RuleCompiler
 from fixflow.operators.plan import AntiJoin, Filter, Join, Project, Scan, explain
+from fixflow.operators.spark_backend import column_name
 
 from .helpers import run
 
@@ -200,7 +201,7 @@ def test_program_plans_show_each_stratum_with_its_fixpoint() -> None:
 def test_set_minus_is_except_without_the_distinct_null_safe_and_unambiguous(
     spark: SparkSession,
 ) -> None:
-    from fixflow.operators.compiler import minus, set_minus
+    from fixflow.operators.spark_backend import minus, set_minus
 
     rows = [(1, 1.0), (2, None), (None, 3.0), (4, float("nan")), (5, 5.0)]
     left = spark.createDataFrame(rows, "c0 long, c1 double")
