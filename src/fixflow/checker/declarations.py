@@ -51,6 +51,8 @@ class Analyzer:
 
 
 def check_declarations(analyzer: Analyzer) -> None:
+    """Record every ``.decl``, then check the directives against them: a directive may
+    name a relation declared further down."""
     for item in analyzer.program.items:
         if isinstance(item, Declaration):
             _declare(analyzer, item)

@@ -89,6 +89,7 @@ def _var_occurrences_of_args(args: tuple[Expr, ...]) -> Iterator[Var]:
 
 
 def check_rules(analyzer: Analyzer) -> None:
+    """Each rule on its own, then what holds across the rules of one relation."""
     for rule in analyzer.program.rules:
         _rule(analyzer, rule)
     _aggregate_agreement(analyzer)
