@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from pyspark.sql import SparkSession
 
@@ -79,6 +84,22 @@ def test_head_casts_to_declared_types() -> None:
     head = compiler.head(rule, compiler.body(rule.bodies[0]), ("number", "float"))
     assert isinstance(head, Project)
     assert [t for _, t in head.schema] == ["number", "float"]
+
+
+def test_the_compiler_runs_without_spark() -> None:
+    """Plans have two backends, Spark and the driver's numpy kernels: compiling rules to
+    plans must not load pyspark (a fresh interpreter, so nothing else loaded it first)."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    probe = "import sys, fixflow.operators.compiler; print(sorted(sys.modules))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "fixflow.operators.compiler" in loaded
+    assert "pyspark" not in loaded and "fixflow.operators.spark_backend" not in loaded
 
 
 def test_column_names_keep_case_apart() -> None:
