@@ -14,8 +14,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from fixflow.checker import smt
-from fixflow.checker.analysis import index_var, with_relation_aggregate
+import fixflow.checker.smt as smt
 from fixflow.checker.ast import (
     Atom,
     Comparison,
@@ -26,7 +25,7 @@ from fixflow.checker.ast import (
     body_atoms,
     expr_vars,
 )
-from fixflow.checker.catalog import build_catalog
+from fixflow.checker.catalog import build_catalog, index_var
 from fixflow.checker.conditions import (
     Alternative,
     Sort,
@@ -51,6 +50,7 @@ from fixflow.checker.model import (
 )
 from fixflow.checker.printer import pretty
 from fixflow.checker.rewrite import drop_index
+from fixflow.checker.stratification import with_relation_aggregate
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ from typing import Protocol
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from fixflow.operators.compiler import join_on
 from fixflow.operators.core import Bootstrapped, StratumRun, bounded, bounded_to, union_by_name
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
+from fixflow.operators.spark_backend import join_on
 
 COMPACT_EVERY = 8
 """Rounds between compactions of the full relations (their compacted rows overlaid with the
