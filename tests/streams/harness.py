@@ -268,51 +268,7 @@ def edb_mismatches(program: Program, lake: ProgramLake, facts: Facts) -> dict[st
     return problems
 
 
-# ---------------------------------------------------------------- one running query
-
-
-class ContinuousRun:
-    """One streaming query of a ``ProgramStream`` left running (processing-time trigger):
-    publish, then ``wait_processed`` until the batches that read every published record are
-    finished (Spark reports a batch in ``lastProgress`` only after foreachBatch returned,
-    i.e. after the results and the EDB were committed)."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.query = stream.start(available_now=False)
-        self.published = 0
-
-    def publish(self, program: Program, messages: list[tuple[str, Row, str]]) -> None:
-        self.published += publish(self.stream.config, program, messages)
-
-    def wait_processed(self, timeout_s: float = 240.0) -> list[Any]:
-        """The reports of the batches that ran since the last wait."""
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.query.exception() is not None:
-                raise AssertionError(f"the query failed: {self.query.exception()}")
-            reports = self.stream.reports
-            read = sum(r.records for r in reports)
-            progress = self.query.lastProgress or {}
-            if (
-                read >= self.published
-                and reports
-                and int(progress.get("batchId", -1)) >= reports[-1].batch_id
-            ):
-                assert read == self.published, f"read {read} records, published {self.published}"
-                return reports
-            time.sleep(0.2)
-        raise AssertionError(
-            f"not processed within {timeout_s} s: read "
-            f"{sum(r.records for r in self.stream.reports)} of "
-            f"{self.published} records"
-        )
-
-    def stop(self) -> None:
-        self.query.stop()
-        self.query.awaitTermination(60)
+# ---------------------------------------------------------------- the Kafka query
 
 
 QUERY_TIMEOUT_S = 240
@@ -344,18 +300,20 @@ def through_broker(stream: Any, messages: Messages) -> int:
 
 
 class ThroughMemory:
-    """Deliver through one ``MemorySource`` (no broker, no streaming query): every record
-    of a step in one batch of the stream's ``batch_pipeline``."""
+    """Deliver through one ``MemorySource`` (no broker, no streaming query) to the stream's
+    ``batch_pipeline``: a step's records in batches of at most ``max_records`` (None: one
+    batch)."""
 
-    def __init__(self, source: MemorySource | None = None) -> None:
-        self.source = source if source is not None else MemorySource()
+    def __init__(self, max_records: int | None = None) -> None:
+        self.source = MemorySource()
+        self.max_records = max_records
         self.pipeline: BatchPipeline | None = None
 
     def __call__(self, stream: Any, messages: Messages) -> int:
         if self.pipeline is None:
             self.pipeline = stream.batch_pipeline()
         sent = self.source.send_all(raw_messages(stream.config, stream.program, messages))
-        self.source.run_available_now(self.pipeline)
+        self.source.run_available_now(self.pipeline, self.max_records)
         return len(sent)
 
 
