@@ -47,7 +47,7 @@ def test_stream_golden_on_the_sharded_engines(
     config = replace(config, engine=replace(config.engine, mode=mode, shards=2))
     stream = run_case(name, spark, config, ThroughMemory())
     engine = stream.maintainer.engine
-    assert engine.choices[name][0] == mode, engine.choices
+    assert engine.choices[name][0] == mode, engine.choices  # type: ignore[attr-defined]
 
 
 def delta_versions(lake: ProgramLake) -> dict[str, int]:

@@ -118,8 +118,8 @@ def check_epochs(name: str, spark: Any, lake_root: Path, data: st.DataObject) ->
 def test_results_equal_a_fresh_evaluation_after_every_epoch(
     name: str, spark: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    # No shrinking: every example is a streaming run of tens of seconds, and the failing
-    # example is reported with its drawn operations as it is.
+    # No shrinking: every example ends with a one-shot Spark evaluation (seconds), and the
+    # failing example is reported with its drawn operations as it is.
     @settings(
         max_examples=2,
         deadline=None,

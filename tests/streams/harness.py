@@ -26,6 +26,7 @@ from fixflow.pipeline.ingest import BatchPipeline
 from fixflow.pipeline.lakehouse import ProgramLake, read_table
 from fixflow.pipeline.memory_source import MemorySource
 from fixflow.pipeline.messages import encode_fact, fact_key
+from fixflow.pipeline.stream import ProgramStream
 from reference.evaluator import evaluate
 from reference.golden import column_types, compare_rows, read_expected, read_facts
 
@@ -284,7 +285,7 @@ def run_available_now(stream: Any) -> None:
 # ---------------------------------------------------------------- one golden case, step by step
 
 Messages = list[tuple[str, Row, str]]
-Deliver = Callable[[Any, Messages], int]
+Deliver = Callable[[ProgramStream, Messages], int]
 """How a step reaches a ``ProgramStream``: send its (relation, fact, op) messages, process
 them to the end, return the records sent."""
 
@@ -292,7 +293,7 @@ NO_SWITCH = 1e6
 """``[elastic] switch_fraction`` of the cases that expect strategies: never abandon."""
 
 
-def through_broker(stream: Any, messages: Messages) -> int:
+def through_broker(stream: ProgramStream, messages: Messages) -> int:
     """Publish to the real broker, then one ``available_now`` run of the streaming query."""
     sent = publish(stream.config, stream.program, messages)
     run_available_now(stream)
@@ -309,7 +310,7 @@ class ThroughMemory:
         self.max_records = max_records
         self.pipeline: BatchPipeline | None = None
 
-    def __call__(self, stream: Any, messages: Messages) -> int:
+    def __call__(self, stream: ProgramStream, messages: Messages) -> int:
         if self.pipeline is None:
             self.pipeline = stream.batch_pipeline()
         sent = self.source.send_all(raw_messages(stream.config, stream.program, messages))
@@ -317,11 +318,9 @@ class ThroughMemory:
         return len(sent)
 
 
-def run_case(name: str, spark: Any, config: Config, deliver: Deliver) -> Any:
+def run_case(name: str, spark: Any, config: Config, deliver: Deliver) -> ProgramStream:
     """A golden case's steps delivered one by one to a new ``ProgramStream``; the problems
     of every step (``step_problems``) fail the test together. Returns the stream."""
-    from fixflow.pipeline.stream import ProgramStream
-
     case = load_case(name)
     if any(step.expect_strategy for step in case.steps):
         config = replace(config, elastic=replace(config.elastic, switch_fraction=NO_SWITCH))
@@ -343,7 +342,7 @@ def run_case(name: str, spark: Any, config: Config, deliver: Deliver) -> Any:
 
 
 def step_problems(
-    stream: Any, case: StreamCase, facts: Facts, step: StreamStep, before: int
+    stream: ProgramStream, case: StreamCase, facts: Facts, step: StreamStep, before: int
 ) -> dict[str, Any]:
     """What is wrong after a step whose batches made the stream's reports from ``before``
     on: the result tables against the expected files and the oracle, the EDB against the
