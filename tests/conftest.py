@@ -26,7 +26,8 @@ SLOW_MODULES = frozenset(
         "tests/operators/test_maintain_deletions_property.py",  # 1,000 epochs of deletions
         "tests/pipeline/test_stream_crash.py",  # SIGKILL and restart of `fixflow run`
         "tests/pipeline/test_stream_property.py",  # hypothesis over the streaming pipeline
-        "tests/pipeline/test_stream_golden.py",  # every stream case through the broker
+        "tests/pipeline/test_stream_golden.py",  # stream cases through the broker
+        "tests/pipeline/test_stream_golden_memory.py",  # every stream case, in memory
     }
 )
 ONE_WORKER_GROUPS = {

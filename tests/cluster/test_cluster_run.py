@@ -7,7 +7,7 @@ of the history, `fixflow publish` (deletions with ``--delete``) and then
 first one's checkpoint and applies only the second step. After every step the cluster's
 result and EDB tables must equal the reference evaluator's on the net facts, which is what
 local mode is held to on the same program and the same kind of history (a bridge deleted
-from connected components) by tests/pipeline/test_stream_golden.py (cases cc and
+from connected components) by tests/pipeline/test_stream_golden_memory.py (cases cc and
 cc_bridge_deletion). A replay in local mode beside the cluster was dropped: its two
 `fixflow run` JVMs doubled the module's cost on two cores.
 """

@@ -1,8 +1,10 @@
 """Helpers of the streaming acceptance tests (tests/pipeline/test_stream_*.py).
 
-Reading the streaming golden cases of this directory, publishing facts to the real broker,
-reading the Delta result tables back, and the two checks every test makes: against the
-expected files and against the reference oracle on the current facts.
+Reading the streaming golden cases of this directory, delivering facts (to the real broker,
+or to the in-memory source), reading the Delta result tables back, the checks every test
+makes (against the expected files and against the reference oracle on the current facts),
+and ``run_case``: a golden case step by step, checked after each step, over either
+transport.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import socket
 import tomllib
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,9 +21,12 @@ from fixflow.checker.ast import Program
 from fixflow.checker.model import Report
 from fixflow.checker.parser import parse
 from fixflow.operators.maintain import Epoch
-from fixflow.pipeline.config import Config
+from fixflow.pipeline.config import Config, default_config
+from fixflow.pipeline.ingest import BatchPipeline
 from fixflow.pipeline.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.memory_source import MemorySource
 from fixflow.pipeline.messages import encode_fact, fact_key
+from fixflow.pipeline.stream import ProgramStream
 from reference.evaluator import evaluate
 from reference.golden import column_types, compare_rows, read_expected, read_facts
 
@@ -110,6 +115,17 @@ def isolated_config(broker: Config, lake_root: Path, **stream: Any) -> Config:
     )
 
 
+def memory_config(lake_root: Path, **stream: Any) -> Config:
+    """The default config with its own lake, for the in-memory source (no broker)."""
+    base = default_config()
+    return replace(
+        base,
+        lake=replace(base.lake, path=str(lake_root)),
+        stream=replace(base.stream, **stream),
+        metrics=replace(base.metrics, port=0),
+    )
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -118,13 +134,20 @@ def free_port() -> int:
 
 def publish(config: Config, program: Program, messages: Iterable[tuple[str, Row, str]]) -> int:
     """Send (relation, fact, op) messages in order, keyed by the fact; wait for every ack."""
-    raw = []
+    return len(publish_raw(config, raw_messages(config, program, messages)))
+
+
+def raw_messages(
+    config: Config, program: Program, messages: Iterable[tuple[str, Row, str]]
+) -> list[tuple[str, str | None, str]]:
+    """(relation, fact, op) messages as the (topic, key, value) records `fixflow publish`
+    sends: keyed by the fact, to the relation's topic."""
+    raw: list[tuple[str, str | None, str]] = []
     for relation, values, op in messages:
         attributes = program.declaration(relation).attributes  # type: ignore[union-attr]
-        raw.append(
-            (config.kafka.topic(relation), fact_key(values), encode_fact(attributes, values, op))
-        )  # type: ignore[arg-type]
-    return len(publish_raw(config, raw))
+        value = encode_fact(attributes, values, op)  # type: ignore[arg-type]
+        raw.append((config.kafka.topic(relation), fact_key(values), value))
+    return raw
 
 
 def publish_raw(
@@ -246,51 +269,7 @@ def edb_mismatches(program: Program, lake: ProgramLake, facts: Facts) -> dict[st
     return problems
 
 
-# ---------------------------------------------------------------- one running query
-
-
-class ContinuousRun:
-    """One streaming query of a ``ProgramStream`` left running (processing-time trigger):
-    publish, then ``wait_processed`` until the batches that read every published record are
-    finished (Spark reports a batch in ``lastProgress`` only after foreachBatch returned,
-    i.e. after the results and the EDB were committed)."""
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.query = stream.start(available_now=False)
-        self.published = 0
-
-    def publish(self, program: Program, messages: list[tuple[str, Row, str]]) -> None:
-        self.published += publish(self.stream.config, program, messages)
-
-    def wait_processed(self, timeout_s: float = 240.0) -> list[Any]:
-        """The reports of the batches that ran since the last wait."""
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.query.exception() is not None:
-                raise AssertionError(f"the query failed: {self.query.exception()}")
-            reports = self.stream.reports
-            read = sum(r.records for r in reports)
-            progress = self.query.lastProgress or {}
-            if (
-                read >= self.published
-                and reports
-                and int(progress.get("batchId", -1)) >= reports[-1].batch_id
-            ):
-                assert read == self.published, f"read {read} records, published {self.published}"
-                return reports
-            time.sleep(0.2)
-        raise AssertionError(
-            f"not processed within {timeout_s} s: read "
-            f"{sum(r.records for r in self.stream.reports)} of "
-            f"{self.published} records"
-        )
-
-    def stop(self) -> None:
-        self.query.stop()
-        self.query.awaitTermination(60)
+# ---------------------------------------------------------------- the Kafka query
 
 
 QUERY_TIMEOUT_S = 240
@@ -301,3 +280,104 @@ def run_available_now(stream: Any) -> None:
     Spark's connect-back race, as `fixflow run` does); a failed batch raises."""
     query = stream.run_available_now(timeout_s=QUERY_TIMEOUT_S)
     assert query.exception() is None, query.exception()
+
+
+# ---------------------------------------------------------------- one golden case, step by step
+
+Messages = list[tuple[str, Row, str]]
+Deliver = Callable[[ProgramStream, Messages], int]
+"""How a step reaches a ``ProgramStream``: send its (relation, fact, op) messages, process
+them to the end, return the records sent."""
+
+NO_SWITCH = 1e6
+"""``[elastic] switch_fraction`` of the cases that expect strategies: never abandon."""
+
+
+def through_broker(stream: ProgramStream, messages: Messages) -> int:
+    """Publish to the real broker, then one ``available_now`` run of the streaming query."""
+    sent = publish(stream.config, stream.program, messages)
+    run_available_now(stream)
+    return sent
+
+
+class ThroughMemory:
+    """Deliver through one ``MemorySource`` (no broker, no streaming query) to the stream's
+    ``batch_pipeline``: a step's records in batches of at most ``max_records`` (None: one
+    batch)."""
+
+    def __init__(self, max_records: int | None = None) -> None:
+        self.source = MemorySource()
+        self.max_records = max_records
+        self.pipeline: BatchPipeline | None = None
+
+    def __call__(self, stream: ProgramStream, messages: Messages) -> int:
+        if self.pipeline is None:
+            self.pipeline = stream.batch_pipeline()
+        sent = self.source.send_all(raw_messages(stream.config, stream.program, messages))
+        self.source.run_available_now(self.pipeline, self.max_records)
+        return len(sent)
+
+
+def run_case(name: str, spark: Any, config: Config, deliver: Deliver) -> ProgramStream:
+    """A golden case's steps delivered one by one to a new ``ProgramStream``; the problems
+    of every step (``step_problems``) fail the test together. Returns the stream."""
+    case = load_case(name)
+    if any(step.expect_strategy for step in case.steps):
+        config = replace(config, elastic=replace(config.elastic, switch_fraction=NO_SWITCH))
+    stream = ProgramStream(spark, config, case.program_file)
+    facts: Facts = {rel: set() for rel in case.program.inputs}
+    failures = []
+    for step in case.steps:
+        before = len(stream.reports)
+        sent = deliver(stream, step_messages(step.inserts, step.deletes))
+        apply_changes(facts, step.inserts, step.deletes)
+        problems = step_problems(stream, case, facts, step, before)
+        processed = sum(r.records for r in stream.reports[before:])
+        if processed != sent:
+            problems["records"] = f"sent {sent}, the batches read {processed}"
+        if problems:
+            failures.append(f"step {step.number:02d} ({step.why}): {problems}")
+    assert not failures, f"{name}:\n" + "\n".join(failures)
+    return stream
+
+
+def step_problems(
+    stream: ProgramStream, case: StreamCase, facts: Facts, step: StreamStep, before: int
+) -> dict[str, Any]:
+    """What is wrong after a step whose batches made the stream's reports from ``before``
+    on: the result tables against the expected files and the oracle, the EDB against the
+    facts, the result tables' columns against the declarations, the first batch's
+    bootstrap, the strategies the step expects."""
+    problems: dict[str, Any] = {}
+    if bad := mismatches_with_expected(stream.lake, step.expected, case.tolerance):
+        problems["expected"] = bad
+    if bad := mismatches_with_oracle(case.program, stream.lake, facts, case.tolerance):
+        problems["oracle"] = bad
+    if bad := edb_mismatches(case.program, stream.lake, facts):
+        problems["edb"] = bad
+    problems |= column_mismatches(case.program, stream.lake)
+    reports = stream.reports[before:]
+    if before == 0 and not any(step.deletes.values()):
+        # Bootstrap = update from empty: a fresh stream's first batch of insertions is
+        # loaded and evaluated once (not an empty load, then an update that outgrows it).
+        first = reports[0].epoch if reports else None
+        ran = {s.strategy for s in first.strata} if first is not None else set()
+        if ran != {"bootstrap"}:
+            problems["first batch"] = f"ran {sorted(ran)}, expected one bootstrap"
+    if step.expect_strategy is not None:
+        epochs = [r.epoch for r in reports]
+        if bad := strategy_mismatches(stream.report, epochs, step.expect_strategy):
+            problems[f"strategy (expected {step.expect_strategy})"] = bad
+    return problems
+
+
+def column_mismatches(program: Program, lake: ProgramLake) -> dict[str, str]:
+    """Per output relation whose result table's columns are not the declared ones, both."""
+    problems = {}
+    for relation in program.outputs:
+        declared = [a.name for a in program.declaration(relation).attributes]  # type: ignore[union-attr]
+        table = read_table(lake.results(relation))
+        columns = table.schema.names if table is not None else None
+        if columns != declared:
+            problems[f"{relation} columns"] = f"{columns} != declared {declared}"
+    return problems

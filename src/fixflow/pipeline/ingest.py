@@ -1,7 +1,8 @@
 """The first half of every micro-batch: Kafka records → validated, normalized EDB changes.
 
-``ingest_batch`` is called from ``foreachBatch`` with the batch's DataFrame (the columns of
-``kafka_source.SCHEMA``). It
+``ingest_records`` takes a batch's records as an Arrow table (the columns of
+``kafka_source.ARROW_SCHEMA``), whatever carried them: the Kafka query's ``foreachBatch``
+(``ingest_batch``, which reads the batch's DataFrame first) or ``memory_source``. It
 
 1. validates every record against its relation's declaration (topic = prefix + relation);
 2. writes the bad ones to the program's ``dead_letter`` table, idempotently;
@@ -175,17 +176,47 @@ def ingest_batch(
     query_id: str | None = None,
     driver_read: Callable[[int], pa.Table | None] | None = None,
 ) -> IngestResult:
-    """Validate, dead-letter and normalize one micro-batch (see the module docstring).
-    ``driver_read`` may read the batch's records in the driver (``kafka_source.DriverRead``;
-    None from it: through Spark)."""
+    """Validate, dead-letter and normalize one Spark micro-batch (see the module docstring):
+    ``ingest_records`` over its records, read by ``read_records``."""
     query = query_id or streaming_query_id(batch_df)
     phases = Phases()
     with phases.timed("read"):
-        table = driver_read(batch_id) if driver_read is not None else None
-        if table is None:
-            table = batch_df.select(*RECORD_COLUMNS).toArrow()
-        records = _sorted_records(table.select(RECORD_COLUMNS))
-    commit = BatchCommit(query, batch_id, offsets_covered(records))
+        records = read_records(batch_df, batch_id, driver_read)
+    return ingest_records(
+        records, batch_id, query, program, lake, metrics, topic_prefix=topic_prefix, phases=phases
+    )
+
+
+def read_records(
+    batch_df: DataFrame,
+    batch_id: int,
+    driver_read: Callable[[int], pa.Table | None] | None = None,
+) -> pa.Table:
+    """A Spark micro-batch's records as Arrow (at least ``RECORD_COLUMNS``): read in the
+    driver by ``driver_read`` (``kafka_source.DriverRead``) when it can, else through Spark.
+    One way to get a batch's records; ``memory_source`` is another."""
+    table = driver_read(batch_id) if driver_read is not None else None
+    return table if table is not None else batch_df.select(*RECORD_COLUMNS).toArrow()
+
+
+def ingest_records(
+    records: pa.Table,
+    batch_id: int,
+    query_id: str,
+    program: Program,
+    lake: ProgramLake,
+    metrics: Metrics | None = None,
+    *,
+    topic_prefix: str = "",
+    phases: Phases | None = None,
+) -> IngestResult:
+    """Validate, dead-letter and normalize one batch of Kafka-shaped records (the columns
+    ``RECORD_COLUMNS`` of ``kafka_source.ARROW_SCHEMA``), whatever carried them. Its
+    commits carry (``query_id``, ``batch_id``): the same pair again is a replay."""
+    phases = phases if phases is not None else Phases()
+    with phases.timed("read"):
+        records = _sorted_records(records.select(RECORD_COLUMNS))
+    commit = BatchCommit(query_id, batch_id, offsets_covered(records))
     schemas = input_schemas(program)
     with phases.timed("validate"):
         facts, letters = validate(records, schemas, topic_prefix)
@@ -196,7 +227,7 @@ def ingest_batch(
                 relation,
                 attributes,
                 facts.get(relation),
-                read_before_batch(lake.edb(relation), query, batch_id),
+                read_before_batch(lake.edb(relation), query_id, batch_id),
             )
             for relation, attributes in schemas.items()
         }
@@ -543,49 +574,70 @@ def topics_for(program: Program, topic_prefix: str = "") -> list[str]:
     return [f"{topic_prefix}{relation}" for relation in program.inputs]
 
 
-def batch_handler(
-    program: Program,
-    lake: ProgramLake,
-    metrics: Metrics | None = None,
-    maintain: Maintain | None = None,
-    *,
-    topic_prefix: str = "",
-    lock: AbstractContextManager[Any] | None = None,
-    driver_read: Callable[[int], pa.Table | None] | None = None,
-) -> Callable[[DataFrame, int], None]:
-    """A ``foreachBatch`` function: ingest → ``maintain`` (the engine) → EDB commit → metrics.
+@dataclass(frozen=True)
+class BatchPipeline:
+    """What one micro-batch runs, whatever carried its records (the Kafka query's
+    ``batch_handler``, ``memory_source.MemorySource``): read → ingest → ``maintain`` (the
+    engine) → EDB commit → metrics.
 
-    Any exception propagates and stops the query without committing the batch in Spark's
-    checkpoint, so the batch is replayed on restart; the idempotent commits make that safe.
-    ``lock`` is held for the whole batch (work between batches, such as carrying pending
-    deltas on under async consistency, takes it too); ``driver_read`` goes to
-    ``ingest_batch``.
-    """
+    Any exception propagates without committing the EDB, so the batch is replayed on
+    restart (the Kafka query does not commit it in Spark's checkpoint); the idempotent
+    commits make that safe. ``lock`` is held for the whole batch (work between batches,
+    such as carrying pending deltas on under async consistency, takes it too). With
+    ``spark``, each batch counts the Spark jobs it started."""
 
-    def handle(batch_df: DataFrame, batch_id: int) -> None:
+    program: Program
+    lake: ProgramLake
+    metrics: Metrics | None = None
+    maintain: Maintain | None = None
+    topic_prefix: str = ""
+    lock: AbstractContextManager[Any] | None = None
+    spark: SparkSession | None = None
+
+    def run(self, read: Callable[[], pa.Table], batch_id: int, query_id: str) -> IngestResult:
+        """One batch: ``read`` gives its records (timed as the ``read`` phase)."""
         started = time.monotonic()
-        jobs = _JobCounter(batch_df.sparkSession, f"fixflow-batch-{batch_id}-{uuid.uuid4()}")
-        with lock or nullcontext():
-            result = ingest_batch(
-                batch_df,
+        jobs = None
+        if self.spark is not None:
+            jobs = _JobCounter(self.spark, f"fixflow-batch-{batch_id}-{uuid.uuid4()}")
+        with self.lock or nullcontext():
+            phases = Phases()
+            with phases.timed("read"):
+                records = read()
+            result = ingest_records(
+                records,
                 batch_id,
-                program,
-                lake,
-                metrics,
-                topic_prefix=topic_prefix,
-                driver_read=driver_read,
+                query_id,
+                self.program,
+                self.lake,
+                self.metrics,
+                topic_prefix=self.topic_prefix,
+                phases=phases,
             )
-            if maintain is not None:
-                maintain(result)
+            if self.maintain is not None:
+                self.maintain(result)
             with result.phases.timed("edb_commit"):
                 result.commit_edb()
-        result.phases.jobs = jobs.count()
+        result.phases.jobs = jobs.count() if jobs is not None else 0
         log.info("batch %d took %s", batch_id, result.phases.describe())
-        if metrics is not None:
+        if self.metrics is not None:
             if result.replayed:
-                metrics.batches_replayed.inc()
-            metrics.batch_committed(batch_id)
-            metrics.batch_duration.observe(time.monotonic() - started)
+                self.metrics.batches_replayed.inc()
+            self.metrics.batch_committed(batch_id)
+            self.metrics.batch_duration.observe(time.monotonic() - started)
+        return result
+
+
+def batch_handler(
+    pipeline: BatchPipeline,
+    driver_read: Callable[[int], pa.Table | None] | None = None,
+) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function: ``pipeline`` over the batch's records (``read_records``,
+    with ``driver_read``), under the streaming query's id."""
+
+    def handle(batch_df: DataFrame, batch_id: int) -> None:
+        query_id = streaming_query_id(batch_df)
+        pipeline.run(lambda: read_records(batch_df, batch_id, driver_read), batch_id, query_id)
 
     return handle
 
@@ -635,9 +687,10 @@ def start_ingest_query(
             config.stream.driver_read_max_records,
             read_ahead=config.stream.read_ahead,
         )
-    handler = batch_handler(
-        program, lake, metrics, maintain, topic_prefix=prefix, lock=lock, driver_read=driver_read
+    pipeline = BatchPipeline(
+        program, lake, metrics, maintain, topic_prefix=prefix, lock=lock, spark=spark
     )
+    handler = batch_handler(pipeline, driver_read)
     writer = (
         read_stream(spark, config, topics, limit_file=limit_file)
         .writeStream.foreachBatch(handler)

@@ -1,6 +1,7 @@
 """The continuous pipeline of one program: Kafka → foreachBatch → maintenance → Delta.
 
-``ProgramStream`` is the maintenance hook of ``ingest.batch_handler``. Per micro-batch:
+``ProgramStream`` is the maintenance hook of ``ingest.BatchPipeline`` (the Kafka query's
+``batch_handler``, or ``memory_source``). Per micro-batch:
 
 1. ingest (validate, dead-letter, normalize) — ``fixflow.pipeline.ingest``;
 2. on the first batch after a (re)start, load the EDB *as it was before this batch*
@@ -8,7 +9,7 @@
    committed some tables — starts from exactly the state the first run saw;
 3. one epoch of the ``Maintainer``: every stratum brought up to date;
 4. commit the changed result rows (one idempotent Delta commit per changed relation);
-5. the EDB commit, made last by ``batch_handler``, marks the batch as applied.
+5. the EDB commit, made last by ``BatchPipeline.run``, marks the batch as applied.
 
 Every Delta commit carries (query id, batch id) so a replayed batch changes nothing.
 
@@ -46,7 +47,13 @@ from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
 from fixflow.pipeline.broker_watch import BrokerWatch
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
-from fixflow.pipeline.ingest import IngestResult, Phases, start_ingest_query
+from fixflow.pipeline.ingest import (
+    BatchPipeline,
+    IngestResult,
+    Phases,
+    ensure_edb_tables,
+    start_ingest_query,
+)
 from fixflow.pipeline.kafka_source import lag_from_progress, next_batch_limit, write_limit_file
 from fixflow.pipeline.lake import (
     arrow_schema,
@@ -143,7 +150,7 @@ class ProgramStream:
             round_budget=config.stream.async_rounds_per_batch if self.async_mode else None,
         )
         self.lock = threading.Lock()
-        """Held by each batch (``batch_handler``) and by ``converge`` between batches."""
+        """Held by each batch (``BatchPipeline``) and by ``converge`` between batches."""
         self._flagged: dict[str, bool] = {}
         """Per output relation, the ``provisional`` flag of its last result commit."""
         self._last_batch = -1
@@ -498,6 +505,22 @@ class ProgramStream:
                 raise TimeoutError(f"the query did not finish within {timeout_s} s")
             return query
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def batch_pipeline(self) -> BatchPipeline:
+        """What each micro-batch of this stream runs (ingest → ``maintain`` → EDB commit),
+        for a source that hands over its records itself (``memory_source.MemorySource``);
+        ``start`` runs the same through the Kafka query. The EDB tables are made first, as
+        ``start`` makes them."""
+        ensure_edb_tables(self.program, self.lake)
+        return BatchPipeline(
+            self.program,
+            self.lake,
+            self.metrics,
+            self.maintain,
+            topic_prefix=self.config.kafka.topic_prefix,
+            lock=self.lock,
+            spark=self.spark,
+        )
 
     def start(self, available_now: bool = False) -> Any:
         """Start the streaming query (see ``ingest.start_ingest_query``)."""
