@@ -186,7 +186,7 @@ class Bench:
         )
         program = self.work / f"{name}.dl"
         program.write_text(text, encoding="utf-8")
-        from fixflow.pipeline.broker import ensure_topics
+        from fixflow.pipeline.broker.embedded import ensure_topics
         from fixflow.pipeline.ingest import topics_for
 
         stream = ProgramStream(self.spark, config, program)
@@ -513,7 +513,7 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print, write no file")
     args = parser.parse_args()
 
-    from fixflow.pipeline.broker import start_broker, stop_broker
+    from fixflow.pipeline.broker.embedded import start_broker, stop_broker
     from fixflow.pipeline.spark import make_session
 
     load = os.getloadavg()

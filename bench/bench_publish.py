@@ -117,7 +117,7 @@ def write_csv(path: Path, n: int, seed: int = 11) -> None:
 @contextmanager
 def embedded_broker(directory: Path) -> Iterator[Any]:
     """Tansu on a free port, as tests/conftest.py starts it; yields the Config."""
-    from fixflow.pipeline.broker import start_broker, stop_broker
+    from fixflow.pipeline.broker.embedded import start_broker, stop_broker
     from fixflow.pipeline.config import default_config
 
     with socket.socket() as probe:
@@ -307,7 +307,7 @@ def settings(
     """Seconds of the send step alone, per producer variation; and, per variation, what
     went wrong when the streaming source's consumer counted the records."""
     from fixflow.checker.parser import parse
-    from fixflow.pipeline.broker import ensure_topics
+    from fixflow.pipeline.broker.embedded import ensure_topics
     from fixflow.pipeline.fact_columns import encode_messages, read_columns
     from fixflow.pipeline.publish import relation_attributes
 

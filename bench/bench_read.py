@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graphs
 from benchlib import free_port, log, machine, write_report
 
-from fixflow.pipeline.broker import ensure_topics, start_broker, stop_broker
+from fixflow.pipeline.broker.embedded import ensure_topics, start_broker, stop_broker
 from fixflow.pipeline.config import default_config
 from fixflow.pipeline.fact_columns import Messages
 from fixflow.pipeline.kafka_source import ARROW_SCHEMA, READ_CHUNK, KafkaRange, read_range

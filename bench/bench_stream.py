@@ -627,7 +627,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from fixflow.pipeline.broker import start_broker, stop_broker
+    from fixflow.pipeline.broker.embedded import start_broker, stop_broker
     from fixflow.pipeline.config import default_config
     from fixflow.pipeline.spark import make_session
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fixflow.pipeline.broker import ensure_topics, reachable
+from fixflow.pipeline.broker.embedded import ensure_topics, reachable
 from fixflow.pipeline.commands.publish import _load_program
 from fixflow.pipeline.config import Config, add_conf_argument, config_from_args
 from fixflow.pipeline.messages import Op, encode_fact, fact_key

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fixflow.pipeline.broker import (
+from fixflow.pipeline.broker.embedded import (
     BrokerError,
     broker_status,
     ensure_topics,
@@ -94,7 +94,7 @@ def test_durable_storage_keeps_records_and_cluster_id_across_restarts(
     record and the same cluster id, so a reader's offsets still count; new records go on
     from the old ends. Tansu's ListOffsets on this engine understates the ends; the probe's
     fetch high watermark is exact."""
-    from fixflow.pipeline.broker import stop_broker
+    from fixflow.pipeline.broker.embedded import stop_broker
     from fixflow.pipeline.kafka_source import broker_view
 
     config = _durable_config(tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fixflow.pipeline.broker import start_broker, stop_broker
+from fixflow.pipeline.broker.embedded import start_broker, stop_broker
 from fixflow.pipeline.broker_watch import BrokerUnavailable, BrokerWatch
 from fixflow.pipeline.config import Config, default_config
 from fixflow.pipeline.metrics import Health

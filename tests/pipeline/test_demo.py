@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixflow.checker.parser import parse
-from fixflow.pipeline.broker import pid_file
+from fixflow.pipeline.broker.embedded import pid_file
 from fixflow.pipeline.config import load_config
 from fixflow.pipeline.lakehouse import ProgramLake
 from streams.cli import FIXFLOW

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fixflow.checker.ast import Attribute
 from fixflow.checker.parser import parse
-from fixflow.pipeline.broker import ensure_topics
+from fixflow.pipeline.broker.embedded import ensure_topics
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.ingest import (
     IngestResult,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fixflow.pipeline.broker import ensure_topics
+from fixflow.pipeline.broker.embedded import ensure_topics
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka_source import (
     DriverRead,

@@ -266,7 +266,7 @@ def test_a_full_producer_queue_makes_it_wait_and_loses_nothing(
     broker: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fixflow.pipeline import producer
-    from fixflow.pipeline.broker import ensure_topics
+    from fixflow.pipeline.broker.embedded import ensure_topics
     from fixflow.pipeline.fact_columns import Messages
 
     monkeypatch.setattr(producer, "QUEUE_MESSAGES", 100)

@@ -134,7 +134,7 @@ def publish_raw(
     offset) once the broker acknowledged it."""
     from kafka import KafkaProducer
 
-    from fixflow.pipeline.broker import ensure_topics
+    from fixflow.pipeline.broker.embedded import ensure_topics
 
     messages = list(messages)
     ensure_topics(config, sorted({topic for topic, _, _ in messages}))

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from fixflow.pipeline.broker import reachable
+from fixflow.pipeline.broker.embedded import reachable
 from fixflow.pipeline.config import KafkaConfig
 from fixflow.pipeline.errors import UserFacingError
 from fixflow.pipeline.metrics import Health

@@ -620,7 +620,7 @@ def start_ingest_query(
     ``available_now`` processes what is published, then stops (``fixflow run
     --available-now``, tests); otherwise a batch starts every ``[stream] trigger_ms``.
     """
-    from fixflow.pipeline.broker import ensure_topics
+    from fixflow.pipeline.broker.embedded import ensure_topics
     from fixflow.pipeline.kafka_source import DriverRead, local_dir, read_stream
 
     prefix = config.kafka.topic_prefix

@@ -467,7 +467,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The broker's view, or None when it cannot be reached now."""
         from kafka.errors import KafkaError
 
-        from fixflow.pipeline.broker import reachable
+        from fixflow.pipeline.broker.embedded import reachable
 
         try:
             if reachable(self.bootstrap):
@@ -717,7 +717,7 @@ def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterato
         return
     from confluent_kafka import TopicPartition
 
-    from fixflow.pipeline.broker import reachable
+    from fixflow.pipeline.broker.embedded import reachable
 
     reading = {(p.topic, p.partition): _RangeRead(p) for p in parts}
     consumer = librdkafka_consumer(parts[0].bootstrap)

@@ -261,7 +261,7 @@ def publish_facts(
 
     The file is read and checked whole before anything is sent: a bad value anywhere
     publishes nothing. ``progress`` is called every few seconds while sending."""
-    from fixflow.pipeline.broker import ensure_topics, reachable
+    from fixflow.pipeline.broker.embedded import ensure_topics, reachable
     from fixflow.pipeline.fact_columns import check_op, encode_messages
     from fixflow.pipeline.producer import Publisher
 

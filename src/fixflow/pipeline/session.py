@@ -11,7 +11,7 @@ from pathlib import Path
 from types import TracebackType
 
 from fixflow.checker.ast import Program
-from fixflow.pipeline.broker import start_broker
+from fixflow.pipeline.broker.embedded import start_broker
 from fixflow.pipeline.broker_watch import BrokerWatch
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.metrics import Metrics, MetricsServer, serve_configured

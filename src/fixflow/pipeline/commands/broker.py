@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixflow.pipeline.broker import (
+    from fixflow.pipeline.broker.embedded import (
         BrokerError,
         broker_status,
         start_broker,

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixflow.pipeline.broker import BrokerError
+    from fixflow.pipeline.broker.embedded import BrokerError
     from fixflow.pipeline.metrics import MetricsPortBusy
 
     try:
@@ -71,7 +71,7 @@ class Demo:
                 shutil.rmtree(self.lake_root / f"demo_{name}", ignore_errors=True)
 
     def run(self) -> int:
-        from fixflow.pipeline.broker import broker_status, start_broker
+        from fixflow.pipeline.broker.embedded import broker_status, start_broker
 
         config = self.config
         say("Fixflow demo: SSSP, CC and PageRank kept up to date from one Kafka topic")
@@ -153,7 +153,7 @@ class Demo:
         )
 
     def _leave_broker(self, started_here: bool) -> None:
-        from fixflow.pipeline.broker import stop_broker
+        from fixflow.pipeline.broker.embedded import stop_broker
 
         if started_here:
             say(f"broker: {stop_broker(self.config).message} (the demo started it)")

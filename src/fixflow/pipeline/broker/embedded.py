@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fixflow.pipeline import processes
+from fixflow.pipeline.broker import processes
 from fixflow.pipeline.config import Config
 
 if TYPE_CHECKING:  # kafka is imported where used: `fixflow broker status` stays quick
@@ -125,7 +125,7 @@ def stop_broker(config: Config, timeout: float = 10.0) -> BrokerStatus:
 def _stop_store(config: Config) -> None:
     """The durable store goes with the broker that uses it (its data stays)."""
     if config.kafka.storage == "durable":
-        from fixflow.pipeline.broker_store import stop_store
+        from fixflow.pipeline.broker.store import stop_store
 
         stop_store(config)
 
@@ -230,7 +230,7 @@ def _spawn(config: Config) -> subprocess.Popen[bytes]:
 def _storage(config: Config) -> tuple[str, str, dict[str, str] | None]:
     """Tansu's storage engine URL, cluster id and extra environment for ``[kafka] storage``."""
     if config.kafka.storage == "durable":
-        from fixflow.pipeline.broker_store import start_store
+        from fixflow.pipeline.broker.store import start_store
 
         store = start_store(config)
         return store.storage_url, store.cluster_id, store.tansu_environment()
