@@ -106,7 +106,7 @@ def producer(config: Any) -> Any:
 def send(
     config: Any, program: Any, rows: Sequence[tuple], flush: bool = True, out: Any = None
 ) -> None:
-    from fixflow.pipeline.messages import encode_fact, fact_key
+    from fixflow.pipeline.kafka.messages import encode_fact, fact_key
 
     attributes = program.declaration("edge").attributes
     topic = config.kafka.topic("edge")
@@ -132,7 +132,7 @@ def publish_batches(
     each batch sent and acknowledged through the librdkafka publisher before the next,
     paced to at most ``args.steady_rate`` facts/s (0: as fast as it goes)."""
     from fixflow.pipeline.fact_columns import Messages
-    from fixflow.pipeline.messages import encode_fact, fact_key
+    from fixflow.pipeline.kafka.messages import encode_fact, fact_key
     from fixflow.pipeline.producer import Publisher
 
     rng, topic = random.Random(seed), config.kafka.topic("edge")

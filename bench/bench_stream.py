@@ -291,7 +291,7 @@ def publish(
     """Send ``deletes`` (op "delete") then ``rows`` (insertions) with one producer."""
     from kafka import KafkaProducer
 
-    from fixflow.pipeline.messages import encode_fact, fact_key
+    from fixflow.pipeline.kafka.messages import encode_fact, fact_key
 
     attributes = program.declaration(relation).attributes
     producer = KafkaProducer(

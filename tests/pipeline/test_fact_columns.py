@@ -19,7 +19,7 @@ from fixflow.checker.ast import Attribute
 from fixflow.pipeline import fact_columns, producer
 from fixflow.pipeline.config import default_config
 from fixflow.pipeline.fact_columns import Messages, check_op, encode_messages, read_columns
-from fixflow.pipeline.messages import Fact, Op, encode_fact, fact_key, parse_message
+from fixflow.pipeline.kafka.messages import Fact, Op, encode_fact, fact_key, parse_message
 from fixflow.pipeline.publish import PublishError, read_fact_file
 
 EDGE = (Attribute("src", "number"), Attribute("dst", "number"), Attribute("w", "float"))

@@ -29,10 +29,10 @@ from fixflow.pipeline.ingest import (
     ingest_batch,
     normalize,
 )
-from fixflow.pipeline.kafka_source import read_stream
+from fixflow.pipeline.kafka.messages import Fact, encode_fact, fact_key
+from fixflow.pipeline.kafka.source import read_stream
 from fixflow.pipeline.lake import arrow_schema
 from fixflow.pipeline.lakehouse import ProgramLake, read_table
-from fixflow.pipeline.messages import Fact, encode_fact, fact_key
 from fixflow.pipeline.metrics import Metrics
 
 PROGRAM = parse(

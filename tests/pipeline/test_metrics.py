@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixflow.pipeline.config import MetricsConfig
-from fixflow.pipeline.messages import REASON_KINDS
+from fixflow.pipeline.kafka.messages import REASON_KINDS
 from fixflow.pipeline.metrics import (
     Metrics,
     MetricsPortBusy,

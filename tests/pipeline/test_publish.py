@@ -196,7 +196,7 @@ def _stream_records(broker: Config, topic: str) -> Any:
     """Every record of ``topic`` as the streaming source reads it (end probe, ranges)."""
     import pyarrow as pa
 
-    from fixflow.pipeline.kafka_source import KafkaRange, end_offsets, read_range
+    from fixflow.pipeline.kafka.source import KafkaRange, end_offsets, read_range
 
     ends = end_offsets(broker.kafka.bootstrap_servers, [topic])[topic]
     batches = [
@@ -216,7 +216,7 @@ def test_a_large_file_reaches_the_streaming_side_whole_and_unchanged(
 
     from fixflow.checker.ast import Attribute
     from fixflow.pipeline.ingest import validate
-    from fixflow.pipeline.messages import fact_key
+    from fixflow.pipeline.kafka.messages import fact_key
 
     config_path, prefix = conf
     n = 30_000

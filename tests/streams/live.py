@@ -20,8 +20,8 @@ from typing import Any
 
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
+from fixflow.pipeline.kafka.messages import encode_fact, fact_key
 from fixflow.pipeline.lakehouse import ProgramLake
-from fixflow.pipeline.messages import encode_fact, fact_key
 from streams.cli import FixflowRun, probe, scrape, total, write_conf
 from streams.harness import (
     STREAMS,

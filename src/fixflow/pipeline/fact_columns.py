@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 from fixflow.checker.ast import Attribute
-from fixflow.pipeline.messages import OP_FIELD, Op, Value, is_one_symbol
+from fixflow.pipeline.kafka.messages import OP_FIELD, Op, Value, is_one_symbol
 from fixflow.pipeline.publish import (
     TAB_SEPARATED,
     FactFile,

@@ -22,8 +22,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from fixflow.checker.ast import Attribute
+from fixflow.pipeline.kafka.messages import is_one_symbol
 from fixflow.pipeline.lake import declared_rows, nullary_table, rows_to_arrow
-from fixflow.pipeline.messages import is_one_symbol
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fixflow.checker.ast import Attribute, Program
-from fixflow.pipeline.columnar import OP_COLUMN, parse_values
+from fixflow.pipeline.kafka.columnar import OP_COLUMN, parse_values
+from fixflow.pipeline.kafka.messages import DeadLetter, Fact, Value, parse_message
 from fixflow.pipeline.lake import arrow_schema
 from fixflow.pipeline.lakehouse import (
     DEAD_LETTER_SCHEMA,
@@ -48,7 +49,6 @@ from fixflow.pipeline.lakehouse import (
     overwrite_rows,
     read_before_batch,
 )
-from fixflow.pipeline.messages import DeadLetter, Fact, Value, parse_message
 from fixflow.pipeline.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -621,7 +621,7 @@ def start_ingest_query(
     --available-now``, tests); otherwise a batch starts every ``[stream] trigger_ms``.
     """
     from fixflow.pipeline.broker.embedded import ensure_topics
-    from fixflow.pipeline.kafka_source import DriverRead, local_dir, read_stream
+    from fixflow.pipeline.kafka.source import DriverRead, local_dir, read_stream
 
     prefix = config.kafka.topic_prefix
     topics = topics_for(program, prefix)

@@ -22,7 +22,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from fixflow.pipeline.config import MetricsConfig
-from fixflow.pipeline.messages import OPS, REASON_KINDS
+from fixflow.pipeline.kafka.messages import OPS, REASON_KINDS
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.fact_columns import Messages
-from fixflow.pipeline.librdkafka import QuietLog
+from fixflow.pipeline.kafka.librdkafka import QuietLog
 from fixflow.pipeline.publish import PublishError
 
 if TYPE_CHECKING:  # confluent_kafka is imported where used

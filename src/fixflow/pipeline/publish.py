@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from fixflow.checker.ast import Attribute, Program
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.messages import Op, Value, is_one_symbol
+from fixflow.pipeline.kafka.messages import Op, Value, is_one_symbol
 
 if TYPE_CHECKING:  # the producer (and confluent_kafka) is imported where used
     from fixflow.pipeline.fact_columns import FactColumns

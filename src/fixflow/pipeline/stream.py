@@ -47,7 +47,7 @@ from fixflow.pipeline.broker_watch import BrokerWatch
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
 from fixflow.pipeline.ingest import IngestResult, Phases, start_ingest_query
-from fixflow.pipeline.kafka_source import lag_from_progress, next_batch_limit, write_limit_file
+from fixflow.pipeline.kafka.source import lag_from_progress, next_batch_limit, write_limit_file
 from fixflow.pipeline.lake import (
     arrow_schema,
     declared_rows,

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from fixflow.pipeline.messages import OP_FIELD, OPS
+from fixflow.pipeline.kafka.messages import OP_FIELD, OPS
 
 OP_COLUMN = OP_FIELD
 """The column of a facts table holding each fact's operation ("insert" or "delete")."""

@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from fixflow.pipeline.kafka_source import KafkaRange
+    from fixflow.pipeline.kafka.source import KafkaRange
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class ReadAhead:
         ends; None when the buffers do not start at the ranges' starts (a new partition,
         a batch Spark read, a thread that ended) or the records are not there in time:
         then the caller reads them itself."""
-        from fixflow.pipeline.kafka_source import ARROW_SCHEMA
+        from fixflow.pipeline.kafka.source import ARROW_SCHEMA
 
         with self._changed:
             self._touched = time.monotonic()
@@ -184,7 +184,7 @@ class ReadAhead:
     def _read(self, generation: int, start: dict[Key, int]) -> None:
         from confluent_kafka import TopicPartition
 
-        from fixflow.pipeline.kafka_source import READ_CHUNK, librdkafka_consumer
+        from fixflow.pipeline.kafka.source import READ_CHUNK, librdkafka_consumer
 
         consumer = librdkafka_consumer(self.bootstrap)
         try:
@@ -221,7 +221,7 @@ class ReadAhead:
     def _add(self, generation: int, messages: list[Any], partitions: int) -> bool:
         """Buffer the records among ``messages`` (of ``partitions`` assigned ones); False
         if this thread's generation is over."""
-        from fixflow.pipeline.kafka_source import by_partition, records_batch
+        from fixflow.pipeline.kafka.source import by_partition, records_batch
 
         groups = by_partition(messages, partitions)
         batches = {

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from fixflow.pipeline.read_ahead import ReadAhead, end_positions
+from fixflow.pipeline.kafka.read_ahead import ReadAhead, end_positions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -803,7 +803,7 @@ def librdkafka_consumer(bootstrap: str) -> Any:
     """A group-less librdkafka consumer, not yet assigned."""
     from confluent_kafka import Consumer
 
-    from fixflow.pipeline.librdkafka import QuietLog
+    from fixflow.pipeline.kafka.librdkafka import QuietLog
 
     return Consumer(
         {
