@@ -347,8 +347,8 @@ class Bench:
         from fixflow.checker import load
         from fixflow.operators.evaluate import EvalOptions, evaluate
         from fixflow.pipeline.engine_settings import engine_options
-        from fixflow.pipeline.facts import read_table
-        from fixflow.pipeline.lake import to_arrow, write_table
+        from fixflow.pipeline.lake.delta import to_arrow, write_table
+        from fixflow.pipeline.lake.facts import read_table
 
         report = load(SSSP, "sssp.dl")
         attributes = report.catalog["sssp"].result
@@ -370,7 +370,7 @@ class Bench:
 def csv_read_seconds(csv: Path) -> float:
     """How long ``fixflow eval`` takes to read the SSSP facts of ``csv``."""
     from fixflow.checker import load
-    from fixflow.pipeline.facts import read_table
+    from fixflow.pipeline.lake.facts import read_table
 
     schema = load(SSSP, "sssp.dl").analysis.schemas["edge"]
     started = time.monotonic()

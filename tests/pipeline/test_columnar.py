@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.kafka.columnar import parse_values
 from fixflow.pipeline.kafka.messages import Fact, encode_fact, parse_message
-from fixflow.pipeline.lake import arrow_schema
+from fixflow.pipeline.lake.delta import arrow_schema
 
 EDGE = (
     Attribute("src", "number"),

@@ -14,7 +14,7 @@ import pytest
 from fixflow.checker.parser import parse
 from fixflow.pipeline.broker.embedded import pid_file
 from fixflow.pipeline.config import load_config
-from fixflow.pipeline.lakehouse import ProgramLake
+from fixflow.pipeline.lake.lakehouse import ProgramLake
 from streams.cli import FIXFLOW
 from streams.harness import free_port, mismatches_with_oracle
 

@@ -31,8 +31,8 @@ from fixflow.pipeline.ingest import (
 )
 from fixflow.pipeline.kafka.messages import Fact, encode_fact, fact_key
 from fixflow.pipeline.kafka.source import read_stream
-from fixflow.pipeline.lake import arrow_schema
-from fixflow.pipeline.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.lake.delta import arrow_schema
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
 from fixflow.pipeline.metrics import Metrics
 
 PROGRAM = parse(
@@ -396,7 +396,7 @@ def test_ingest_query_runs_the_engine_hook_before_the_edb_commit(
     spark: Any, broker: Config, tmp_path: Path
 ) -> None:
     from fixflow.pipeline.ingest import start_ingest_query, topics_for
-    from fixflow.pipeline.lakehouse import already_committed, merge_changes
+    from fixflow.pipeline.lake.lakehouse import already_committed, merge_changes
 
     prefix = f"hdl{uuid.uuid4().hex[:6]}."
     config = replace(broker, kafka=replace(broker.kafka, topic_prefix=prefix))

@@ -290,7 +290,7 @@ def test_a_full_producer_queue_makes_it_wait_and_loses_nothing(
 
 def _run_on_lake(tmp_path: Path, stem: str, program_text: str) -> None:
     """What `fixflow run STEM.dl` leaves for publish: the program's copy in its lake dir."""
-    from fixflow.pipeline.lakehouse import ProgramLake, record_program
+    from fixflow.pipeline.lake.lakehouse import ProgramLake, record_program
 
     record_program(ProgramLake(str(tmp_path / "lake"), stem), program_text)
 

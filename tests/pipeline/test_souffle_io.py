@@ -11,8 +11,8 @@ import pytest
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.cli import main as fixflow
 from fixflow.pipeline.commands.eval import _write_souffle_output
-from fixflow.pipeline.facts import FactsError, input_file, load_inputs
-from fixflow.pipeline.lake import nullary_table
+from fixflow.pipeline.lake.delta import nullary_table
+from fixflow.pipeline.lake.facts import FactsError, input_file, load_inputs
 
 EDGE = (Attribute("src", "number"), Attribute("dst", "number"))
 STOCK = (Attribute("item", "symbol"), Attribute("n", "number", declared="unsigned"))

@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
 from fixflow.pipeline.session import format_batch
 from fixflow.pipeline.stream import ProgramStream
 from operators.test_maintain import SSSP as PROGRAM  # the same program as the Maintainer's

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.lakehouse import read_table
+from fixflow.pipeline.lake.lakehouse import read_table
 from fixflow.pipeline.stream import ProgramStream
 from streams.harness import (
     StreamCase,

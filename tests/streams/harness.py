@@ -21,7 +21,7 @@ from fixflow.checker.parser import parse
 from fixflow.operators.maintain import Epoch
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka.messages import encode_fact, fact_key
-from fixflow.pipeline.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
 from reference.evaluator import evaluate
 from reference.golden import column_types, compare_rows, read_expected, read_facts
 

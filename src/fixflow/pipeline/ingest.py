@@ -37,8 +37,8 @@ import pyarrow.compute as pc
 from fixflow.checker.ast import Attribute, Program
 from fixflow.pipeline.kafka.columnar import OP_COLUMN, parse_values
 from fixflow.pipeline.kafka.messages import DeadLetter, Fact, Value, parse_message
-from fixflow.pipeline.lake import arrow_schema
-from fixflow.pipeline.lakehouse import (
+from fixflow.pipeline.lake.delta import arrow_schema
+from fixflow.pipeline.lake.lakehouse import (
     DEAD_LETTER_SCHEMA,
     BatchCommit,
     ProgramLake,

@@ -75,7 +75,7 @@ def find_declaration(config: Config, relation: str, program: Program | None) -> 
     Programs of the lake that declare it differently make it an error."""
     if program is not None:
         return Declaration(relation_attributes(program, relation), program.file)
-    from fixflow.pipeline.lakehouse import ProgramLake, program_sources
+    from fixflow.pipeline.lake.lakehouse import ProgramLake, program_sources
 
     found: dict[str, list[str]] = {}  # "src: number, ..." -> the programs declaring so
     attributes_of: dict[str, tuple[Attribute, ...]] = {}

@@ -48,14 +48,14 @@ from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
 from fixflow.pipeline.ingest import IngestResult, Phases, start_ingest_query
 from fixflow.pipeline.kafka.source import lag_from_progress, next_batch_limit, write_limit_file
-from fixflow.pipeline.lake import (
+from fixflow.pipeline.lake.delta import (
     arrow_schema,
     declared_rows,
     table_keys,
     table_schema,
     with_table_columns,
 )
-from fixflow.pipeline.lakehouse import (
+from fixflow.pipeline.lake.lakehouse import (
     BatchCommit,
     ProgramLake,
     append_rows,
@@ -66,8 +66,8 @@ from fixflow.pipeline.lakehouse import (
     record_program,
     table_rows,
 )
+from fixflow.pipeline.lake.results import partial_metadata
 from fixflow.pipeline.metrics import Health, Metrics, Strategy
-from fixflow.pipeline.results import partial_metadata
 
 log = logging.getLogger(__name__)
 

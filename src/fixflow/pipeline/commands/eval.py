@@ -154,7 +154,7 @@ def _error(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from fixflow.checker import CheckError, load
     from fixflow.checker.diagnostics import render_all
-    from fixflow.pipeline.facts import FactsError, load_inputs
+    from fixflow.pipeline.lake.facts import FactsError, load_inputs
 
     if args.shards is not None and args.shards < 0:
         return _error("--shards must be 0 (automatic) or more")
@@ -281,7 +281,7 @@ class _Results:
 
     def metadata(self, relation: str) -> dict[str, str]:
         """The commit entries of the relation's table: ``fixflow.partial`` if it is."""
-        from fixflow.pipeline.results import partial_metadata
+        from fixflow.pipeline.lake.results import partial_metadata
 
         capped = self.partial.get(relation, frozenset())
         return partial_metadata(
@@ -291,7 +291,7 @@ class _Results:
         )
 
     def table(self, relation: str) -> pa.Table | None:
-        from fixflow.pipeline.lake import positional_to_arrow, to_arrow
+        from fixflow.pipeline.lake.delta import positional_to_arrow, to_arrow
 
         attributes = _result_attributes(self.report, relation)
         if relation in self.evaluation.tables:
@@ -305,7 +305,7 @@ class _Results:
 
 def _write_outputs(args: argparse.Namespace, report: Report, results: _Results) -> None:
     """The Delta table (and files) of every ``.output``, then every ``.printsize`` line."""
-    from fixflow.pipeline.lake import write_csv, write_table
+    from fixflow.pipeline.lake.delta import write_csv, write_table
 
     args.output.mkdir(parents=True, exist_ok=True)
     program = report.analysis.program
@@ -337,7 +337,7 @@ def _write_souffle_output(
     """Soufflé's ``.output r(IO=file, filename=..., delimiter=...)``: one line per (sorted)
     row, no header, into ``filename`` relative to ``directory`` (default ``r.csv``,
     tab-separated); with ``IO=stdout`` the rows between Soufflé's banner lines instead."""
-    from fixflow.pipeline.lake import sorted_rows
+    from fixflow.pipeline.lake.delta import sorted_rows
 
     rows = sorted_rows(table, attributes)
     delimiter = options.get("delimiter", "\t")

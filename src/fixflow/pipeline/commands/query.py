@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from fixflow.pipeline.results import ResultSet
+    from fixflow.pipeline.lake.results import ResultSet
 
 HELP = "run SQL over the result tables"
 PREFIX = "fixflow query"
@@ -81,7 +81,7 @@ def add_scope_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixflow.pipeline.results import FORMATTERS, ResultsError, find_results
+    from fixflow.pipeline.lake.results import FORMATTERS, ResultsError, find_results
 
     try:
         config = config_from_args(args)
@@ -104,8 +104,12 @@ def run(args: argparse.Namespace) -> int:
 def _run_datafusion(sql: str, results: ResultSet) -> pa.Table | str:
     """The query's rows as an Arrow table, or the one-line error message (the traceback is
     logged at INFO: -v shows it)."""
-    from fixflow.pipeline.datafusion_sql import SqlError, new_builder, run_sql
-    from fixflow.pipeline.results import ResultsError, explain_missing_sql_table, register_tables
+    from fixflow.pipeline.lake.datafusion_sql import SqlError, new_builder, run_sql
+    from fixflow.pipeline.lake.results import (
+        ResultsError,
+        explain_missing_sql_table,
+        register_tables,
+    )
 
     builder = new_builder()
     try:
@@ -123,7 +127,7 @@ def _run_spark(sql: str, results: ResultSet, verbose: bool) -> pa.Table | str:
     """The query's rows as an Arrow table, or the one-line error message."""
     from pyspark.errors import PySparkException
 
-    from fixflow.pipeline.results import ResultsError, register_views
+    from fixflow.pipeline.lake.results import ResultsError, register_views
     from fixflow.pipeline.spark import make_session
 
     with tempfile.TemporaryFile() as jvm_log:
@@ -176,7 +180,7 @@ def spark_error_message(error: Exception, results: ResultSet) -> str:
     """One line for a failed query; a missing table gets the ambiguity or a list of names."""
     from pyspark.errors import PySparkException
 
-    from fixflow.pipeline.results import explain_missing_table
+    from fixflow.pipeline.lake.results import explain_missing_table
 
     message = one_line(str(error))
     if isinstance(error, PySparkException) and error.getCondition() == "TABLE_OR_VIEW_NOT_FOUND":

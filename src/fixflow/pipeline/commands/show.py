@@ -43,7 +43,7 @@ def _non_negative(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixflow.pipeline.results import (
+    from fixflow.pipeline.lake.results import (
         ResultsError,
         find_results,
         format_table,

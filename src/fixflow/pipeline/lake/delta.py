@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fixflow.checker.ast import Attribute, TypeName
-from fixflow.pipeline.datafusion_sql import read_delta
+from fixflow.pipeline.lake.datafusion_sql import read_delta
 
 log = logging.getLogger(__name__)
 

@@ -200,7 +200,7 @@ def table_rows(table_path: str) -> int:
 
 def read_table(table_path: str, version: int | None = None) -> pa.Table | None:
     """The table's rows (at ``version``, default the latest), or None if it does not exist."""
-    from fixflow.pipeline.datafusion_sql import read_delta
+    from fixflow.pipeline.lake.datafusion_sql import read_delta
 
     table = open_table(table_path, version)
     # Through DataFusion, not to_pyarrow_dataset(): that path can abort the interpreter at

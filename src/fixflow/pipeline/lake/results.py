@@ -26,8 +26,8 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from fixflow.pipeline.datafusion_sql import create_schema, read_delta, register
-from fixflow.pipeline.lakehouse import (
+from fixflow.pipeline.lake.datafusion_sql import create_schema, read_delta, register
+from fixflow.pipeline.lake.lakehouse import (
     ProgramLake,
     filesystem_of,
     join_path,

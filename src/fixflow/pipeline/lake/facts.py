@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.kafka.messages import is_one_symbol
-from fixflow.pipeline.lake import declared_rows, nullary_table, rows_to_arrow
+from fixflow.pipeline.lake.delta import declared_rows, nullary_table, rows_to_arrow
 
 log = logging.getLogger(__name__)
 
