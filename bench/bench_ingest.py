@@ -131,9 +131,9 @@ def publish_batches(
     """The steady-state publisher (a process of its own): 100 new weight-1 edges a batch,
     each batch sent and acknowledged through the librdkafka publisher before the next,
     paced to at most ``args.steady_rate`` facts/s (0: as fast as it goes)."""
-    from fixflow.pipeline.fact_columns import Messages
     from fixflow.pipeline.kafka.messages import encode_fact, fact_key
-    from fixflow.pipeline.producer import Publisher
+    from fixflow.pipeline.publish.fact_columns import Messages
+    from fixflow.pipeline.publish.producer import Publisher
 
     rng, topic = random.Random(seed), config.kafka.topic("edge")
     started, count = time.monotonic(), 0
@@ -196,7 +196,7 @@ class Bench:
     # -------------------------------------------------------- scenarios
 
     def backlog(self, rows: list[Row]) -> None:
-        from fixflow.pipeline.publish import publish_facts
+        from fixflow.pipeline.publish.files import publish_facts
 
         facts = random_pairs(self.args.facts, seed=self.runs)
         stream = self.stream(COPY)
@@ -278,7 +278,7 @@ class Bench:
         # query set-up and the first, empty batch) is not the bootstrap's, as the eval's
         # SparkSession start is not the eval's.
         wait_started(stream, query)
-        from fixflow.pipeline.publish import publish_facts
+        from fixflow.pipeline.publish.files import publish_facts
 
         try:
             seen = len(stream.reports)

@@ -253,8 +253,8 @@ def readers(work: Path, size: int, repeats: int = 3) -> dict[str, float | int]:
     import pyarrow.compute as pc
 
     from fixflow.checker.parser import parse
-    from fixflow.pipeline.fact_columns import read_columns
-    from fixflow.pipeline.publish import relation_attributes
+    from fixflow.pipeline.publish.fact_columns import read_columns
+    from fixflow.pipeline.publish.files import relation_attributes
 
     path = work / f"edges_{size}.csv"
     attributes = relation_attributes(parse(PROGRAM, "prog.dl"), "edge")
@@ -308,8 +308,8 @@ def settings(
     went wrong when the streaming source's consumer counted the records."""
     from fixflow.checker.parser import parse
     from fixflow.pipeline.broker.embedded import ensure_topics
-    from fixflow.pipeline.fact_columns import encode_messages, read_columns
-    from fixflow.pipeline.publish import relation_attributes
+    from fixflow.pipeline.publish.fact_columns import encode_messages, read_columns
+    from fixflow.pipeline.publish.files import relation_attributes
 
     attributes = relation_attributes(parse(PROGRAM, "prog.dl"), "edge")
     messages = encode_messages(read_columns(work / f"edges_{size}.csv", attributes))
@@ -336,7 +336,7 @@ def settings(
 
 def librdkafka_send(config: Any, messages: Any, override: dict[str, Any], topic: str) -> float:
     """Seconds of ``Publisher.send`` with the shipped settings changed by ``override``."""
-    from fixflow.pipeline import producer
+    from fixflow.pipeline.publish import producer
 
     shipped = producer.producer_settings
     producer.producer_settings = lambda c: {**shipped(c), **override}  # type: ignore[assignment]

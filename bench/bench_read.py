@@ -35,9 +35,9 @@ from benchlib import free_port, log, machine, write_report
 
 from fixflow.pipeline.broker.embedded import ensure_topics, start_broker, stop_broker
 from fixflow.pipeline.config import default_config
-from fixflow.pipeline.fact_columns import Messages
 from fixflow.pipeline.kafka.source import ARROW_SCHEMA, READ_CHUNK, KafkaRange, read_range
-from fixflow.pipeline.producer import Publisher
+from fixflow.pipeline.publish.fact_columns import Messages
+from fixflow.pipeline.publish.producer import Publisher
 
 TOPIC = "bench-read"
 

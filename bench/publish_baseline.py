@@ -25,9 +25,9 @@ from fixflow.pipeline.broker.embedded import ensure_topics, reachable
 from fixflow.pipeline.commands.publish import _load_program
 from fixflow.pipeline.config import Config, add_conf_argument, config_from_args
 from fixflow.pipeline.kafka.messages import Op, encode_fact, fact_key
-from fixflow.pipeline.publish import PublishError, read_fact_file, relation_attributes
+from fixflow.pipeline.publish.files import PublishError, read_fact_file, relation_attributes
 
-log = logging.getLogger("fixflow.pipeline.publish")
+log = logging.getLogger("fixflow.pipeline.publish.files")
 SEND_TIMEOUT_S = 60.0
 
 

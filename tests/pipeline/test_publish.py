@@ -245,7 +245,7 @@ def test_long_publishes_print_progress_on_stderr(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fixflow.pipeline import producer
+    from fixflow.pipeline.publish import producer
 
     monkeypatch.setattr(producer, "PROGRESS_INTERVAL_S", 0.0)
     monkeypatch.setattr(producer, "SLICE", 1000)
@@ -265,9 +265,9 @@ def test_long_publishes_print_progress_on_stderr(
 def test_a_full_producer_queue_makes_it_wait_and_loses_nothing(
     broker: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fixflow.pipeline import producer
     from fixflow.pipeline.broker.embedded import ensure_topics
-    from fixflow.pipeline.fact_columns import Messages
+    from fixflow.pipeline.publish import producer
+    from fixflow.pipeline.publish.fact_columns import Messages
 
     monkeypatch.setattr(producer, "QUEUE_MESSAGES", 100)
     waits: list[int] = []

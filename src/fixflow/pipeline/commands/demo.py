@@ -178,7 +178,7 @@ class Demo:
         return files
 
     def _publish(self, path: Path, delete: bool, what: str) -> None:
-        from fixflow.pipeline.publish import publish_facts
+        from fixflow.pipeline.publish.files import publish_facts
 
         program = _edge_program(self.workdir)
         result = publish_facts(self.config, "edge", path, delete=delete, program=program)

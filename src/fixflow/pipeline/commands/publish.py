@@ -11,8 +11,8 @@ from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_
 
 if TYPE_CHECKING:  # the parser is imported where used, only with --program
     from fixflow.checker.ast import Program
-    from fixflow.pipeline.producer import Progress
-    from fixflow.pipeline.publish import PublishResult
+    from fixflow.pipeline.publish.files import PublishResult
+    from fixflow.pipeline.publish.producer import Progress
 
 HELP = "publish facts from a CSV/TSV file to Kafka"
 
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from kafka.errors import KafkaError
 
     from fixflow.checker.diagnostics import CheckError
-    from fixflow.pipeline.publish import PublishError, publish_facts
+    from fixflow.pipeline.publish.files import PublishError, publish_facts
 
     try:
         config = config_from_args(args)
@@ -87,7 +87,7 @@ def _print_progress(progress: Progress) -> None:
 
 def _load_program(path: str) -> Program:
     from fixflow.checker.parser import parse
-    from fixflow.pipeline.publish import PublishError
+    from fixflow.pipeline.publish.files import PublishError
 
     try:
         text = Path(path).read_text(encoding="utf-8")

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.fact_columns import Messages
 from fixflow.pipeline.kafka.librdkafka import QuietLog
-from fixflow.pipeline.publish import PublishError
+from fixflow.pipeline.publish.fact_columns import Messages
+from fixflow.pipeline.publish.files import PublishError
 
 if TYPE_CHECKING:  # confluent_kafka is imported where used
     from confluent_kafka import KafkaError, Message, Producer

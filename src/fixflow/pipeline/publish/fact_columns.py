@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeAlias
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.kafka.messages import OP_FIELD, Op, Value, is_one_symbol
-from fixflow.pipeline.publish import (
+from fixflow.pipeline.publish.files import (
     TAB_SEPARATED,
     FactFile,
     PublishError,

@@ -30,8 +30,8 @@ from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka.messages import Op, Value, is_one_symbol
 
 if TYPE_CHECKING:  # the producer (and confluent_kafka) is imported where used
-    from fixflow.pipeline.fact_columns import FactColumns
-    from fixflow.pipeline.producer import Progress
+    from fixflow.pipeline.publish.fact_columns import FactColumns
+    from fixflow.pipeline.publish.producer import Progress
 
 log = logging.getLogger(__name__)
 
@@ -262,8 +262,8 @@ def publish_facts(
     The file is read and checked whole before anything is sent: a bad value anywhere
     publishes nothing. ``progress`` is called every few seconds while sending."""
     from fixflow.pipeline.broker.embedded import ensure_topics, reachable
-    from fixflow.pipeline.fact_columns import check_op, encode_messages
-    from fixflow.pipeline.producer import Publisher
+    from fixflow.pipeline.publish.fact_columns import check_op, encode_messages
+    from fixflow.pipeline.publish.producer import Publisher
 
     declaration = find_declaration(config, relation, program)
     op: Op = "delete" if delete else "insert"
@@ -298,7 +298,7 @@ def publish_facts(
 def _read_declared(path: Path, declaration: Declaration | None, from_lake: bool) -> FactColumns:
     """The file's facts, typed by the declaration; an error names a declaration that came
     from the lake (the user did not name it)."""
-    from fixflow.pipeline.fact_columns import read_columns
+    from fixflow.pipeline.publish.fact_columns import read_columns
 
     attributes = declaration.attributes if declaration is not None else None
     try:
