@@ -174,7 +174,7 @@ class Bench:
         self.runs = 0
 
     def stream(self, text: str, **stream_conf: Any) -> Any:
-        from fixflow.pipeline.stream import ProgramStream
+        from fixflow.pipeline.stream.program import ProgramStream
 
         self.runs += 1
         name = f"run{self.runs}"
@@ -187,7 +187,7 @@ class Bench:
         program = self.work / f"{name}.dl"
         program.write_text(text, encoding="utf-8")
         from fixflow.pipeline.broker.embedded import ensure_topics
-        from fixflow.pipeline.ingest import topics_for
+        from fixflow.pipeline.stream.ingest import topics_for
 
         stream = ProgramStream(self.spark, config, program)
         ensure_topics(config, topics_for(stream.program, config.kafka.topic_prefix))

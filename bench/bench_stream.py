@@ -402,7 +402,7 @@ def measure(
     repeats: int,
 ) -> list[Measurement]:
     """Bootstrap ``work`` on a fresh stream, then ``repeats`` batches of every kind."""
-    from fixflow.pipeline.stream import ProgramStream
+    from fixflow.pipeline.stream.program import ProgramStream
 
     facts = work.facts(work.initial)
     prefix = f"bench{args.seed}{args.engine_mode}{work.graph}{work.program}."

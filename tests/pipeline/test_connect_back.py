@@ -18,7 +18,7 @@ import pytest
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.lake.lakehouse import ProgramLake
-from fixflow.pipeline.stream import START_AGAIN
+from fixflow.pipeline.stream.program import START_AGAIN
 from streams.cli import BATCH_LINE, STOPPED_LINE, FixflowRun, write_conf
 from streams.harness import STREAMS, isolated_config, oracle, publish, result_rows
 

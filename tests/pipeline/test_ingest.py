@@ -20,7 +20,11 @@ from fixflow.checker.ast import Attribute
 from fixflow.checker.parser import parse
 from fixflow.pipeline.broker.embedded import ensure_topics
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.ingest import (
+from fixflow.pipeline.kafka.messages import Fact, encode_fact, fact_key
+from fixflow.pipeline.kafka.source import read_stream
+from fixflow.pipeline.lake.delta import arrow_schema
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.stream.ingest import (
     IngestResult,
     _last_operations,
     _sorted_records,
@@ -29,11 +33,7 @@ from fixflow.pipeline.ingest import (
     ingest_batch,
     normalize,
 )
-from fixflow.pipeline.kafka.messages import Fact, encode_fact, fact_key
-from fixflow.pipeline.kafka.source import read_stream
-from fixflow.pipeline.lake.delta import arrow_schema
-from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
-from fixflow.pipeline.metrics import Metrics
+from fixflow.pipeline.stream.metrics import Metrics
 
 PROGRAM = parse(
     """
@@ -395,8 +395,8 @@ def _history(path: str) -> list[dict[str, Any]]:
 def test_ingest_query_runs_the_engine_hook_before_the_edb_commit(
     spark: Any, broker: Config, tmp_path: Path
 ) -> None:
-    from fixflow.pipeline.ingest import start_ingest_query, topics_for
     from fixflow.pipeline.lake.lakehouse import already_committed, merge_changes
+    from fixflow.pipeline.stream.ingest import start_ingest_query, topics_for
 
     prefix = f"hdl{uuid.uuid4().hex[:6]}."
     config = replace(broker, kafka=replace(broker.kafka, topic_prefix=prefix))

@@ -142,7 +142,7 @@ def test_the_driver_reads_the_very_records_of_a_small_batch(
     compared: list[int] = []
 
     def compare(batch_df: Any, batch_id: int) -> None:
-        from fixflow.pipeline.ingest import RECORD_COLUMNS, _sorted_records
+        from fixflow.pipeline.stream.ingest import RECORD_COLUMNS, _sorted_records
 
         table = read(batch_id)
         assert DriverRead(bootstrap, checkpoint, max_records=1)(batch_id) is None

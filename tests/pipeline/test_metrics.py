@@ -11,7 +11,7 @@ import pytest
 
 from fixflow.pipeline.config import MetricsConfig
 from fixflow.pipeline.kafka.messages import REASON_KINDS
-from fixflow.pipeline.metrics import (
+from fixflow.pipeline.stream.metrics import (
     Metrics,
     MetricsPortBusy,
     serve_configured,

@@ -27,7 +27,7 @@ from fixflow.pipeline.lake.delta import (
     write_table,
 )
 from fixflow.pipeline.lake.lakehouse import read_table as read_lake_table
-from fixflow.pipeline.stream import ProgramStream
+from fixflow.pipeline.stream.program import ProgramStream
 from streams.harness import isolated_config, publish, run_available_now
 
 FIXFLOW = Path(sys.executable).parent / "fixflow"

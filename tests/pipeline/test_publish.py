@@ -215,8 +215,8 @@ def test_a_large_file_reaches_the_streaming_side_whole_and_unchanged(
     from kafka.partitioner.default import murmur2
 
     from fixflow.checker.ast import Attribute
-    from fixflow.pipeline.ingest import validate
     from fixflow.pipeline.kafka.messages import fact_key
+    from fixflow.pipeline.stream.ingest import validate
 
     config_path, prefix = conf
     n = 30_000

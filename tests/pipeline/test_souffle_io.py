@@ -100,7 +100,7 @@ def test_a_nullary_fact_prints_as_parentheses(capsys: pytest.CaptureFixture[str]
 
 def test_the_stream_names_the_directives_only_eval_honours() -> None:
     from fixflow.checker.parser import parse
-    from fixflow.pipeline.session import eval_only_directives
+    from fixflow.pipeline.stream.session import eval_only_directives
 
     program = parse(
         '.decl e(x: number)\n.input e(IO=file, filename="e.tsv")\n.decl o(x: number)\n'

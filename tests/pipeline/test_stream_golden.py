@@ -17,7 +17,7 @@ import pytest
 
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.lake.lakehouse import read_table
-from fixflow.pipeline.stream import ProgramStream
+from fixflow.pipeline.stream.program import ProgramStream
 from streams.harness import (
     StreamCase,
     apply_changes,

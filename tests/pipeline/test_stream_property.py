@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from fixflow.checker import load
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.stream import ProgramStream
+from fixflow.pipeline.stream.program import ProgramStream
 from reference.golden import compare_rows
 from streams.harness import (
     ContinuousRun,

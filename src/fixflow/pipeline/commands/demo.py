@@ -21,7 +21,7 @@ from fixflow.pipeline.config import Config, ConfigError, add_conf_argument, conf
 
 if TYPE_CHECKING:  # imported where used: Spark and the checker load only when the demo runs
     from fixflow.checker.ast import Program
-    from fixflow.pipeline.stream import ProgramStream
+    from fixflow.pipeline.stream.program import ProgramStream
 
 HELP = "the main job on the embedded default, end to end"
 PROGRAMS = ("sssp", "cc", "pagerank")
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixflow.pipeline.broker.embedded import BrokerError
-    from fixflow.pipeline.metrics import MetricsPortBusy
+    from fixflow.pipeline.stream.metrics import MetricsPortBusy
 
     try:
         config = config_from_args(args)
@@ -88,9 +88,9 @@ class Demo:
 
     def _run_programs(self) -> None:
         from fixflow.pipeline.commands.progress import RoundPrinter
-        from fixflow.pipeline.metrics import Metrics, serve_configured
         from fixflow.pipeline.spark import make_session
-        from fixflow.pipeline.stream import ProgramStream
+        from fixflow.pipeline.stream.metrics import Metrics, serve_configured
+        from fixflow.pipeline.stream.program import ProgramStream
 
         config = self.config
         files = self._materialize_bundle()

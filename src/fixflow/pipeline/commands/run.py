@@ -26,9 +26,9 @@ def run(args: argparse.Namespace) -> int:
 
     from fixflow.checker.diagnostics import CheckError
     from fixflow.pipeline.broker.embedded import BrokerError
-    from fixflow.pipeline.broker_watch import BrokerUnavailable
-    from fixflow.pipeline.metrics import MetricsPortBusy
-    from fixflow.pipeline.stream import failure_summary
+    from fixflow.pipeline.stream.broker_watch import BrokerUnavailable
+    from fixflow.pipeline.stream.metrics import MetricsPortBusy
+    from fixflow.pipeline.stream.program import failure_summary
 
     if not Path(args.program).is_file():
         print(f"fixflow run: {args.program}: no such file", file=sys.stderr)
@@ -77,7 +77,7 @@ def _nullary_input(program_file: Path) -> str | None:
 
 def _run(config: Config, program: str, available_now: bool) -> int:
     from fixflow.pipeline.commands.progress import RoundPrinter
-    from fixflow.pipeline.session import Session
+    from fixflow.pipeline.stream.session import Session
 
     with Session(config, program) as session:
         print(session.describe())
@@ -87,7 +87,7 @@ def _run(config: Config, program: str, available_now: bool) -> int:
             session.stream.run_available_now()
             session.stream.settle()  # async consistency: converge before exiting
         else:
-            from fixflow.pipeline.stream import run_until_stopped
+            from fixflow.pipeline.stream.program import run_until_stopped
 
             query = session.stream.start()
             run_until_stopped(session.stream, query, broker_watch=session.broker_watch)

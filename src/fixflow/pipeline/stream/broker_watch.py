@@ -18,7 +18,7 @@ from collections.abc import Callable
 from fixflow.pipeline.broker.embedded import reachable
 from fixflow.pipeline.config import KafkaConfig
 from fixflow.pipeline.errors import UserFacingError
-from fixflow.pipeline.metrics import Health
+from fixflow.pipeline.stream.metrics import Health
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from fixflow.pipeline.lake.lakehouse import (
     overwrite_rows,
     read_before_batch,
 )
-from fixflow.pipeline.metrics import Metrics
+from fixflow.pipeline.stream.metrics import Metrics
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

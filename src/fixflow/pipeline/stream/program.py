@@ -2,7 +2,7 @@
 
 ``ProgramStream`` is the maintenance hook of ``ingest.batch_handler``. Per micro-batch:
 
-1. ingest (validate, dead-letter, normalize) — ``fixflow.pipeline.ingest``;
+1. ingest (validate, dead-letter, normalize) — ``fixflow.pipeline.stream.ingest``;
 2. on the first batch after a (re)start, load the EDB *as it was before this batch*
    (time travel by (query id, batch id)), so a replay after a crash — even one that
    committed some tables — starts from exactly the state the first run saw;
@@ -43,10 +43,8 @@ from fixflow.checker import load
 from fixflow.checker.model import Report
 from fixflow.operators.evaluate import EvalOptions, Progress, partial_relations
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
-from fixflow.pipeline.broker_watch import BrokerWatch
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
-from fixflow.pipeline.ingest import IngestResult, Phases, start_ingest_query
 from fixflow.pipeline.kafka.source import lag_from_progress, next_batch_limit, write_limit_file
 from fixflow.pipeline.lake.delta import (
     arrow_schema,
@@ -67,7 +65,9 @@ from fixflow.pipeline.lake.lakehouse import (
     table_rows,
 )
 from fixflow.pipeline.lake.results import partial_metadata
-from fixflow.pipeline.metrics import Health, Metrics, Strategy
+from fixflow.pipeline.stream.broker_watch import BrokerWatch
+from fixflow.pipeline.stream.ingest import IngestResult, Phases, start_ingest_query
+from fixflow.pipeline.stream.metrics import Health, Metrics, Strategy
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from types import TracebackType
 
 from fixflow.checker.ast import Program
 from fixflow.pipeline.broker.embedded import start_broker
-from fixflow.pipeline.broker_watch import BrokerWatch
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.metrics import Metrics, MetricsServer, serve_configured
 from fixflow.pipeline.spark import make_session
-from fixflow.pipeline.stream import BatchReport, ProgramStream
+from fixflow.pipeline.stream.broker_watch import BrokerWatch
+from fixflow.pipeline.stream.metrics import Metrics, MetricsServer, serve_configured
+from fixflow.pipeline.stream.program import BatchReport, ProgramStream
 
 log = logging.getLogger(__name__)
 
