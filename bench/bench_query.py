@@ -51,7 +51,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXFLOW = Path(sys.executable).parent / "fixflow"
 TARGET_S = 1.0
 IMPORTS = (
-    "import fixflow.pipeline.cli, fixflow.pipeline.commands.query, fixflow.pipeline.lake.results"
+    "import fixflow.pipeline.cli, fixflow.pipeline.cli.commands.query, "
+    "fixflow.pipeline.lake.results"
 )
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fixflow.pipeline.broker.embedded import ensure_topics, reachable
-from fixflow.pipeline.commands.publish import _load_program
+from fixflow.pipeline.cli.commands.publish import _load_program
 from fixflow.pipeline.config import Config, add_conf_argument, config_from_args
 from fixflow.pipeline.kafka.messages import Op, encode_fact, fact_key
 from fixflow.pipeline.publish.files import PublishError, read_fact_file, relation_attributes

@@ -341,7 +341,7 @@ def test_spark_submit_script_reads_master_and_packages_from_the_config() -> None
     packages = words[words.index("--packages") + 1].replace("\\,", ",")
     assert packages == cluster.spark.conf["spark.jars.packages"]
     assert words[-4:] == ["run", "examples/powerlog_p1_sssp.dl", "--conf", "conf/cluster.toml"]
-    assert words[-5].endswith("fixflow/pipeline/cli.py")
+    assert words[-5].endswith("fixflow/pipeline/cli/__main__.py")
     assert "--num-executors" in words[:-5]
 
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, write_deltalake
 
-from fixflow.pipeline.commands.query import one_line, spark_error_message
+from fixflow.pipeline.cli.commands.query import one_line, spark_error_message
 from fixflow.pipeline.lake.datafusion_sql import (
     SqlError,
     new_builder,

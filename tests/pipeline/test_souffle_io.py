@@ -10,7 +10,7 @@ import pytest
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.cli import main as fixflow
-from fixflow.pipeline.commands.eval import _write_souffle_output
+from fixflow.pipeline.cli.commands.eval import _write_souffle_output
 from fixflow.pipeline.lake.delta import nullary_table
 from fixflow.pipeline.lake.facts import FactsError, input_file, load_inputs
 

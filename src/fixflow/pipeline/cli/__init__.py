@@ -1,4 +1,4 @@
-"""The `fixflow` command line. Each subcommand lives in ``pipeline/commands/<name>.py`` and
+"""The `fixflow` command line. Each subcommand lives in ``pipeline/cli/commands/<name>.py`` and
 exposes ``HELP: str``, ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported
 lazily so that `fixflow check` never pays for starting Spark."""
 
@@ -73,9 +73,9 @@ def version_line() -> str:
 
 def _command_module(name: str) -> ModuleType | None:
     try:
-        return importlib.import_module(f"fixflow.pipeline.commands.{name}")
+        return importlib.import_module(f"fixflow.pipeline.cli.commands.{name}")
     except ModuleNotFoundError as exc:
-        if exc.name == f"fixflow.pipeline.commands.{name}":
+        if exc.name == f"fixflow.pipeline.cli.commands.{name}":
             return None
         raise
 
@@ -108,7 +108,3 @@ def one_line(error: BaseException) -> str:
     """``Type: first line of the message``."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -87,7 +87,7 @@ class Demo:
         return 0
 
     def _run_programs(self) -> None:
-        from fixflow.pipeline.commands.progress import RoundPrinter
+        from fixflow.pipeline.cli.commands.progress import RoundPrinter
         from fixflow.pipeline.spark import make_session
         from fixflow.pipeline.stream.metrics import Metrics, serve_configured
         from fixflow.pipeline.stream.program import ProgramStream
@@ -167,7 +167,7 @@ class Demo:
         """Copy the bundled programs and facts to `<lake>/_demo/` (the lake directory of a
         program is named after its file: demo_sssp.dl runs as demo_sssp)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        bundle = resources.files("fixflow.pipeline.demo")
+        bundle = resources.files("fixflow.pipeline.cli.demo")
         files = {}
         for entry in bundle.iterdir():
             if entry.name.endswith((".dl", ".facts")):

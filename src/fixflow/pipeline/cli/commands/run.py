@@ -76,7 +76,7 @@ def _nullary_input(program_file: Path) -> str | None:
 
 
 def _run(config: Config, program: str, available_now: bool) -> int:
-    from fixflow.pipeline.commands.progress import RoundPrinter
+    from fixflow.pipeline.cli.commands.progress import RoundPrinter
     from fixflow.pipeline.stream.session import Session
 
     with Session(config, program) as session:

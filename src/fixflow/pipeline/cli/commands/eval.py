@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from fixflow.checker.ast import Attribute
-from fixflow.pipeline.commands.progress import RoundPrinter, engine_figures
+from fixflow.pipeline.cli.commands.progress import RoundPrinter, engine_figures
 from fixflow.pipeline.config import (
     Config,
     ConfigError,

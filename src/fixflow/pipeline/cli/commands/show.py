@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fixflow.pipeline.commands.query import add_scope_arguments
+from fixflow.pipeline.cli.commands.query import add_scope_arguments
 from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_args
 
 HELP = "print a result relation"
