@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fixflow.pipeline.broker import processes
+from fixflow.pipeline.broker.processes import BrokerError, broker_dir
 from fixflow.pipeline.config import Config
 
 if TYPE_CHECKING:  # kafka is imported where used: `fixflow broker status` stays quick
@@ -32,10 +33,6 @@ TANSU = b"tansu"
 """In the broker's command line: how a pid is recognised as the broker's."""
 
 
-class BrokerError(RuntimeError):
-    """The broker could not be started, reached or stopped; the message says why."""
-
-
 @dataclass(frozen=True, slots=True)
 class BrokerStatus:
     running: bool
@@ -46,10 +43,6 @@ class BrokerStatus:
 
     def __str__(self) -> str:
         return self.message
-
-
-def broker_dir(config: Config) -> Path:
-    return Path(config.lake.path) / "_broker"
 
 
 def pid_file(config: Config) -> Path:

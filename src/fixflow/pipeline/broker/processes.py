@@ -1,7 +1,9 @@
 """Background processes Fixflow starts and stops by pid file: the embedded broker (Tansu)
 and its durable store (SeaweedFS). A process outlives the command that spawned it (its own
 session), writes to a log file, and is recognised by a marker in its command line, so a
-recycled pid is never taken for it."""
+recycled pid is never taken for it. Both keep their pid, log and settings files in
+``broker_dir``, and both fail with ``BrokerError``: they live here, below the two, so that
+the broker (which starts the store) and the store share them without importing each other."""
 
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fixflow.pipeline.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +28,14 @@ LOG_TAIL_LINES = 20
 _children: dict[int, subprocess.Popen[bytes]] = {}
 # Their log files, for the tail shown when one fails to come up.
 _child_logs: dict[int, Path] = {}
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be started, reached or stopped; the message says why."""
+
+
+def broker_dir(config: Config) -> Path:
+    return Path(config.lake.path) / "_broker"
 
 
 def spawn(

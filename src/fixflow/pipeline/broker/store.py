@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from fixflow.pipeline.broker import processes
-from fixflow.pipeline.broker.embedded import BrokerError, broker_dir
+from fixflow.pipeline.broker.processes import BrokerError, broker_dir
 from fixflow.pipeline.config import Config
 
 log = logging.getLogger(__name__)

@@ -24,11 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fixflow.pipeline.broker.embedded import (
-        BrokerError,
         broker_status,
         start_broker,
         stop_broker,
     )
+    from fixflow.pipeline.broker.processes import BrokerError
 
     try:
         config = config_from_args(args)

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixflow.pipeline.broker.embedded import BrokerError
+    from fixflow.pipeline.broker.processes import BrokerError
     from fixflow.pipeline.stream.metrics import MetricsPortBusy
 
     try:

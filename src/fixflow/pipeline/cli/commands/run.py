@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.errors import StreamingQueryException
 
     from fixflow.checker.diagnostics import CheckError
-    from fixflow.pipeline.broker.embedded import BrokerError
+    from fixflow.pipeline.broker.processes import BrokerError
     from fixflow.pipeline.stream.broker_watch import BrokerUnavailable
     from fixflow.pipeline.stream.metrics import MetricsPortBusy
     from fixflow.pipeline.stream.program import failure_summary
