@@ -1,5 +1,5 @@
 """The column-at-a-time reader and encoder of `fixflow publish` against the row-at-a-time
-reference (publish.read_fact_file + messages.encode_fact/fact_key): the same bytes, the same
+reference (fact_rows.read_fact_file + messages.encode_fact/fact_key): the same bytes, the same
 errors; and the producer's failure accounting (no broker needed)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fixflow.pipeline.config import default_config
 from fixflow.pipeline.kafka.messages import Fact, Op, encode_fact, fact_key, parse_message
 from fixflow.pipeline.publish import fact_columns, producer
 from fixflow.pipeline.publish.fact_columns import Messages, check_op, encode_messages, read_columns
-from fixflow.pipeline.publish.files import PublishError, read_fact_file
+from fixflow.pipeline.publish.fact_rows import PublishError, read_fact_file
 
 EDGE = (Attribute("src", "number"), Attribute("dst", "number"), Attribute("w", "float"))
 NODE = (Attribute("name", "symbol"),)

@@ -1,6 +1,6 @@
 """Fact files to Kafka messages a column at a time: the fast path of ``fixflow publish``.
 
-The reference is ``publish.read_fact_file`` (one row at a time, every value through
+The reference is ``fact_rows.read_fact_file`` (one row at a time, every value through
 ``parse_value``) followed by ``messages.encode_fact``/``fact_key`` (two ``json.dumps`` a
 fact): about 10 µs a fact. Here a file's values are typed and turned into JSON text one
 column at a time with ``map`` over C functions (``int``, ``float``, their ``__repr__`` and
@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeAlias
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.kafka.messages import OP_FIELD, Op, Value, is_one_symbol
-from fixflow.pipeline.publish.files import (
+from fixflow.pipeline.publish.fact_rows import (
     TAB_SEPARATED,
     FactFile,
     PublishError,

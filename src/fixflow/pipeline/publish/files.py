@@ -7,19 +7,18 @@ at ``file:line``; without one (CSV only), values that read as integers or floats
 JSON numbers and the rest as strings. Each fact becomes one message: value = JSON object of
 its attributes (plus ``"op": "delete"`` with ``--delete``), key = the fact itself.
 
-The reader here goes one row at a time and is the reference: ``fact_columns`` reads and
-encodes a column at a time (what ``publish_facts`` uses) and falls back to it to report an
-error at its ``file:line``. ``producer`` sends the messages.
+The stages, each in its module, in the order a fact goes through them: ``fact_rows`` (the
+reference reader, one row at a time, and ``PublishError``), ``fact_columns`` (the reader and
+encoder ``publish_facts`` uses, a column at a time), ``producer`` (sends the messages). This
+module finds the declaration and runs the stages.
 """
 
 from __future__ import annotations
 
-import csv
 import itertools
 import logging
-import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,25 +26,14 @@ from typing import TYPE_CHECKING
 
 from fixflow.checker.ast import Attribute, Program
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.kafka.messages import Op, Value, is_one_symbol
+from fixflow.pipeline.kafka.messages import Op
+from fixflow.pipeline.publish.fact_rows import PublishError
 
 if TYPE_CHECKING:  # the producer (and confluent_kafka) is imported where used
     from fixflow.pipeline.publish.fact_columns import FactColumns
     from fixflow.pipeline.publish.producer import Progress
 
 log = logging.getLogger(__name__)
-
-TAB_SEPARATED = (".facts", ".tsv")
-
-
-class PublishError(ValueError):
-    """A file or relation that cannot be published; the message says where and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class FactFile:
-    attributes: tuple[Attribute, ...]
-    facts: list[tuple[Value, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,125 +115,6 @@ def relation_attributes(program: Program, relation: str) -> tuple[Attribute, ...
     if relation not in program.inputs:
         log.warning("%s is not an .input relation of %s", relation, program.file)
     return declaration.attributes
-
-
-def read_fact_file(path: Path, attributes: Sequence[Attribute] | None) -> FactFile:
-    """The facts of a .csv or .facts/.tsv file, typed by ``attributes`` when given."""
-    if not path.is_file():
-        raise PublishError(f"{path}: no such file")
-    suffix = path.suffix.lower()
-    if suffix == ".csv":
-        return _read_csv(path, attributes)
-    if suffix in TAB_SEPARATED:
-        if attributes is None:
-            raise PublishError(
-                f"{path}: a {suffix} file has no header and no program run on the lake "
-                "declares its relation; pass --program PROG.dl so the attribute names "
-                "come from its .decl"
-            )
-        rows = _tsv_rows(path, is_one_symbol(attributes))
-        return FactFile(tuple(attributes), list(_typed_rows(path, rows, attributes)))
-    raise PublishError(
-        f"{path}: unknown file type {suffix or '(none)'!r} (expected .csv, .facts or .tsv)"
-    )
-
-
-def _tsv_rows(path: Path, one_symbol: bool) -> Iterator[tuple[int, list[str]]]:
-    """Blank lines are skipped, except for one ``symbol`` column: there they are ""."""
-    with path.open(encoding="utf-8", newline="") as handle:
-        for number, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
-            if line or one_symbol:
-                yield number, line.split("\t")
-
-
-def _read_csv(path: Path, attributes: Sequence[Attribute] | None) -> FactFile:
-    with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None:
-            raise PublishError(f"{path}:1: empty file: expected a header row naming the attributes")
-        header = [name.strip() for name in header]
-        rows = [(reader.line_num, row) for row in reader if row]
-    if attributes is None:
-        inferred = tuple(Attribute(name, "symbol") for name in header)
-        return FactFile(
-            inferred,
-            [tuple(guess_value(v) for v in row) for row in _checked_width(path, rows, inferred)],
-        )
-    order = _header_order(path, header, attributes)
-    reordered = [
-        (n, [row[i] for i in order]) if len(row) == len(header) else (n, row) for n, row in rows
-    ]
-    return FactFile(tuple(attributes), list(_typed_rows(path, reordered, attributes)))
-
-
-def _header_order(path: Path, header: list[str], attributes: Sequence[Attribute]) -> list[int]:
-    names = [a.name for a in attributes]
-    if sorted(header) != sorted(names) or len(set(header)) != len(header):
-        raise PublishError(
-            f"{path}:1: header {', '.join(header)} does not name the declared "
-            f"attributes {', '.join(names)}"
-        )
-    return [header.index(name) for name in names]
-
-
-def _checked_width(
-    path: Path, rows: list[tuple[int, list[str]]], attributes: Sequence[Attribute]
-) -> Iterator[list[str]]:
-    for number, row in rows:
-        _check_width(path, number, row, attributes)
-        yield row
-
-
-def _check_width(path: Path, number: int, row: list[str], attributes: Sequence[Attribute]) -> None:
-    if len(row) != len(attributes):
-        names = ", ".join(a.name for a in attributes)
-        raise PublishError(
-            f"{path}:{number}: expected {len(attributes)} values ({names}), got {len(row)}"
-        )
-
-
-def _typed_rows(
-    path: Path, rows: Iterable[tuple[int, list[str]]], attributes: Sequence[Attribute]
-) -> Iterator[tuple[Value, ...]]:
-    for number, row in rows:
-        _check_width(path, number, row, attributes)
-        yield tuple(_typed(path, number, a, text) for a, text in zip(attributes, row, strict=True))
-
-
-def _typed(path: Path, line: int, attribute: Attribute, text: str) -> Value:
-    value = parse_value(text, attribute.type)
-    if value is None:
-        raise PublishError(
-            f"{path}:{line}: value {text!r} of attribute {attribute.name!r} is "
-            f"not a {attribute.type}"
-        )
-    return value
-
-
-def parse_value(text: str, type_name: str) -> Value | None:
-    """``text`` as declared type ``type_name``, or None when it is not one."""
-    if type_name == "symbol":
-        return text
-    text = text.strip()
-    try:
-        if type_name == "number":
-            number = int(text)
-            return number if -(2**63) <= number < 2**63 else None
-        real = float(text)
-        return real if math.isfinite(real) else None
-    except ValueError:
-        return None
-
-
-def guess_value(text: str) -> Value:
-    """A value of a CSV read without a program: an integer, else a float, else the text."""
-    for type_name in ("number", "float"):
-        value = parse_value(text, type_name)
-        if value is not None:
-            return value
-    return text
 
 
 def publish_facts(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka.librdkafka import QuietLog
 from fixflow.pipeline.publish.fact_columns import Messages
-from fixflow.pipeline.publish.files import PublishError
+from fixflow.pipeline.publish.fact_rows import PublishError
 
 if TYPE_CHECKING:  # confluent_kafka is imported where used
     from confluent_kafka import KafkaError, Message, Producer

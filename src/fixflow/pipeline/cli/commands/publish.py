@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from kafka.errors import KafkaError
 
     from fixflow.checker.diagnostics import CheckError
-    from fixflow.pipeline.publish.files import PublishError, publish_facts
+    from fixflow.pipeline.publish.fact_rows import PublishError
+    from fixflow.pipeline.publish.files import publish_facts
 
     try:
         config = config_from_args(args)
@@ -87,7 +88,7 @@ def _print_progress(progress: Progress) -> None:
 
 def _load_program(path: str) -> Program:
     from fixflow.checker.parser import parse
-    from fixflow.pipeline.publish.files import PublishError
+    from fixflow.pipeline.publish.fact_rows import PublishError
 
     try:
         text = Path(path).read_text(encoding="utf-8")
