@@ -184,7 +184,7 @@ def run_once(command: list[str]) -> Run:
 def broker_count(config: Any, topic: str) -> int:
     """Records in ``topic`` as the streaming source sees them: its end offsets (which
     probe the last batch, since Tansu reports the base offset of the last batch + 1)."""
-    from fixflow.pipeline.kafka.source import end_offsets
+    from fixflow.pipeline.kafka.broker_view import end_offsets
 
     return sum(end_offsets(config.kafka.bootstrap_servers, [topic])[topic].values())
 

@@ -1,4 +1,4 @@
-"""The streaming source's range read: librdkafka (``kafka_source.read_range``) against the
+"""The streaming source's range read: librdkafka (``records.read_range``) against the
 kafka-python reader it replaced, on the same records of the same broker, in one run.
 
     .venv/bin/python bench/bench_read.py [--records 500k] [--repeats 5]
@@ -35,7 +35,7 @@ from benchlib import free_port, log, machine, write_report
 
 from fixflow.pipeline.broker.embedded import ensure_topics, start_broker, stop_broker
 from fixflow.pipeline.config import default_config
-from fixflow.pipeline.kafka.source import ARROW_SCHEMA, READ_CHUNK, KafkaRange, read_range
+from fixflow.pipeline.kafka.records import ARROW_SCHEMA, READ_CHUNK, KafkaRange, read_range
 from fixflow.pipeline.publish.fact_columns import Messages
 from fixflow.pipeline.publish.producer import Publisher
 

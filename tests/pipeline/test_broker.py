@@ -95,7 +95,7 @@ def test_durable_storage_keeps_records_and_cluster_id_across_restarts(
     from the old ends. Tansu's ListOffsets on this engine understates the ends; the probe's
     fetch high watermark is exact."""
     from fixflow.pipeline.broker.embedded import stop_broker
-    from fixflow.pipeline.kafka.source import broker_view
+    from fixflow.pipeline.kafka.broker_view import broker_view
 
     config = _durable_config(tmp_path)
     conf = _conf_file(config, tmp_path, 'storage = "durable"\n')

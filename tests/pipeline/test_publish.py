@@ -196,7 +196,8 @@ def _stream_records(broker: Config, topic: str) -> Any:
     """Every record of ``topic`` as the streaming source reads it (end probe, ranges)."""
     import pyarrow as pa
 
-    from fixflow.pipeline.kafka.source import KafkaRange, end_offsets, read_range
+    from fixflow.pipeline.kafka.broker_view import end_offsets
+    from fixflow.pipeline.kafka.records import KafkaRange, read_range
 
     ends = end_offsets(broker.kafka.bootstrap_servers, [topic])[topic]
     batches = [

@@ -13,7 +13,7 @@ import pytest
 from fixflow.pipeline.broker.embedded import ensure_topics
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka.read_ahead import ReadAhead
-from fixflow.pipeline.kafka.source import KafkaRange, read_range
+from fixflow.pipeline.kafka.records import KafkaRange, read_range
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ relies on) on loopback, its data under ``<lake>/_broker/store/``, and points Tan
 ``s3://`` engine at it. The store's ports and the broker's cluster id are chosen once and kept
 in ``<lake>/_broker/store.json``: a restarted store finds its volumes where its master
 recorded them, and a restarted broker keeps its cluster id, so a reader's checkpointed
-offsets still count (``kafka_source`` treats a new cluster id as a reset).
+offsets still count (``kafka.broker_view.find_losses`` treats a new cluster id as a reset).
 
 The store listens on 127.0.0.1 only and has no credentials configured (SeaweedFS then
 accepts any request): it is the development broker's disk, not a shared service.

@@ -6,7 +6,7 @@ A batch read at its trigger pays for fetching and decoding its records then (100
 arrive before the trigger that takes them, so a thread can do that work as they come, as a
 Kafka client's fetcher does. ``ReadAhead`` keeps one librdkafka consumer positioned at the
 last batch's end offsets and buffers, per partition, the records read from there on. When
-the next batch's ranges (from Spark's offset log, ``kafka_source.DriverRead``) start where
+the next batch's ranges (from Spark's offset log, ``driver_read.DriverRead``) start where
 the buffers start, the batch takes its records from them, waiting for the thread to reach
 the ranges' ends; otherwise it reads them as before.
 
@@ -39,13 +39,19 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-if TYPE_CHECKING:
-    from fixflow.pipeline.kafka.source import KafkaRange
+from fixflow.pipeline.kafka.records import (
+    ARROW_SCHEMA,
+    READ_CHUNK,
+    KafkaRange,
+    by_partition,
+    librdkafka_consumer,
+    records_batch,
+)
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +116,6 @@ class ReadAhead:
         ends; None when the buffers do not start at the ranges' starts (a new partition,
         a batch Spark read, a thread that ended) or the records are not there in time:
         then the caller reads them itself."""
-        from fixflow.pipeline.kafka.source import ARROW_SCHEMA
-
         with self._changed:
             self._touched = time.monotonic()
             if not self._serves(ranges) or not self._wait_for(ranges):
@@ -184,8 +188,6 @@ class ReadAhead:
     def _read(self, generation: int, start: dict[Key, int]) -> None:
         from confluent_kafka import TopicPartition
 
-        from fixflow.pipeline.kafka.source import READ_CHUNK, librdkafka_consumer
-
         consumer = librdkafka_consumer(self.bootstrap)
         try:
             consumer.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
@@ -221,8 +223,6 @@ class ReadAhead:
     def _add(self, generation: int, messages: list[Any], partitions: int) -> bool:
         """Buffer the records among ``messages`` (of ``partitions`` assigned ones); False
         if this thread's generation is over."""
-        from fixflow.pipeline.kafka.source import by_partition, records_batch
-
         groups = by_partition(messages, partitions)
         batches = {
             key: (records_batch(key[0], key[1], group, timestamps=False), group[-1].offset())

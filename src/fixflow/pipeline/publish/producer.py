@@ -67,7 +67,7 @@ def producer_settings(config: Config) -> dict[str, Any]:
         "compression.type": "none",
         # linger.ms 5, 20 or 100 and batches of 10k or 100k messages send alike (bench);
         # batches stay at librdkafka's 10,000 messages because the streaming source's end
-        # probe (kafka_source.end_offsets) reads a whole last batch in one poll.
+        # probe (broker_view.end_offsets) reads a whole last batch in one poll.
         "linger.ms": 20,
         "queue.buffering.max.messages": QUEUE_MESSAGES,
         "message.timeout.ms": int(SEND_TIMEOUT_S * 1000),

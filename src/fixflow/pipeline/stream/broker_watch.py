@@ -1,7 +1,7 @@
 """Whether the Kafka broker answers, watched by `fixflow run`'s driver.
 
 A broker that goes away must not kill a long-running stream: the reader plans no batch
-while it is unreachable (``kafka_source``), and the driver uses ``BrokerWatch`` to say so
+while it is unreachable (``kafka.source``), and the driver uses ``BrokerWatch`` to say so
 once, to report it on the health endpoint (``/ready`` answers 503 and ``fixflow_up`` is 0
 while it waits), and to say once more when the broker is back. While the broker is away it
 is probed with exponential back-off (0.5 s doubling up to ``[kafka] backoff_max_s``), so a

@@ -1,7 +1,7 @@
 """The first half of every micro-batch: Kafka records → validated, normalized EDB changes.
 
 ``ingest_batch`` is called from ``foreachBatch`` with the batch's DataFrame (the columns of
-``kafka_source.SCHEMA``). It
+``kafka.records.SCHEMA``). It
 
 1. validates every record against its relation's declaration (topic = prefix + relation);
 2. writes the bad ones to the program's ``dead_letter`` table, idempotently;
@@ -176,7 +176,7 @@ def ingest_batch(
     driver_read: Callable[[int], pa.Table | None] | None = None,
 ) -> IngestResult:
     """Validate, dead-letter and normalize one micro-batch (see the module docstring).
-    ``driver_read`` may read the batch's records in the driver (``kafka_source.DriverRead``;
+    ``driver_read`` may read the batch's records in the driver (``driver_read.DriverRead``;
     None from it: through Spark)."""
     query = query_id or streaming_query_id(batch_df)
     phases = Phases()
@@ -621,7 +621,8 @@ def start_ingest_query(
     --available-now``, tests); otherwise a batch starts every ``[stream] trigger_ms``.
     """
     from fixflow.pipeline.broker.embedded import ensure_topics
-    from fixflow.pipeline.kafka.source import DriverRead, local_dir, read_stream
+    from fixflow.pipeline.kafka.driver_read import DriverRead, local_dir
+    from fixflow.pipeline.kafka.source import read_stream
 
     prefix = config.kafka.topic_prefix
     topics = topics_for(program, prefix)

@@ -199,7 +199,7 @@ class Metrics:
         self.strategy.labels(stratum=str(stratum), strategy=strategy).inc()
 
     def observe_lag(self, lags: dict[str, int]) -> None:
-        """Set the lag gauge per topic (see ``kafka_source.lag_from_progress``)."""
+        """Set the lag gauge per topic (see ``batch_limit.lag_from_progress``)."""
         for topic, lag in lags.items():
             self.kafka_lag.labels(topic=topic).set(lag)
 

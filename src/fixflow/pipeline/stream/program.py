@@ -45,7 +45,7 @@ from fixflow.operators.evaluate import EvalOptions, Progress, partial_relations
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
-from fixflow.pipeline.kafka.source import lag_from_progress, next_batch_limit, write_limit_file
+from fixflow.pipeline.kafka.batch_limit import lag_from_progress, next_batch_limit, write_limit_file
 from fixflow.pipeline.lake.delta import (
     arrow_schema,
     declared_rows,
