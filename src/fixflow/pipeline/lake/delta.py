@@ -20,16 +20,17 @@ import csv
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from fixflow.checker.ast import Attribute, TypeName
 from fixflow.pipeline.lake.datafusion_sql import read_delta
+
+if TYPE_CHECKING:  # pyspark is imported where used: the Arrow paths run without it
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ def table_schema(attributes: Sequence[Attribute]) -> pa.Schema:
 def with_table_columns(frame: DataFrame, attributes: Sequence[Attribute]) -> DataFrame:
     """A Spark frame of a relation's rows with its table's columns: a nullary relation's
     empty tuples, which ``toArrow`` would not count, become ``holds = true`` rows."""
+    from pyspark.sql import functions as F
+
     return frame if attributes else frame.withColumn(HOLDS, F.lit(True))
 
 

@@ -1,7 +1,8 @@
 """The first half of every micro-batch: Kafka records → validated, normalized EDB changes.
 
-``ingest_batch`` is called from ``foreachBatch`` with the batch's DataFrame (the columns of
-``kafka.records.SCHEMA``). It
+``ingest_records`` takes the batch's records as an Arrow table (the columns of
+``kafka.records.ARROW_SCHEMA``; ``query.ingest_batch`` reads them from a Structured Streaming
+batch). It
 
 1. validates every record against its relation's declaration (topic = prefix + relation);
 2. writes the bad ones to the program's ``dead_letter`` table, idempotently;
@@ -16,6 +17,9 @@ The seam for the maintenance engine: it takes ``result.changes``, maintains ever
 writes state and results with ``lakehouse`` helpers and ``result.commit`` (the
 (query id, batch id) that makes its commits idempotent), and calls ``result.commit_edb()``
 *last*: the EDB commit marks the batch as applied. A replay then sees ``result.replayed``.
+
+Everything here is Arrow and Delta: no Spark, so it is imported and tested without pyspark
+(``tests/test_layers.py`` keeps it so).
 """
 
 from __future__ import annotations
@@ -24,11 +28,10 @@ import datetime as dt
 import itertools
 import logging
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,16 +54,7 @@ from fixflow.pipeline.lake.lakehouse import (
 )
 from fixflow.pipeline.stream.metrics import Metrics
 
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
-
-    from fixflow.pipeline.config import Config
-
 log = logging.getLogger(__name__)
-
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-"""Spark sets this local property on the thread that runs foreachBatch."""
 
 
 @dataclass
@@ -164,28 +158,24 @@ class IngestResult:
 # ---------------------------------------------------------------- the entry point
 
 
-def ingest_batch(
-    batch_df: DataFrame,
+def ingest_records(
+    records: pa.Table,
     batch_id: int,
     program: Program,
     lake: ProgramLake,
     metrics: Metrics | None = None,
     *,
+    query_id: str,
     topic_prefix: str = "",
-    query_id: str | None = None,
-    driver_read: Callable[[int], pa.Table | None] | None = None,
+    phases: Phases | None = None,
 ) -> IngestResult:
-    """Validate, dead-letter and normalize one micro-batch (see the module docstring).
-    ``driver_read`` may read the batch's records in the driver (``driver_read.DriverRead``;
-    None from it: through Spark)."""
-    query = query_id or streaming_query_id(batch_df)
-    phases = Phases()
+    """Validate, dead-letter and normalize one batch of Kafka records (at least the
+    ``RECORD_COLUMNS``, in any order) of the query ``query_id``: see the module docstring.
+    ``phases`` collects the time of each step (the caller's read included)."""
+    phases = phases or Phases()
     with phases.timed("read"):
-        table = driver_read(batch_id) if driver_read is not None else None
-        if table is None:
-            table = batch_df.select(*RECORD_COLUMNS).toArrow()
-        records = _sorted_records(table.select(RECORD_COLUMNS))
-    commit = BatchCommit(query, batch_id, offsets_covered(records))
+        records = _sorted_records(records.select(RECORD_COLUMNS))
+    commit = BatchCommit(query_id, batch_id, offsets_covered(records))
     schemas = input_schemas(program)
     with phases.timed("validate"):
         facts, letters = validate(records, schemas, topic_prefix)
@@ -196,7 +186,7 @@ def ingest_batch(
                 relation,
                 attributes,
                 facts.get(relation),
-                read_before_batch(lake.edb(relation), query, batch_id),
+                read_before_batch(lake.edb(relation), query_id, batch_id),
             )
             for relation, attributes in schemas.items()
         }
@@ -219,15 +209,6 @@ def ingest_batch(
 
 RECORD_COLUMNS = ["topic", "partition", "offset", "key", "value"]
 """The columns of a batch's Kafka records that ingestion reads."""
-
-
-def streaming_query_id(batch_df: DataFrame) -> str:
-    """The id of the streaming query running this foreachBatch (stable across restarts
-    from the same checkpoint, new for a new checkpoint)."""
-    value = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-    if not value:
-        raise RuntimeError("not inside a streaming foreachBatch: pass query_id explicitly")
-    return value
 
 
 def input_schemas(program: Program) -> dict[str, tuple[Attribute, ...]]:
@@ -531,145 +512,6 @@ def _count(
         metrics.count_noop(relation, "delete", change.noop_deletes)
 
 
-# ---------------------------------------------------------------- the foreachBatch skeleton
-
-Maintain = Callable[[IngestResult], None]
-"""The maintenance engine's hook: given a batch's changes, update state and results (with
-``result.commit`` on every Delta commit). It runs before the EDB commit."""
-
-
 def topics_for(program: Program, topic_prefix: str = "") -> list[str]:
     """The Kafka topics of a program: one per ``.input`` relation."""
     return [f"{topic_prefix}{relation}" for relation in program.inputs]
-
-
-def batch_handler(
-    program: Program,
-    lake: ProgramLake,
-    metrics: Metrics | None = None,
-    maintain: Maintain | None = None,
-    *,
-    topic_prefix: str = "",
-    lock: AbstractContextManager[Any] | None = None,
-    driver_read: Callable[[int], pa.Table | None] | None = None,
-) -> Callable[[DataFrame, int], None]:
-    """A ``foreachBatch`` function: ingest → ``maintain`` (the engine) → EDB commit → metrics.
-
-    Any exception propagates and stops the query without committing the batch in Spark's
-    checkpoint, so the batch is replayed on restart; the idempotent commits make that safe.
-    ``lock`` is held for the whole batch (work between batches, such as carrying pending
-    deltas on under async consistency, takes it too); ``driver_read`` goes to
-    ``ingest_batch``.
-    """
-
-    def handle(batch_df: DataFrame, batch_id: int) -> None:
-        started = time.monotonic()
-        jobs = _JobCounter(batch_df.sparkSession, f"fixflow-batch-{batch_id}-{uuid.uuid4()}")
-        with lock or nullcontext():
-            result = ingest_batch(
-                batch_df,
-                batch_id,
-                program,
-                lake,
-                metrics,
-                topic_prefix=topic_prefix,
-                driver_read=driver_read,
-            )
-            if maintain is not None:
-                maintain(result)
-            with result.phases.timed("edb_commit"):
-                result.commit_edb()
-        result.phases.jobs = jobs.count()
-        log.info("batch %d took %s", batch_id, result.phases.describe())
-        if metrics is not None:
-            if result.replayed:
-                metrics.batches_replayed.inc()
-            metrics.batch_committed(batch_id)
-            metrics.batch_duration.observe(time.monotonic() - started)
-
-    return handle
-
-
-class _JobCounter:
-    """Counts the Spark jobs this thread starts from now on (a job group per batch)."""
-
-    def __init__(self, spark: SparkSession, group: str) -> None:
-        self.context = spark.sparkContext
-        self.group = group
-        self.context.setJobGroup(group, group)
-
-    def count(self) -> int:
-        return len(self.context.statusTracker().getJobIdsForGroup(self.group))
-
-
-def start_ingest_query(
-    spark: SparkSession,
-    config: Config,
-    program: Program,
-    lake: ProgramLake,
-    metrics: Metrics | None = None,
-    maintain: Maintain | None = None,
-    *,
-    available_now: bool = False,
-    limit_file: str | None = None,
-    lock: AbstractContextManager[Any] | None = None,
-) -> StreamingQuery:
-    """Start the streaming query of a program: its input topics (created if missing) →
-    ``batch_handler`` → the lake, checkpointed under ``lake.checkpoint()``.
-
-    ``available_now`` processes what is published, then stops (``fixflow run
-    --available-now``, tests); otherwise a batch starts every ``[stream] trigger_ms``.
-    """
-    from fixflow.pipeline.broker.embedded import ensure_topics
-    from fixflow.pipeline.kafka.driver_read import DriverRead, local_dir
-    from fixflow.pipeline.kafka.source import read_stream
-
-    prefix = config.kafka.topic_prefix
-    topics = topics_for(program, prefix)
-    ensure_topics(config, topics)
-    ensure_edb_tables(program, lake)
-    driver_read = None
-    if config.kafka.source == "python" and config.stream.driver_read_max_records:
-        driver_read = DriverRead(
-            config.kafka.bootstrap_servers,
-            lake.checkpoint(),
-            config.stream.driver_read_max_records,
-            read_ahead=config.stream.read_ahead,
-        )
-    handler = batch_handler(
-        program, lake, metrics, maintain, topic_prefix=prefix, lock=lock, driver_read=driver_read
-    )
-    writer = (
-        read_stream(spark, config, topics, limit_file=limit_file)
-        .writeStream.foreachBatch(handler)
-        .option("checkpointLocation", lake.checkpoint())
-        .queryName(f"fixflow-{lake.program}")
-    )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{config.stream.trigger_ms} milliseconds")
-    choose_checkpoint_files(spark, local=local_dir(lake.checkpoint()) is not None)
-    return writer.start()
-
-
-CHECKPOINT_FILES = "spark.sql.streaming.checkpointFileManagerClass"
-RENAMING_FILES = (
-    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
-)
-
-
-def choose_checkpoint_files(spark: SparkSession, local: bool) -> None:
-    """How the query writes its offset and commit logs. Spark's default goes through
-    Hadoop's FileContext, ~35 ms a write on a local disk: two writes a trigger, a quarter
-    of an empty batch. On a local file system, writing a temporary file and renaming it
-    (Spark's ``FileSystemBasedCheckpointFileManager``) is as atomic, since a POSIX rename
-    is, and takes ~10 ms. Elsewhere (HDFS, object stores) Spark's default stays; a class
-    set in ``[spark.conf]`` is left alone."""
-    chosen = spark.conf.get(CHECKPOINT_FILES, None)
-    if chosen not in (None, RENAMING_FILES):
-        return
-    if local:
-        spark.conf.set(CHECKPOINT_FILES, RENAMING_FILES)
-    elif chosen is not None:
-        spark.conf.unset(CHECKPOINT_FILES)

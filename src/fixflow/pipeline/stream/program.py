@@ -1,6 +1,6 @@
 """The continuous pipeline of one program: Kafka → foreachBatch → maintenance → Delta.
 
-``ProgramStream`` is the maintenance hook of ``ingest.batch_handler``. Per micro-batch:
+``ProgramStream`` is the maintenance hook of ``query.batch_handler``. Per micro-batch:
 
 1. ingest (validate, dead-letter, normalize) — ``fixflow.pipeline.stream.ingest``;
 2. on the first batch after a (re)start, load the EDB *as it was before this batch*
@@ -66,8 +66,9 @@ from fixflow.pipeline.lake.lakehouse import (
 )
 from fixflow.pipeline.lake.results import partial_metadata
 from fixflow.pipeline.stream.broker_watch import BrokerWatch
-from fixflow.pipeline.stream.ingest import IngestResult, Phases, start_ingest_query
+from fixflow.pipeline.stream.ingest import IngestResult, Phases
 from fixflow.pipeline.stream.metrics import Health, Metrics, Strategy
+from fixflow.pipeline.stream.query import start_ingest_query
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class ProgramStream:
     # ------------------------------------------------------------ the hook
 
     def maintain(self, result: IngestResult) -> None:
-        """``ingest.Maintain``: one epoch for this batch's changes, results committed."""
+        """``query.Maintain``: one epoch for this batch's changes, results committed."""
         started = time.monotonic()
         changes = result.changes.items()
         # Arrow tables: the Maintainer makes them local relations and, when it keeps copies
@@ -500,7 +501,7 @@ class ProgramStream:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def start(self, available_now: bool = False) -> Any:
-        """Start the streaming query (see ``ingest.start_ingest_query``)."""
+        """Start the streaming query (see ``query.start_ingest_query``)."""
         write_limit_file(self.limit_file, self.beta)
         return start_ingest_query(
             self.spark,
