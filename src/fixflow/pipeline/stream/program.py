@@ -7,7 +7,8 @@
    (time travel by (query id, batch id)), so a replay after a crash — even one that
    committed some tables — starts from exactly the state the first run saw;
 3. one epoch of the ``Maintainer``: every stratum brought up to date;
-4. commit the changed result rows (one idempotent Delta commit per changed relation);
+4. commit the changed result rows (one idempotent Delta commit per changed relation:
+   ``commits.ResultCommits``);
 5. the EDB commit, made last by ``batch_handler``, marks the batch as applied.
 
 Every Delta commit carries (query id, batch id) so a replayed batch changes nothing.
@@ -20,55 +21,47 @@ commits, and carries the pending deltas on: into the next batch, and between bat
 ``fixflow.provisional = true`` and ``state/<relation>`` holds the pending deltas; the
 commit that completes convergence says ``false``. A restart re-evaluates the EDB, which
 converges, so nothing provisional survives a crash.
+
+``running.run_until_stopped`` is `fixflow run`'s loop around the started query.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
-from fixflow.operators.evaluate import EvalOptions, Progress, partial_relations
-from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
+from fixflow.operators.evaluate import EvalOptions, Progress
+from fixflow.operators.maintain import Epoch, Maintainer
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
-from fixflow.pipeline.kafka.batch_limit import lag_from_progress, next_batch_limit, write_limit_file
+from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file
 from fixflow.pipeline.lake.delta import (
-    arrow_schema,
     declared_rows,
-    table_keys,
-    table_schema,
-    with_table_columns,
 )
 from fixflow.pipeline.lake.lakehouse import (
-    BatchCommit,
     ProgramLake,
-    append_rows,
-    merge_changes,
-    open_table,
-    overwrite_rows,
     read_before_batch,
     record_program,
-    table_rows,
 )
-from fixflow.pipeline.lake.results import partial_metadata
-from fixflow.pipeline.stream.broker_watch import BrokerWatch
+from fixflow.pipeline.stream.commits import ResultCommits
 from fixflow.pipeline.stream.ingest import IngestResult, Phases
-from fixflow.pipeline.stream.metrics import Health, Metrics, Strategy
-from fixflow.pipeline.stream.query import start_ingest_query
+from fixflow.pipeline.stream.metrics import Metrics, Strategy
+from fixflow.pipeline.stream.query import (
+    START_AGAIN,
+    START_ATTEMPTS,
+    missed_connect_back,
+    start_ingest_query,
+)
 
 log = logging.getLogger(__name__)
 
@@ -145,21 +138,15 @@ class ProgramStream:
         )
         self.lock = threading.Lock()
         """Held by each batch (``batch_handler``) and by ``converge`` between batches."""
-        self._flagged: dict[str, bool] = {}
-        """Per output relation, the ``provisional`` flag of its last result commit."""
         self._last_batch = -1
-        self._state_rows: dict[str, int] = {}
-        """Per MRA relation, the rows of ``state/<relation>`` this process last committed."""
         self.loaded = False
         self.beta = config.stream.max_records_per_trigger
         self.limit_file = str(Path(self.lake.checkpoints) / "max_records_per_trigger")
         self.reports: list[BatchReport] = []
         self._last_finished: float | None = None
         self._last_lag = 0
-        self.result_rows: dict[str, int] = {}
-        """Per output relation, the rows of its result table: counted once from the table's
-        log, then kept up to date from what every commit added and removed (no Spark job)."""
-        self.ensure_result_tables()
+        self.results = ResultCommits(self.report, self.lake, self.maintainer, self.async_mode)
+        self.results.ensure_result_tables()
 
     # ------------------------------------------------------------ the hook
 
@@ -177,7 +164,7 @@ class ProgramStream:
                 loaded, inserts = self._load_before(result, inserts, deletes)
             epoch = self._epoch(result, loaded, inserts, deletes)
         with result.phases.timed("results"):
-            changed_rows = self._commit_epoch(epoch, result.commit) if epoch else {}
+            changed_rows = self.results.commit_epoch(epoch, result.commit) if epoch else {}
         self._last_batch = result.batch_id
         seconds = time.monotonic() - started
         report = BatchReport(
@@ -266,104 +253,6 @@ class ProgramStream:
                 tables[relation] = self._frame(rows)
         return tables
 
-    # ------------------------------------------------------------ results
-
-    def result_schema(self, relation: str) -> pa.Schema:
-        """A result table's schema: the declared attributes, minus any iteration index
-        (a nullary relation's: ``lake.table_schema``)."""
-        return table_schema(self.report.catalog[relation].result)
-
-    def _table_columns(self, relation: str, frame: DataFrame) -> DataFrame:
-        return with_table_columns(frame, self.report.catalog[relation].result)
-
-    def _table_keys(self, relation: str, change: RelationChange) -> list[str]:
-        return list(table_keys(change.key_columns, self.report.catalog[relation].result))
-
-    def ensure_result_tables(self) -> None:
-        """Empty result tables with exactly the output relations' schemas, so analysts can
-        query every output before the first batch."""
-        for relation in self.program.outputs:
-            if open_table(self.lake.results(relation)) is None:
-                append_rows(self.lake.results(relation), self.result_schema(relation).empty_table())
-            self.result_rows[relation] = table_rows(self.lake.results(relation))
-
-    def _commit_epoch(self, epoch: Epoch, commit: BatchCommit | None) -> dict[str, int]:
-        """Commit an epoch's changed result rows (and, async, the pending deltas)."""
-        changed = {}
-        metadata = self._metadata(epoch)
-        partial = partial_relations(self.report, (s.stratum for s in epoch.partial))
-        for relation, change in epoch.changes.items():
-            upserts, deletes = self._arrow_change(relation, change)
-            new_rows = change.new_rows  # appended: no scan of the result table
-            if not (upserts.num_rows or deletes.num_rows) and self._flag_unchanged(relation, epoch):
-                continue
-            if not (upserts.num_rows or deletes.num_rows):
-                # Only the flag changes (e.g. the last pending delta changed no row): commit
-                # one unchanged row again so the newest commit tells the truth.
-                one = self.maintainer.relation(relation).limit(1)
-                upserts = _to_arrow(
-                    self._table_columns(relation, one), self.result_schema(relation)
-                )
-                new_rows = False
-            merged = merge_changes(
-                self.lake.results(relation),
-                self._table_keys(relation, change),
-                upserts,
-                deletes,
-                commit,
-                self._with_partial(metadata, epoch, partial.get(relation, frozenset())),
-                new_rows=new_rows,
-            )
-            if merged is not None:
-                changed[relation] = upserts.num_rows + deletes.num_rows
-                self.result_rows[relation] += merged.rows_gained
-            if self.async_mode:
-                self._flagged[relation] = epoch.provisional
-        if self.async_mode:
-            self._commit_state(commit, metadata)
-        return changed
-
-    def _metadata(self, epoch: Epoch) -> dict[str, str] | None:
-        if not self.async_mode:
-            return None
-        return {"fixflow.provisional": "true" if epoch.provisional else "false"}
-
-    @staticmethod
-    def _with_partial(
-        metadata: dict[str, str] | None, epoch: Epoch, capped: frozenset[int]
-    ) -> dict[str, str] | None:
-        """A result commit's entries, with ``fixflow.partial`` when the relation depends
-        on a stratum an iteration cap stopped (``Maintainer.partial``)."""
-        entries = partial_metadata(
-            (s.stratum, s.relations, s.cap, s.rounds) for s in epoch.partial if s.stratum in capped
-        )
-        return {**(metadata or {}), **entries} or None
-
-    def _flag_unchanged(self, relation: str, epoch: Epoch) -> bool:
-        return not self.async_mode or self._flagged.get(relation, False) == epoch.provisional
-
-    def _commit_state(self, commit: BatchCommit | None, metadata: dict[str, str] | None) -> None:
-        """``state/<relation>``: the pending deltas of every MRA relation (async)."""
-        for relation in self.report.mra:
-            rows = self._pending_rows(relation)
-            if rows.num_rows == 0 and self._state_rows.get(relation) == 0:
-                continue  # already committed empty: nothing to rewrite
-            overwrite_rows(self.lake.state(relation), rows, commit, metadata)
-            self._state_rows[relation] = rows.num_rows
-
-    def _pending_rows(self, relation: str) -> pa.Table:
-        entry = self.report.catalog[relation]
-        keys = [entry.attributes[p] for p in entry.key_positions]
-        assert entry.value_pos is not None, "MRA relations have an aggregated value"
-        value = entry.attributes[entry.value_pos]
-        schema = arrow_schema((*keys, value, replace(value, name="pending_delta")))
-        state = self.maintainer.carried.get(relation)
-        if state is None:
-            return schema.empty_table()
-        rows = state.pending_rows().toDF(*entry.names, "pending_delta")
-        frame = rows.select(*(a.name for a in keys), value.name, "pending_delta")
-        return _to_arrow(frame, schema)
-
     # ------------------------------------------------------------ async: between batches
 
     def converge(self) -> BatchReport | None:
@@ -374,7 +263,7 @@ class ProgramStream:
                 return None
             started = time.monotonic()
             epoch = self.maintainer.apply({}, {})
-            changed_rows = self._commit_epoch(epoch, None)
+            changed_rows = self.results.commit_epoch(epoch, None)
             report = BatchReport(
                 self._last_batch,
                 0,
@@ -395,22 +284,6 @@ class ProgramStream:
         while self.converge() is not None:
             epochs += 1
         return epochs
-
-    def _arrow_change(self, relation: str, change: RelationChange) -> tuple[pa.Table, pa.Table]:
-        schema = self.result_schema(relation)
-        keys = self._table_keys(relation, change)
-        key_schema = pa.schema([schema.field(c) for c in keys])
-        if change.unchanged:
-            return schema.empty_table(), key_schema.empty_table()  # no job to collect nothing
-        if change.tables is not None:  # made in the driver: nothing to collect
-            upserts, deletes = change.tables
-            return _conformed(upserts, schema), _conformed(deletes.select(keys), key_schema)
-        tagged = self._table_columns(relation, _tagged_union(change))
-        both = _to_arrow(tagged, schema.append(pa.field(UPSERT, pa.bool_())))
-        is_upsert = both.column(UPSERT)
-        upserts = both.filter(is_upsert).drop_columns([UPSERT])
-        deletes = both.filter(pc.invert(is_upsert)).select(keys)
-        return upserts, deletes
 
     # ------------------------------------------------------------ metrics and β
 
@@ -446,7 +319,7 @@ class ProgramStream:
                     )
                     self.metrics.choose_strategy(stratum.stratum, kind)
                     self.metrics.rounds.labels(stratum=str(stratum.stratum)).inc(stratum.rounds)
-        for relation, rows in self.result_rows.items():
+        for relation, rows in self.results.result_rows.items():
             self.metrics.result_rows.labels(relation=relation).set(rows)
 
     def adapt_batch_size(self, report: BatchReport, lag: int) -> int:
@@ -514,135 +387,3 @@ class ProgramStream:
             limit_file=self.limit_file if self.config.stream.adaptive else None,
             lock=self.lock,
         )
-
-
-UPSERT = "#upsert"
-
-CONNECT_BACK = "Python worker failed to connect back"
-START_ATTEMPTS = 3
-START_AGAIN = (
-    "the Kafka source's Python worker did not connect back to Spark within its fixed 10 s "
-    "(a loaded machine): starting the query again on its checkpoint (attempt %d of %d failed)"
-)
-
-
-def missed_connect_back(query: Any) -> bool:
-    """Whether ``query`` failed because a Python worker Spark started (the Kafka source's
-    runner, a data source's planner) did not connect back in time: Spark 4.2 gives it a
-    hard-coded 10 s (PythonWorkerFactory.createSimpleWorker), which a start on a loaded
-    machine can miss. Those workers run while a micro-batch is planned, before Fixflow's
-    batch function runs, so nothing was applied or committed: starting the query again on
-    the same checkpoint reads the same offsets."""
-    error = query.exception()
-    return error is not None and CONNECT_BACK in str(error)
-
-
-def _tagged_union(change: RelationChange) -> DataFrame:
-    """A change's upserts and deletes in one frame, to be collected in ONE job: deleted keys
-    padded with nulls, every row tagged by ``UPSERT``."""
-    upserts = change.upserts
-    types = dict(upserts.dtypes)
-    padded = [
-        F.col(c) if c in change.key_columns else F.lit(None).cast(types[c]).alias(c)
-        for c in upserts.columns
-    ]
-    return upserts.withColumn(UPSERT, F.lit(True)).unionByName(
-        change.deletes.select(*padded, F.lit(False).alias(UPSERT))
-    )
-
-
-def _to_arrow(frame: DataFrame, schema: pa.Schema) -> pa.Table:
-    return _conformed(frame.toArrow(), schema)
-
-
-def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    return pa.table(
-        {name: table.column(name).cast(schema.field(name).type) for name in schema.names},
-        schema=schema,
-    )
-
-
-def run_until_stopped(
-    stream: ProgramStream,
-    query: Any,
-    poll_s: float = 0.5,
-    broker_watch: BrokerWatch | None = None,
-) -> None:
-    """Block until the query ends; SIGTERM/SIGINT stop it gracefully (the running batch
-    finishes first, so nothing is half-committed). Adapts β between batches; with a
-    ``broker_watch``, says when the broker goes away and comes back (health: waiting)."""
-    stopping = threading.Event()
-
-    def request_stop(signum: int, _frame: object) -> None:
-        log.warning("signal %d: stopping after the current batch", signum)
-        stopping.set()
-
-    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    health = stream.metrics.health if stream.metrics is not None else Health()
-    seen, attempt = 0, 1
-    try:
-        health.set("running")
-        while True:
-            while query.isActive and not stopping.is_set():
-                time.sleep(poll_s)
-                if broker_watch is not None:
-                    broker_watch.check()
-                if len(stream.reports) > seen:
-                    seen = _after_batches(stream, query, seen)
-                elif _idle(query) and stream.maintainer.provisional:
-                    stream.converge()  # async: no input arrives, so carry pending deltas on
-            if stopping.is_set() or attempt == START_ATTEMPTS or not missed_connect_back(query):
-                break
-            log.warning(START_AGAIN, attempt, START_ATTEMPTS)
-            query, attempt = stream.start(), attempt + 1
-        health.set("stopping")
-        _stop_between_batches(query)
-        query.awaitTermination()
-        health.set("stopped")
-    except BaseException as error:
-        health.set("failed", (str(error).splitlines() or [type(error).__name__])[0])
-        raise
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
-def _idle(query: Any) -> bool:
-    return query.isActive and not query.status.get("isTriggerActive", False)
-
-
-def _stop_between_batches(query: Any, timeout_s: float = 3600.0) -> None:
-    """Stop ``query`` once no trigger is running: ``stop()`` interrupts a running batch,
-    which would then only be completed by the replay after the next start."""
-    deadline = time.monotonic() + timeout_s
-    while query.isActive and time.monotonic() < deadline:
-        if not query.status.get("isTriggerActive", False):
-            break
-        time.sleep(0.05)
-    if query.isActive:
-        query.stop()
-
-
-def _after_batches(stream: ProgramStream, query: Any, seen: int) -> int:
-    lags = lag_from_progress(query.lastProgress)
-    if stream.metrics is not None:
-        stream.metrics.observe_lag(lags)
-    for report in stream.reports[seen:]:
-        if stream.config.stream.adaptive and report.records:
-            stream.adapt_batch_size(report, sum(lags.values()))
-    return len(stream.reports)
-
-
-FAILURE = re.compile(r"\b(DataLossError|TimeoutError|BrokerUnavailable|BrokerError): (.+)")
-"""Fixflow's own failures raised inside Spark (the Kafka reader runs in a Python worker):
-their message is what the user needs, not the JVM's trace around it."""
-
-
-def failure_summary(error: BaseException) -> str:
-    """One line saying why a streaming query stopped."""
-    text = str(error)
-    found = FAILURE.search(text)
-    if found:
-        return found.group(2).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__

@@ -222,3 +222,26 @@ def choose_checkpoint_files(spark: SparkSession, local: bool) -> None:
         spark.conf.set(CHECKPOINT_FILES, RENAMING_FILES)
     elif chosen is not None:
         spark.conf.unset(CHECKPOINT_FILES)
+
+
+CONNECT_BACK = "Python worker failed to connect back"
+
+
+START_ATTEMPTS = 3
+
+
+START_AGAIN = (
+    "the Kafka source's Python worker did not connect back to Spark within its fixed 10 s "
+    "(a loaded machine): starting the query again on its checkpoint (attempt %d of %d failed)"
+)
+
+
+def missed_connect_back(query: Any) -> bool:
+    """Whether ``query`` failed because a Python worker Spark started (the Kafka source's
+    runner, a data source's planner) did not connect back in time: Spark 4.2 gives it a
+    hard-coded 10 s (PythonWorkerFactory.createSimpleWorker), which a start on a loaded
+    machine can miss. Those workers run while a micro-batch is planned, before Fixflow's
+    batch function runs, so nothing was applied or committed: starting the query again on
+    the same checkpoint reads the same offsets."""
+    error = query.exception()
+    return error is not None and CONNECT_BACK in str(error)

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from fixflow.pipeline.broker.processes import BrokerError
     from fixflow.pipeline.stream.broker_watch import BrokerUnavailable
     from fixflow.pipeline.stream.metrics import MetricsPortBusy
-    from fixflow.pipeline.stream.program import failure_summary
+    from fixflow.pipeline.stream.running import failure_summary
 
     if not Path(args.program).is_file():
         print(f"fixflow run: {args.program}: no such file", file=sys.stderr)
@@ -87,7 +87,7 @@ def _run(config: Config, program: str, available_now: bool) -> int:
             session.stream.run_available_now()
             session.stream.settle()  # async consistency: converge before exiting
         else:
-            from fixflow.pipeline.stream.program import run_until_stopped
+            from fixflow.pipeline.stream.running import run_until_stopped
 
             query = session.stream.start()
             run_until_stopped(session.stream, query, broker_watch=session.broker_watch)
