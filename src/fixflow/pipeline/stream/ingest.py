@@ -19,7 +19,7 @@ writes state and results with ``lakehouse`` helpers and ``result.commit`` (the
 *last*: the EDB commit marks the batch as applied. A replay then sees ``result.replayed``.
 
 Everything here is Arrow and Delta: no Spark, so it is imported and tested without pyspark
-(``tests/test_layers.py`` keeps it so).
+(``tests/pipeline/test_ingest.py`` keeps it so).
 """
 
 from __future__ import annotations
