@@ -3,7 +3,7 @@
 ``start_broker`` runs it in the background on the port of the first bootstrap server, keeps a
 pid file and a log file under ``<lake>/_broker/`` and waits until it answers the Kafka
 protocol. ``[kafka] storage`` picks where it keeps topics: ``memory`` (gone when it stops) or
-``durable`` (an S3 store on loopback with its data in the lake, ``broker_store``). Starting
+``durable`` (an S3 store on loopback with its data in the lake, ``store``). Starting
 a running broker, or stopping a stopped one, is not an error: the returned status says what
 is the case. ``ensure_topics`` creates missing topics.
 """

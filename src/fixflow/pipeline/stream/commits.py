@@ -64,7 +64,7 @@ class ResultCommits:
 
     def result_schema(self, relation: str) -> pa.Schema:
         """A result table's schema: the declared attributes, minus any iteration index
-        (a nullary relation's: ``lake.table_schema``)."""
+        (a nullary relation's: ``delta.table_schema``)."""
         return table_schema(self.report.catalog[relation].result)
 
     def commit_epoch(self, epoch: Epoch, commit: BatchCommit | None) -> dict[str, int]:
