@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fixflow.pipeline.broker.embedded import (
-    broker_status,
-    ensure_topics,
-    start_broker,
-)
+from fixflow.pipeline.broker.embedded import broker_status, ensure_topics, start_broker
 from fixflow.pipeline.broker.processes import BrokerError
 from fixflow.pipeline.cli import main
 from fixflow.pipeline.config import Config

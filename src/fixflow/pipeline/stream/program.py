@@ -45,14 +45,8 @@ from fixflow.operators.maintain import Epoch, Maintainer
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
 from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file
-from fixflow.pipeline.lake.delta import (
-    declared_rows,
-)
-from fixflow.pipeline.lake.lakehouse import (
-    ProgramLake,
-    read_before_batch,
-    record_program,
-)
+from fixflow.pipeline.lake.delta import declared_rows
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_before_batch, record_program
 from fixflow.pipeline.stream.commits import ResultCommits
 from fixflow.pipeline.stream.ingest import IngestResult, Phases
 from fixflow.pipeline.stream.metrics import Metrics, Strategy

@@ -23,11 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixflow.pipeline.broker.embedded import (
-        broker_status,
-        start_broker,
-        stop_broker,
-    )
+    from fixflow.pipeline.broker.embedded import broker_status, start_broker, stop_broker
     from fixflow.pipeline.broker.processes import BrokerError
 
     try:
