@@ -106,7 +106,7 @@ def producer(config: Any) -> Any:
 def send(
     config: Any, program: Any, rows: Sequence[tuple], flush: bool = True, out: Any = None
 ) -> None:
-    from fixflow.pipeline.messages import encode_fact, fact_key
+    from fixflow.pipeline.kafka.messages import encode_fact, fact_key
 
     attributes = program.declaration("edge").attributes
     topic = config.kafka.topic("edge")
@@ -131,9 +131,9 @@ def publish_batches(
     """The steady-state publisher (a process of its own): 100 new weight-1 edges a batch,
     each batch sent and acknowledged through the librdkafka publisher before the next,
     paced to at most ``args.steady_rate`` facts/s (0: as fast as it goes)."""
-    from fixflow.pipeline.fact_columns import Messages
-    from fixflow.pipeline.messages import encode_fact, fact_key
-    from fixflow.pipeline.producer import Publisher
+    from fixflow.pipeline.kafka.messages import encode_fact, fact_key
+    from fixflow.pipeline.publish.fact_columns import Messages
+    from fixflow.pipeline.publish.producer import Publisher
 
     rng, topic = random.Random(seed), config.kafka.topic("edge")
     started, count = time.monotonic(), 0
@@ -174,7 +174,7 @@ class Bench:
         self.runs = 0
 
     def stream(self, text: str, **stream_conf: Any) -> Any:
-        from fixflow.pipeline.stream import ProgramStream
+        from fixflow.pipeline.stream.program import ProgramStream
 
         self.runs += 1
         name = f"run{self.runs}"
@@ -186,8 +186,8 @@ class Bench:
         )
         program = self.work / f"{name}.dl"
         program.write_text(text, encoding="utf-8")
-        from fixflow.pipeline.broker import ensure_topics
-        from fixflow.pipeline.ingest import topics_for
+        from fixflow.pipeline.broker.embedded import ensure_topics
+        from fixflow.pipeline.stream.ingest import topics_for
 
         stream = ProgramStream(self.spark, config, program)
         ensure_topics(config, topics_for(stream.program, config.kafka.topic_prefix))
@@ -196,7 +196,7 @@ class Bench:
     # -------------------------------------------------------- scenarios
 
     def backlog(self, rows: list[Row]) -> None:
-        from fixflow.pipeline.publish import publish_facts
+        from fixflow.pipeline.publish.files import publish_facts
 
         facts = random_pairs(self.args.facts, seed=self.runs)
         stream = self.stream(COPY)
@@ -278,7 +278,7 @@ class Bench:
         # query set-up and the first, empty batch) is not the bootstrap's, as the eval's
         # SparkSession start is not the eval's.
         wait_started(stream, query)
-        from fixflow.pipeline.publish import publish_facts
+        from fixflow.pipeline.publish.files import publish_facts
 
         try:
             seen = len(stream.reports)
@@ -347,8 +347,8 @@ class Bench:
         from fixflow.checker import load
         from fixflow.operators.evaluate import EvalOptions, evaluate
         from fixflow.pipeline.engine_settings import engine_options
-        from fixflow.pipeline.facts import read_table
-        from fixflow.pipeline.lake import to_arrow, write_table
+        from fixflow.pipeline.lake.delta import to_arrow, write_table
+        from fixflow.pipeline.lake.facts import read_table
 
         report = load(SSSP, "sssp.dl")
         attributes = report.catalog["sssp"].result
@@ -370,7 +370,7 @@ class Bench:
 def csv_read_seconds(csv: Path) -> float:
     """How long ``fixflow eval`` takes to read the SSSP facts of ``csv``."""
     from fixflow.checker import load
-    from fixflow.pipeline.facts import read_table
+    from fixflow.pipeline.lake.facts import read_table
 
     schema = load(SSSP, "sssp.dl").analysis.schemas["edge"]
     started = time.monotonic()
@@ -513,7 +513,7 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print, write no file")
     args = parser.parse_args()
 
-    from fixflow.pipeline.broker import start_broker, stop_broker
+    from fixflow.pipeline.broker.embedded import start_broker, stop_broker
     from fixflow.pipeline.spark import make_session
 
     load = os.getloadavg()

@@ -117,7 +117,7 @@ def write_csv(path: Path, n: int, seed: int = 11) -> None:
 @contextmanager
 def embedded_broker(directory: Path) -> Iterator[Any]:
     """Tansu on a free port, as tests/conftest.py starts it; yields the Config."""
-    from fixflow.pipeline.broker import start_broker, stop_broker
+    from fixflow.pipeline.broker.embedded import start_broker, stop_broker
     from fixflow.pipeline.config import default_config
 
     with socket.socket() as probe:
@@ -184,7 +184,7 @@ def run_once(command: list[str]) -> Run:
 def broker_count(config: Any, topic: str) -> int:
     """Records in ``topic`` as the streaming source sees them: its end offsets (which
     probe the last batch, since Tansu reports the base offset of the last batch + 1)."""
-    from fixflow.pipeline.kafka_source import end_offsets
+    from fixflow.pipeline.kafka.broker_view import end_offsets
 
     return sum(end_offsets(config.kafka.bootstrap_servers, [topic])[topic].values())
 
@@ -253,8 +253,8 @@ def readers(work: Path, size: int, repeats: int = 3) -> dict[str, float | int]:
     import pyarrow.compute as pc
 
     from fixflow.checker.parser import parse
-    from fixflow.pipeline.fact_columns import read_columns
-    from fixflow.pipeline.publish import relation_attributes
+    from fixflow.pipeline.publish.fact_columns import read_columns
+    from fixflow.pipeline.publish.files import relation_attributes
 
     path = work / f"edges_{size}.csv"
     attributes = relation_attributes(parse(PROGRAM, "prog.dl"), "edge")
@@ -307,9 +307,9 @@ def settings(
     """Seconds of the send step alone, per producer variation; and, per variation, what
     went wrong when the streaming source's consumer counted the records."""
     from fixflow.checker.parser import parse
-    from fixflow.pipeline.broker import ensure_topics
-    from fixflow.pipeline.fact_columns import encode_messages, read_columns
-    from fixflow.pipeline.publish import relation_attributes
+    from fixflow.pipeline.broker.embedded import ensure_topics
+    from fixflow.pipeline.publish.fact_columns import encode_messages, read_columns
+    from fixflow.pipeline.publish.files import relation_attributes
 
     attributes = relation_attributes(parse(PROGRAM, "prog.dl"), "edge")
     messages = encode_messages(read_columns(work / f"edges_{size}.csv", attributes))
@@ -336,7 +336,7 @@ def settings(
 
 def librdkafka_send(config: Any, messages: Any, override: dict[str, Any], topic: str) -> float:
     """Seconds of ``Publisher.send`` with the shipped settings changed by ``override``."""
-    from fixflow.pipeline import producer
+    from fixflow.pipeline.publish import producer
 
     shipped = producer.producer_settings
     producer.producer_settings = lambda c: {**shipped(c), **override}  # type: ignore[assignment]

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from fixflow.pipeline.lakehouse import ProgramLake, append_rows
+from fixflow.pipeline.lake.lakehouse import ProgramLake, append_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import machine
@@ -50,7 +50,10 @@ from benchlib import machine
 ROOT = Path(__file__).resolve().parent.parent
 FIXFLOW = Path(sys.executable).parent / "fixflow"
 TARGET_S = 1.0
-IMPORTS = "import fixflow.pipeline.cli, fixflow.pipeline.commands.query, fixflow.pipeline.results"
+IMPORTS = (
+    "import fixflow.pipeline.cli, fixflow.pipeline.cli.commands.query, "
+    "fixflow.pipeline.lake.results"
+)
 
 
 @dataclass(frozen=True)

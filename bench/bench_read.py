@@ -1,4 +1,4 @@
-"""The streaming source's range read: librdkafka (``kafka_source.read_range``) against the
+"""The streaming source's range read: librdkafka (``records.read_range``) against the
 kafka-python reader it replaced, on the same records of the same broker, in one run.
 
     .venv/bin/python bench/bench_read.py [--records 500k] [--repeats 5]
@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graphs
 from benchlib import free_port, log, machine, write_report
 
-from fixflow.pipeline.broker import ensure_topics, start_broker, stop_broker
+from fixflow.pipeline.broker.embedded import ensure_topics, start_broker, stop_broker
 from fixflow.pipeline.config import default_config
-from fixflow.pipeline.fact_columns import Messages
-from fixflow.pipeline.kafka_source import ARROW_SCHEMA, READ_CHUNK, KafkaRange, read_range
-from fixflow.pipeline.producer import Publisher
+from fixflow.pipeline.kafka.records import ARROW_SCHEMA, READ_CHUNK, KafkaRange, read_range
+from fixflow.pipeline.publish.fact_columns import Messages
+from fixflow.pipeline.publish.producer import Publisher
 
 TOPIC = "bench-read"
 

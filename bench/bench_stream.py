@@ -291,7 +291,7 @@ def publish(
     """Send ``deletes`` (op "delete") then ``rows`` (insertions) with one producer."""
     from kafka import KafkaProducer
 
-    from fixflow.pipeline.messages import encode_fact, fact_key
+    from fixflow.pipeline.kafka.messages import encode_fact, fact_key
 
     attributes = program.declaration(relation).attributes
     producer = KafkaProducer(
@@ -402,7 +402,7 @@ def measure(
     repeats: int,
 ) -> list[Measurement]:
     """Bootstrap ``work`` on a fresh stream, then ``repeats`` batches of every kind."""
-    from fixflow.pipeline.stream import ProgramStream
+    from fixflow.pipeline.stream.program import ProgramStream
 
     facts = work.facts(work.initial)
     prefix = f"bench{args.seed}{args.engine_mode}{work.graph}{work.program}."
@@ -627,7 +627,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from fixflow.pipeline.broker import start_broker, stop_broker
+    from fixflow.pipeline.broker.embedded import start_broker, stop_broker
     from fixflow.pipeline.config import default_config
     from fixflow.pipeline.spark import make_session
 

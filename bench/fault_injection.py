@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import free_port, log, machine, write_report
 
 from fixflow.pipeline.config import load_config
-from fixflow.pipeline.lakehouse import ProgramLake, read_table
-from fixflow.pipeline.messages import fact_key
+from fixflow.pipeline.kafka.messages import fact_key
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
 
 FIXFLOW = str(Path(sys.executable).parent / "fixflow")
 PROGRAM = """// SSSP from node 1, the fault-injection run's program.

@@ -3,7 +3,7 @@
     python bench/publish_baseline.py RELATION FILE [--program PROG.dl] [--conf FILE]
         [--producer KEY=VALUE ...]
 
-The same command as the old one: the row-at-a-time reader (``publish.read_fact_file``,
+The same command as the old one: the row-at-a-time reader (``fact_rows.read_fact_file``,
 unchanged), one ``encode_fact`` and one ``fact_key`` (two ``json.dumps``) per fact, and one
 kafka-python ``KafkaProducer.send`` per fact with the old settings (acks=all, linger_ms=5,
 retries=5). The one difference: encoding runs before sending instead of inside the send
@@ -21,13 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fixflow.pipeline.broker import ensure_topics, reachable
-from fixflow.pipeline.commands.publish import _load_program
+from fixflow.pipeline.broker.embedded import ensure_topics, reachable
+from fixflow.pipeline.cli.commands.publish import _load_program
 from fixflow.pipeline.config import Config, add_conf_argument, config_from_args
-from fixflow.pipeline.messages import Op, encode_fact, fact_key
-from fixflow.pipeline.publish import PublishError, read_fact_file, relation_attributes
+from fixflow.pipeline.kafka.messages import Op, encode_fact, fact_key
+from fixflow.pipeline.publish.fact_rows import PublishError, read_fact_file
+from fixflow.pipeline.publish.files import relation_attributes
 
-log = logging.getLogger("fixflow.pipeline.publish")
+log = logging.getLogger("fixflow.pipeline.publish.files")
 SEND_TIMEOUT_S = 60.0
 
 

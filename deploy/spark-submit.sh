@@ -24,7 +24,7 @@ PYTHON=${PYTHON:-python3}
 SETTINGS=$("$PYTHON" - "$CONF" <<'PY'
 import sys
 
-import fixflow.pipeline.cli as cli
+import fixflow.pipeline.cli.__main__ as cli
 from fixflow.pipeline.config import ConfigError, load_config
 
 try:
@@ -45,7 +45,7 @@ if [[ $PACKAGES != "-" ]]; then
   ARGS+=(--packages "$PACKAGES")
 fi
 
-# cli.py is Fixflow's entry point as a script; everything after it is `fixflow run ...`.
+# cli/__main__.py is Fixflow's entry point as a script; everything after it is `fixflow run ...`.
 COMMAND=(spark-submit "${ARGS[@]}" "$@" "$CLI" run "$PROGRAM" --conf "$CONF")
 if [[ -n ${DRY_RUN:-} ]]; then  # print the command instead of running it
   printf '%q ' "${COMMAND[@]}"

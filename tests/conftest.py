@@ -102,7 +102,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     import socket
     from dataclasses import replace
 
-    from fixflow.pipeline.broker import start_broker, stop_broker
+    from fixflow.pipeline.broker.embedded import start_broker, stop_broker
     from fixflow.pipeline.config import default_config
 
     with socket.socket() as probe:

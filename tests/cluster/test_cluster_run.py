@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from fixflow.checker.parser import parse
-from fixflow.pipeline.lakehouse import ProgramLake
+from fixflow.pipeline.lake.lakehouse import ProgramLake
 from streams.cli import BATCH_LINE, STOPPED_LINE
 from streams.harness import Row, oracle, result_rows, table_rows
 

@@ -8,12 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fixflow.pipeline.broker import (
-    BrokerError,
-    broker_status,
-    ensure_topics,
-    start_broker,
-)
+from fixflow.pipeline.broker.embedded import broker_status, ensure_topics, start_broker
+from fixflow.pipeline.broker.processes import BrokerError
 from fixflow.pipeline.cli import main
 from fixflow.pipeline.config import Config
 
@@ -94,8 +90,8 @@ def test_durable_storage_keeps_records_and_cluster_id_across_restarts(
     record and the same cluster id, so a reader's offsets still count; new records go on
     from the old ends. Tansu's ListOffsets on this engine understates the ends; the probe's
     fetch high watermark is exact."""
-    from fixflow.pipeline.broker import stop_broker
-    from fixflow.pipeline.kafka_source import broker_view
+    from fixflow.pipeline.broker.embedded import stop_broker
+    from fixflow.pipeline.kafka.broker_view import broker_view
 
     config = _durable_config(tmp_path)
     conf = _conf_file(config, tmp_path, 'storage = "durable"\n')

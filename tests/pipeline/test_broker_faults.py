@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from fixflow.checker.parser import parse
-from fixflow.pipeline.broker import start_broker, stop_broker
+from fixflow.pipeline.broker.embedded import start_broker, stop_broker
 from fixflow.pipeline.config import Config, default_config
-from fixflow.pipeline.lakehouse import ProgramLake
+from fixflow.pipeline.lake.lakehouse import ProgramLake
 from streams.cli import FixflowRun, probe, scrape, total, write_conf
 from streams.harness import free_port, oracle, publish, result_rows
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fixflow.pipeline.broker import start_broker, stop_broker
-from fixflow.pipeline.broker_watch import BrokerUnavailable, BrokerWatch
+from fixflow.pipeline.broker.embedded import start_broker, stop_broker
 from fixflow.pipeline.config import Config, default_config
-from fixflow.pipeline.metrics import Health
+from fixflow.pipeline.stream.broker_watch import BrokerUnavailable, BrokerWatch
+from fixflow.pipeline.stream.metrics import Health
 from streams.harness import free_port
 
 

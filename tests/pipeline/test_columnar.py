@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixflow.checker.ast import Attribute
-from fixflow.pipeline.columnar import parse_values
-from fixflow.pipeline.lake import arrow_schema
-from fixflow.pipeline.messages import Fact, encode_fact, parse_message
+from fixflow.pipeline.kafka.columnar import parse_values
+from fixflow.pipeline.kafka.messages import Fact, encode_fact, parse_message
+from fixflow.pipeline.lake.delta import arrow_schema
 
 EDGE = (
     Attribute("src", "number"),

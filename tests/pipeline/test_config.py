@@ -103,7 +103,7 @@ def test_shipped_engine_settings_are_accepted() -> None:
 
 def _eval_settings(tmp_path: Path, toml: str | None, *flags: str) -> Config:
     from fixflow.pipeline.cli import build_parser
-    from fixflow.pipeline.commands.eval import settings
+    from fixflow.pipeline.cli.commands.eval import settings
 
     argv = ["eval", "prog.dl"]
     if toml is not None:

@@ -3,7 +3,7 @@
 Spark 4.2 gives the Python worker that runs the streaming source a hard-coded 10 s to connect
 back to the JVM; on a loaded machine its start can take longer, and the query fails before
 reading anything. `fixflow run` starts the query again on its checkpoint
-(``stream.missed_connect_back``). Here the worker's first start is made late on purpose: the
+(``stream.query.missed_connect_back``). Here the worker's first start is made late on purpose: the
 interpreter Spark starts for Python workers is a wrapper that sleeps past the window the first
 time it is asked for the streaming source's runner."""
 
@@ -17,8 +17,8 @@ import pytest
 
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.lakehouse import ProgramLake
-from fixflow.pipeline.stream import START_AGAIN
+from fixflow.pipeline.lake.lakehouse import ProgramLake
+from fixflow.pipeline.stream.query import START_AGAIN
 from streams.cli import BATCH_LINE, STOPPED_LINE, FixflowRun, write_conf
 from streams.harness import STREAMS, isolated_config, oracle, publish, result_rows
 

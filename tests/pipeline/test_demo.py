@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fixflow.checker.parser import parse
-from fixflow.pipeline.broker import pid_file
+from fixflow.pipeline.broker.embedded import pid_file
 from fixflow.pipeline.config import load_config
-from fixflow.pipeline.lakehouse import ProgramLake
+from fixflow.pipeline.lake.lakehouse import ProgramLake
 from streams.cli import FIXFLOW
 from streams.harness import free_port, mismatches_with_oracle
 
@@ -48,7 +48,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
 
 
 def _bundled_edges(name: str) -> set[Edge]:
-    text = resources.files("fixflow.pipeline.demo").joinpath(name).read_text(encoding="utf-8")
+    text = resources.files("fixflow.pipeline.cli.demo").joinpath(name).read_text(encoding="utf-8")
     rows = (line.split("\t") for line in text.splitlines() if line.strip())
     return {(int(s), int(d), float(w)) for s, d, w in rows}
 

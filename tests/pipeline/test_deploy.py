@@ -22,8 +22,8 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import MetricsConfig, load_config, parse_config
-from fixflow.pipeline.metrics import Metrics
 from fixflow.pipeline.spark import cluster_packages
+from fixflow.pipeline.stream.metrics import Metrics
 from streams.prometheus import DASHBOARD, dashboard_panels
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ def test_every_metric_in_the_dashboard_exists_in_the_registry() -> None:
         assert used, f"panel {title!r}: query uses no fixflow metric: {target['expr']}"
         unknown = sorted(set(used) - set(known))
         assert not unknown, (
-            f"panel {title!r} queries {unknown}, which pipeline/metrics.py "
+            f"panel {title!r} queries {unknown}, which pipeline/stream/metrics.py "
             f"does not register (known: {sorted(known)})"
         )
 
@@ -341,7 +341,7 @@ def test_spark_submit_script_reads_master_and_packages_from_the_config() -> None
     packages = words[words.index("--packages") + 1].replace("\\,", ",")
     assert packages == cluster.spark.conf["spark.jars.packages"]
     assert words[-4:] == ["run", "examples/powerlog_p1_sssp.dl", "--conf", "conf/cluster.toml"]
-    assert words[-5].endswith("fixflow/pipeline/cli.py")
+    assert words[-5].endswith("fixflow/pipeline/cli/__main__.py")
     assert "--num-executors" in words[:-5]
 
 

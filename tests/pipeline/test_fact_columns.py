@@ -1,5 +1,5 @@
 """The column-at-a-time reader and encoder of `fixflow publish` against the row-at-a-time
-reference (publish.read_fact_file + messages.encode_fact/fact_key): the same bytes, the same
+reference (fact_rows.read_fact_file + messages.encode_fact/fact_key): the same bytes, the same
 errors; and the producer's failure accounting (no broker needed)."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fixflow.checker.ast import Attribute
-from fixflow.pipeline import fact_columns, producer
 from fixflow.pipeline.config import default_config
-from fixflow.pipeline.fact_columns import Messages, check_op, encode_messages, read_columns
-from fixflow.pipeline.messages import Fact, Op, encode_fact, fact_key, parse_message
-from fixflow.pipeline.publish import PublishError, read_fact_file
+from fixflow.pipeline.kafka.messages import Fact, Op, encode_fact, fact_key, parse_message
+from fixflow.pipeline.publish import fact_columns, producer
+from fixflow.pipeline.publish.fact_columns import Messages, check_op, encode_messages, read_columns
+from fixflow.pipeline.publish.fact_rows import PublishError, read_fact_file
 
 EDGE = (Attribute("src", "number"), Attribute("dst", "number"), Attribute("w", "float"))
 NODE = (Attribute("name", "symbol"),)

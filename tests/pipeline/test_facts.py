@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from fixflow.checker.ast import Attribute
-from fixflow.pipeline.facts import FactsError, input_path, load_inputs, read_rows, read_table
+from fixflow.pipeline.lake.facts import FactsError, input_path, load_inputs, read_rows, read_table
 
 EDGE = (Attribute("src", "number"), Attribute("dst", "number"), Attribute("w", "float"))
 NAME = (Attribute("id", "number"), Attribute("label", "symbol"))

@@ -1,14 +1,14 @@
-"""The foreachBatch ingest seam: validation, dead letters, normalization, idempotent EDB
-commits, end to end through the real broker, Spark and Delta."""
+"""The ingest seam without Spark: validation, dead letters, normalization and idempotent EDB
+commits over Arrow tables of Kafka records and real Delta tables (``stream.ingest``). The
+same through the real broker and a streaming query: test_ingest_query.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import random
-import uuid
-from dataclasses import replace
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +18,18 @@ from hypothesis import strategies as st
 
 from fixflow.checker.ast import Attribute
 from fixflow.checker.parser import parse
-from fixflow.pipeline.broker import ensure_topics
-from fixflow.pipeline.config import Config
-from fixflow.pipeline.ingest import (
-    IngestResult,
+from fixflow.pipeline.kafka.messages import Fact, encode_fact, fact_key
+from fixflow.pipeline.lake.delta import arrow_schema
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.stream.ingest import (
     _last_operations,
     _sorted_records,
     ensure_edb_tables,
     facts_table,
-    ingest_batch,
+    ingest_records,
     normalize,
 )
-from fixflow.pipeline.kafka_source import read_stream
-from fixflow.pipeline.lake import arrow_schema
-from fixflow.pipeline.lakehouse import ProgramLake, read_table
-from fixflow.pipeline.messages import Fact, encode_fact, fact_key
-from fixflow.pipeline.metrics import Metrics
+from fixflow.pipeline.stream.metrics import Metrics
 
 PROGRAM = parse(
     """
@@ -51,7 +47,7 @@ EDGE = PROGRAM.declaration("edge").attributes  # type: ignore[union-attr]
 NODE = PROGRAM.declaration("node").attributes  # type: ignore[union-attr]
 
 
-def _rows(table: pa.Table | None) -> set[tuple[Any, ...]]:
+def rows(table: pa.Table | None) -> set[tuple[Any, ...]]:
     assert table is not None
     return {tuple(r.values()) for r in table.to_pylist()}
 
@@ -74,8 +70,8 @@ def test_last_operation_wins_and_noops_are_counted() -> None:
     ]
     node = (Attribute("name", "symbol"),)
     change = normalize("node", node, facts_table(facts, arrow_schema(node)), before)
-    assert _rows(change.inserts) == {("e",)}
-    assert _rows(change.deletes) == {("a",)}
+    assert rows(change.inserts) == {("e",)}
+    assert rows(change.deletes) == {("a",)}
     # b: net insert of a present fact; c, d: net delete of an absent fact.
     assert (change.noop_inserts, change.noop_deletes) == (1, 2)
 
@@ -86,7 +82,7 @@ def test_normalize_against_a_missing_table_types_per_declaration() -> None:
     assert change.inserts.schema == pa.schema(
         [("src", pa.int64()), ("dst", pa.int64()), ("w", pa.float64())]
     )
-    assert _rows(change.inserts) == {(2, 3, 1.0)}
+    assert rows(change.inserts) == {(2, 3, 1.0)}
     assert change.noop_deletes == 1
 
 
@@ -114,12 +110,12 @@ def test_normalize_against_a_large_edb_equals_a_set_oracle() -> None:
     ]
     change = normalize("edge", EDGE, facts_table(facts, arrow_schema(EDGE)), before)
     last = {fact.values: fact.op for fact in facts}
-    assert _rows(change.inserts) == {v for v, op in last.items() if op == "insert"} - before_rows
-    assert _rows(change.deletes) == {v for v, op in last.items() if op == "delete"} & before_rows
+    assert rows(change.inserts) == {v for v, op in last.items() if op == "insert"} - before_rows
+    assert rows(change.deletes) == {v for v, op in last.items() if op == "delete"} & before_rows
     # What the EDB commit writes when the batch deletes (``RelationChanges.rows_after``).
     after = change.rows_after()
-    assert after is not None and after.num_rows == len(_rows(after))
-    assert _rows(after) == (before_rows - _rows(change.deletes)) | _rows(change.inserts)
+    assert after is not None and after.num_rows == len(rows(after))
+    assert rows(after) == (before_rows - rows(change.deletes)) | rows(change.inserts)
 
 
 @settings(max_examples=200, deadline=None)
@@ -184,8 +180,7 @@ def test_records_read_in_order_are_kept_others_sorted(
         assert result is table
 
 
-# ---------------------------------------------------------------- end to end
-
+# ---------------------------------------------------------------- a batch of records
 
 BAD_KINDS = (
     "malformed_json",
@@ -198,7 +193,7 @@ BAD_KINDS = (
 )
 
 
-def _bad_message(i: int, rng: random.Random) -> tuple[str, str]:
+def bad_message(i: int, rng: random.Random) -> tuple[str, str]:
     """(relation, value) of a bad message of kind BAD_KINDS[i % 7]."""
     kind = BAD_KINDS[i % len(BAD_KINDS)]
     edge = {"src": rng.randrange(9), "dst": rng.randrange(9), "w": 1.0}
@@ -219,7 +214,7 @@ def _bad_message(i: int, rng: random.Random) -> tuple[str, str]:
     return "bogus", json.dumps({"name": "x"})
 
 
-def _messages(
+def random_messages(
     n_valid: int, n_bad: int, seed: int = 7
 ) -> list[tuple[str, str | None, str, str | None]]:
     """(relation, key, value, expected dead-letter kind or None), interleaved at random."""
@@ -234,29 +229,14 @@ def _messages(
             values = (rng.choice("abcdefghij") * 2,)
             messages.append(("node", fact_key(values), encode_fact(NODE, values, op), None))
     for i in range(n_bad):
-        relation, value = _bad_message(i, rng)
+        relation, value = bad_message(i, rng)
         key = None if i % 3 == 0 else f"bad-{i}"
         messages.append((relation, key, value, BAD_KINDS[i % len(BAD_KINDS)]))
     rng.shuffle(messages)
     return messages
 
 
-def _publish(config: Config, prefix: str, messages: list[Any]) -> list[tuple[str, int, int]]:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(
-        bootstrap_servers=config.kafka.bootstrap_servers, acks="all", linger_ms=10
-    )
-    futures = [
-        producer.send(prefix + relation, key=key.encode() if key else None, value=value.encode())
-        for relation, key, value, _ in messages
-    ]
-    producer.flush()
-    producer.close()
-    return [(m.topic, m.partition, m.offset) for m in (f.get(timeout=10) for f in futures)]
-
-
-def _expected_edb(messages: list[Any], relation: str) -> set[tuple[Any, ...]]:
+def expected_edb(messages: list[Any], relation: str) -> set[tuple[Any, ...]]:
     """Per fact, the last operation decides (all operations on a fact share a partition)."""
     last: dict[str, tuple[tuple[Any, ...], str]] = {}
     for rel, key, value, bad in messages:
@@ -266,118 +246,29 @@ def _expected_edb(messages: list[Any], relation: str) -> set[tuple[Any, ...]]:
     return {values for values, op in last.values() if op == "insert"}
 
 
-class CrashAfterCommit(RuntimeError):
-    pass
-
-
-def _run(
-    spark: Any,
-    config: Config,
-    prefix: str,
-    lake: ProgramLake,
-    metrics: Metrics,
-    results: list[IngestResult],
-    crash_batch: int | None,
-) -> Any:
-    topics = [prefix + r for r in ("edge", "node", "bogus")]
-
-    def handle(batch_df: Any, batch_id: int) -> None:
-        result = ingest_batch(batch_df, batch_id, PROGRAM, lake, metrics, topic_prefix=prefix)
-        result.commit_edb()
-        results.append(result)
-        if batch_id == crash_batch:
-            raise CrashAfterCommit(f"simulated crash after committing batch {batch_id}")
-
-    query = (
-        read_stream(spark, config, topics, max_records_per_trigger=700)
-        .writeStream.foreachBatch(handle)
-        .option("checkpointLocation", lake.checkpoint())
-        .trigger(availableNow=True)
-        .start()
-    )
-    # The simulated crash surfaces from awaitTermination; query.exception() reports it.
-    with contextlib.suppress(Exception):
-        query.awaitTermination(180)
-    return query.exception()
-
-
-def test_bad_messages_dead_lettered_valid_facts_in_edb_and_replay_changes_nothing(
-    spark: Any, broker: Config, tmp_path: Path
-) -> None:
-    prefix = f"ing{uuid.uuid4().hex[:6]}."
-    config = replace(broker, kafka=replace(broker.kafka, topic_prefix=prefix))
-    ensure_topics(config, [prefix + r for r in ("edge", "node", "bogus")])
-    lake = ProgramLake(str(tmp_path / "lake"), "ingest")
-    assert ensure_edb_tables(PROGRAM, lake) == ["edge", "node"]
-    messages = _messages(n_valid=1500, n_bad=1000)
-    positions = _publish(config, prefix, messages)
-    metrics = Metrics()
-
-    # First run: the handler crashes right after committing batch 1.
-    first: list[IngestResult] = []
-    error = _run(spark, config, prefix, lake, metrics, first, crash_batch=1)
-    assert error is not None and "simulated crash" in str(error)
-    assert [r.batch_id for r in first] == [0, 1]
-    versions = {rel: _version(lake.edb(rel)) for rel in ("edge", "node")}
-
-    # Restart on the same checkpoint: Spark replays batch 1, then reads the rest.
-    second: list[IngestResult] = []
-    assert _run(spark, config, prefix, lake, metrics, second, crash_batch=None) is None
-    replay = second[0]
-    assert replay.batch_id == 1 and replay.replayed and not first[1].replayed
-    assert replay.offsets == first[1].offsets
-    for relation in ("edge", "node"):
-        assert _rows(replay.changes[relation].inserts) == _rows(first[1].changes[relation].inserts)
-        assert _rows(replay.changes[relation].deletes) == _rows(first[1].changes[relation].deletes)
-    assert replay.edb_committed == [] and first[1].edb_committed
-    assert len(second) >= 2, "2,500 records at 700 per trigger need more batches"
-
-    # Every bad message is in the dead-letter table exactly once, with its reason.
-    expected_bad = {pos: m[3] for pos, m in zip(positions, messages, strict=True) if m[3]}
-    letters = read_table(lake.dead_letter)
-    assert letters is not None
-    found = [
-        ((r["topic"], r["partition"], r["offset"]), r["kind"], r["reason"], r["value"])
-        for r in letters.to_pylist()
+RECORDS = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("key", pa.string()),
+        ("value", pa.string()),
     ]
-    assert len(found) == 1000 == len({pos for pos, *_ in found})
-    assert {pos: kind for pos, kind, _, _ in found} == expected_bad
-    by_position = dict(zip(positions, messages, strict=True))
-    assert all(value == by_position[pos][2] for pos, _, _, value in found)
-    reasons = {kind: reason for _, kind, reason, _ in found}
-    assert reasons["malformed_json"].startswith("malformed JSON")
-    assert reasons["unknown_op"].startswith('unknown op "upsert"')
-    assert reasons["unknown_relation"].startswith(f"topic '{prefix}bogus' is not an .input")
+)
+"""The columns of a batch's Kafka records that ingestion reads (``ingest.RECORD_COLUMNS``)."""
 
-    # Every valid fact reached the EDB: nothing lost, nothing extra.
-    for relation in ("edge", "node"):
-        assert _rows(read_table(lake.edb(relation))) == _expected_edb(messages, relation)
-    assert all(_version(lake.edb(rel)) >= versions[rel] for rel in versions)
 
-    # Each batch commit records its batch id and the offsets it covers.
-    infos = [h for h in _history(lake.dead_letter) if "fixflow.batch_id" in h]
-    assert sorted(int(h["fixflow.batch_id"]) for h in infos) == sorted(
-        {r.batch_id for r in first + second if r.dead_letters}
-    )
-    assert all(json.loads(h["fixflow.offsets"]) for h in infos)
-
-    # Metrics count each message once, replay included.
-    dead_total = sum(
-        metrics.registry.get_sample_value(
-            "fixflow_dead_letters_total", {"relation": rel, "reason": kind}
-        )
-        or 0
-        for rel in ("edge", "node", "bogus")
-        for kind in BAD_KINDS
-    )
-    assert dead_total == 1000
-    valid_total = sum(
-        metrics.registry.get_sample_value("fixflow_input_facts_total", {"relation": rel, "op": op})
-        or 0
-        for rel in ("edge", "node")
-        for op in ("insert", "delete")
-    )
-    assert valid_total == 1500
+def as_records(batch: list[Any], prefix: str) -> pa.Table:
+    """``messages`` as Kafka records: one partition per topic, offsets in list order (so
+    every operation on one fact is in one partition, in order, as Kafka keys keep them)."""
+    next_offset: dict[str, int] = {}
+    rows = []
+    for relation, key, value, _ in batch:
+        topic = prefix + relation
+        offset = next_offset.get(topic, 0)
+        next_offset[topic] = offset + 1
+        rows.append({"topic": topic, "partition": 0, "offset": offset, "key": key, "value": value})
+    return pa.Table.from_pylist(rows, schema=RECORDS)
 
 
 def _version(path: str) -> int:
@@ -386,49 +277,70 @@ def _version(path: str) -> int:
     return DeltaTable(path).version()
 
 
-def _history(path: str) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    return DeltaTable(path).history()
-
-
-def test_ingest_query_runs_the_engine_hook_before_the_edb_commit(
-    spark: Any, broker: Config, tmp_path: Path
+def test_ingest_records_dead_letters_bad_ones_commits_the_rest_and_a_replay_changes_nothing(
+    tmp_path: Path,
 ) -> None:
-    from fixflow.pipeline.ingest import start_ingest_query, topics_for
-    from fixflow.pipeline.lakehouse import already_committed, merge_changes
-
-    prefix = f"hdl{uuid.uuid4().hex[:6]}."
-    config = replace(broker, kafka=replace(broker.kafka, topic_prefix=prefix))
-    topics = topics_for(PROGRAM, prefix)
-    assert topics == [f"{prefix}edge", f"{prefix}node"]
-    ensure_topics(config, topics)
-    edges = [(1, 2, 0.5), (1, 3, 1.0), (2, 3, 1.0), (1, 4, 2.0)]
-    _publish(config, prefix, [("edge", fact_key(e), encode_fact(EDGE, e), None) for e in edges])
     lake = ProgramLake(str(tmp_path / "lake"), "ingest")
+    assert ensure_edb_tables(PROGRAM, lake) == ["edge", "node"]
+    batch = random_messages(n_valid=600, n_bad=300)
+    records = as_records(batch, "ing.")
+    slices = [records.slice(start, 250) for start in range(0, records.num_rows, 250)]
     metrics = Metrics()
-    seen: list[tuple[int, bool]] = []
-
-    def maintain(result: IngestResult) -> None:
-        # A stand-in engine: reach(Y) :- edge(1, Y, _), insert-only.
-        edb_path = lake.edb("edge")
-        seen.append(
-            (result.batch_id, already_committed(edb_path, result.commit.query_id, result.batch_id))
+    results = []
+    for batch_id, records_of_batch in enumerate(slices):
+        result = ingest_records(
+            records_of_batch, batch_id, PROGRAM, lake, metrics, query_id="q", topic_prefix="ing."
         )
-        inserts = result.changes["edge"].inserts
-        reach = pa.table(
-            {"x": [r["dst"] for r in inserts.to_pylist() if r["src"] == 1]},
-            schema=pa.schema([("x", pa.int64())]),
-        )
-        merge_changes(lake.results("reach"), ["x"], upserts=reach, commit=result.commit)
+        assert not result.replayed
+        result.commit_edb()
+        results.append(result)
+    versions = {relation: _version(lake.edb(relation)) for relation in ("edge", "node")}
 
-    config = replace(config, stream=replace(config.stream, max_records_per_trigger=2))
-    query = start_ingest_query(spark, config, PROGRAM, lake, metrics, maintain, available_now=True)
-    query.awaitTermination(120)
-    assert query.exception() is None
-    assert _rows(read_table(lake.results("reach"))) == {(2,), (3,), (4,)}
-    assert _rows(read_table(lake.edb("edge"))) == set(edges)
-    assert len(seen) >= 2, "4 facts at 2 per trigger"
-    assert not any(committed for _, committed in seen), "EDB commit came first"
-    assert metrics.registry.get_sample_value("fixflow_batches_committed_total") == len(seen)
-    assert metrics.registry.get_sample_value("fixflow_batch_duration_seconds_count") == len(seen)
+    replay = ingest_records(slices[1], 1, PROGRAM, lake, metrics, query_id="q", topic_prefix="ing.")
+    assert replay.replayed and replay.offsets == results[1].offsets
+    assert replay.commit_edb() == []
+    for relation in ("edge", "node"):
+        assert rows(replay.changes[relation].inserts) == rows(results[1].changes[relation].inserts)
+        assert rows(replay.changes[relation].deletes) == rows(results[1].changes[relation].deletes)
+        assert _version(lake.edb(relation)) == versions[relation]
+        assert rows(read_table(lake.edb(relation))) == expected_edb(batch, relation)
+
+    letters = read_table(lake.dead_letter)
+    assert letters is not None and letters.num_rows == 300, "each bad record once, replay included"
+    expected_kinds = {
+        (r["topic"], r["partition"], r["offset"]): kind
+        for r, (*_, kind) in zip(records.to_pylist(), batch, strict=True)
+        if kind is not None
+    }
+    found = {(r["topic"], r["partition"], r["offset"]): r["kind"] for r in letters.to_pylist()}
+    assert found == expected_kinds
+    dead = metrics.registry.get_sample_value
+    assert (
+        sum(
+            dead("fixflow_dead_letters_total", {"relation": relation, "reason": kind}) or 0
+            for relation in ("edge", "node", "bogus")
+            for kind in BAD_KINDS
+        )
+        == 300
+    )
+    assert (
+        sum(
+            dead("fixflow_input_facts_total", {"relation": relation, "op": op}) or 0
+            for relation in ("edge", "node")
+            for op in ("insert", "delete")
+        )
+        == 600
+    )
+
+
+def test_ingestion_imports_no_spark() -> None:
+    """The Arrow half of ingestion runs (and is tested) without pyspark."""
+    probe = (
+        "import sys\n"
+        "import fixflow.pipeline.stream.ingest\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

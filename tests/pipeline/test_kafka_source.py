@@ -10,21 +10,14 @@ from typing import Any
 
 import pytest
 
-from fixflow.pipeline.broker import ensure_topics
+from fixflow.pipeline.broker.embedded import ensure_topics
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.kafka_source import (
-    DriverRead,
-    KafkaRange,
-    KafkaStreamReader,
-    cap_offsets,
-    end_offsets,
-    lag_from_progress,
-    native_options,
-    read_range,
-    read_stream,
-    record_count,
-    write_limit_file,
-)
+from fixflow.pipeline.kafka.batch_limit import lag_from_progress, write_limit_file
+from fixflow.pipeline.kafka.broker_view import end_offsets
+from fixflow.pipeline.kafka.driver_read import DriverRead
+from fixflow.pipeline.kafka.offsets import cap_offsets, record_count
+from fixflow.pipeline.kafka.records import KafkaRange, read_range
+from fixflow.pipeline.kafka.source import KafkaStreamReader, native_options, read_stream
 
 
 def _publish(config: Config, topic: str, values: list[dict[str, Any]]) -> None:
@@ -142,7 +135,7 @@ def test_the_driver_reads_the_very_records_of_a_small_batch(
     compared: list[int] = []
 
     def compare(batch_df: Any, batch_id: int) -> None:
-        from fixflow.pipeline.ingest import RECORD_COLUMNS, _sorted_records
+        from fixflow.pipeline.stream.ingest import RECORD_COLUMNS, _sorted_records
 
         table = read(batch_id)
         assert DriverRead(bootstrap, checkpoint, max_records=1)(batch_id) is None
@@ -230,7 +223,7 @@ def test_reader_follows_the_limit_file_and_reports_lag(broker: Config, tmp_path:
 
 
 def test_batch_limit_follows_the_beta_rule() -> None:
-    from fixflow.pipeline.kafka_source import next_batch_limit
+    from fixflow.pipeline.kafka.batch_limit import next_batch_limit
 
     rule = {"tau_s": 1.0, "alpha": 0.8, "r": 2.0, "cap": 10_000}
     # 1,000 records/s against beta = 1,000 per 1 s: inside the band, unchanged.
@@ -261,7 +254,7 @@ def _topic_with_records(broker: Config, prefix: str, count: int) -> str:
 def test_a_checkpoint_ahead_of_the_broker_is_reported_as_data_loss(broker: Config) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from fixflow.pipeline.kafka_source import DataLossError
+    from fixflow.pipeline.kafka.broker_view import DataLossError
 
     topic = _topic_with_records(broker, "loss", 4)
     ahead = {topic: {"0": 100, "1": 100}}  # as if the broker had restarted empty
@@ -276,7 +269,7 @@ def test_resume_after_a_loss_moves_to_the_log_start_and_reads_nothing_of_it(
     them), the next reads the broker's current log from its start."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from fixflow.pipeline.kafka_source import CLUSTER_KEY, REALIGNED_KEY, positions_of
+    from fixflow.pipeline.kafka.offsets import CLUSTER_KEY, REALIGNED_KEY, positions_of
 
     topic = _topic_with_records(broker, "resume", 6)
     reader = _loss_reader(broker, topic, "resume")
@@ -297,7 +290,8 @@ def test_a_new_cluster_id_is_a_reset_even_when_the_new_log_is_longer(broker: Con
     checkpoint had read look valid; only the cluster id tells them apart."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from fixflow.pipeline.kafka_source import CLUSTER_KEY, DataLossError, positions_of
+    from fixflow.pipeline.kafka.broker_view import DataLossError
+    from fixflow.pipeline.kafka.offsets import CLUSTER_KEY, positions_of
 
     topic = _topic_with_records(broker, "reset", 40)
     reader = _loss_reader(broker, topic, "fail")
@@ -326,7 +320,8 @@ def test_a_reset_broker_that_lacks_the_topic_yet_is_a_loss_too(broker: Config) -
     carried over to the new cluster, or its new log would be skipped up to them."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from fixflow.pipeline.kafka_source import CLUSTER_KEY, DataLossError, positions_of
+    from fixflow.pipeline.kafka.broker_view import DataLossError
+    from fixflow.pipeline.kafka.offsets import CLUSTER_KEY, positions_of
 
     topic = f"ghost-{uuid.uuid4().hex[:8]}"  # never created
     start = {topic: {"0": 5, "1": 3}, CLUSTER_KEY: "fixflow-memory-earlier"}
@@ -340,7 +335,7 @@ def test_a_reset_broker_that_lacks_the_topic_yet_is_a_loss_too(broker: Config) -
 def test_an_end_no_probe_confirmed_proves_no_truncation() -> None:
     """A partition whose probe got no answer keeps the broker's reported end, which Tansu's
     s3 engine understates: below the checkpoint it is no evidence of lost records."""
-    from fixflow.pipeline.kafka_source import BrokerView, find_losses
+    from fixflow.pipeline.kafka.broker_view import BrokerView, find_losses
 
     positions = {"edge": {"0": 50, "1": 50}}
     view = BrokerView(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from fixflow.pipeline.lakehouse import (
+from fixflow.pipeline.lake.lakehouse import (
     BatchCommit,
     Merged,
     ProgramLake,

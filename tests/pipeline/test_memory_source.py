@@ -12,11 +12,12 @@ import pytest
 from deltalake import DeltaTable
 
 from fixflow.checker.parser import parse
-from fixflow.pipeline.ingest import BatchPipeline, IngestResult, ensure_edb_tables
-from fixflow.pipeline.kafka_source import ARROW_SCHEMA
-from fixflow.pipeline.lakehouse import ProgramLake, read_table
-from fixflow.pipeline.memory_source import MemorySource, Sent
-from fixflow.pipeline.messages import encode_fact, fact_key
+from fixflow.pipeline.kafka.messages import encode_fact, fact_key
+from fixflow.pipeline.kafka.records import ARROW_SCHEMA
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.stream.ingest import IngestResult, ensure_edb_tables
+from fixflow.pipeline.stream.memory_source import MemorySource, Sent
+from fixflow.pipeline.stream.query import BatchPipeline
 
 PROGRAM = parse(
     """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fixflow.checker.ast import Attribute
-from fixflow.pipeline.messages import (
+from fixflow.pipeline.kafka.messages import (
     DeadLetter,
     Fact,
     encode_fact,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from fixflow.pipeline.config import MetricsConfig
-from fixflow.pipeline.messages import REASON_KINDS
-from fixflow.pipeline.metrics import (
+from fixflow.pipeline.kafka.messages import REASON_KINDS
+from fixflow.pipeline.stream.metrics import (
     Metrics,
     MetricsPortBusy,
     serve_configured,

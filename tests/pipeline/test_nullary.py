@@ -16,7 +16,7 @@ import pytest
 
 from fixflow.pipeline.cli import main as fixflow_main
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.lake import (
+from fixflow.pipeline.lake.delta import (
     HOLDS,
     declared_rows,
     nullary_table,
@@ -26,8 +26,8 @@ from fixflow.pipeline.lake import (
     write_csv,
     write_table,
 )
-from fixflow.pipeline.lakehouse import read_table as read_lake_table
-from fixflow.pipeline.stream import ProgramStream
+from fixflow.pipeline.lake.lakehouse import read_table as read_lake_table
+from fixflow.pipeline.stream.program import ProgramStream
 from streams.harness import isolated_config, publish, run_available_now
 
 FIXFLOW = Path(sys.executable).parent / "fixflow"

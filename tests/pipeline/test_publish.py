@@ -196,7 +196,8 @@ def _stream_records(broker: Config, topic: str) -> Any:
     """Every record of ``topic`` as the streaming source reads it (end probe, ranges)."""
     import pyarrow as pa
 
-    from fixflow.pipeline.kafka_source import KafkaRange, end_offsets, read_range
+    from fixflow.pipeline.kafka.broker_view import end_offsets
+    from fixflow.pipeline.kafka.records import KafkaRange, read_range
 
     ends = end_offsets(broker.kafka.bootstrap_servers, [topic])[topic]
     batches = [
@@ -215,8 +216,8 @@ def test_a_large_file_reaches_the_streaming_side_whole_and_unchanged(
     from kafka.partitioner.default import murmur2
 
     from fixflow.checker.ast import Attribute
-    from fixflow.pipeline.ingest import validate
-    from fixflow.pipeline.messages import fact_key
+    from fixflow.pipeline.kafka.messages import fact_key
+    from fixflow.pipeline.stream.ingest import validate
 
     config_path, prefix = conf
     n = 30_000
@@ -245,7 +246,7 @@ def test_long_publishes_print_progress_on_stderr(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fixflow.pipeline import producer
+    from fixflow.pipeline.publish import producer
 
     monkeypatch.setattr(producer, "PROGRESS_INTERVAL_S", 0.0)
     monkeypatch.setattr(producer, "SLICE", 1000)
@@ -265,9 +266,9 @@ def test_long_publishes_print_progress_on_stderr(
 def test_a_full_producer_queue_makes_it_wait_and_loses_nothing(
     broker: Config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fixflow.pipeline import producer
-    from fixflow.pipeline.broker import ensure_topics
-    from fixflow.pipeline.fact_columns import Messages
+    from fixflow.pipeline.broker.embedded import ensure_topics
+    from fixflow.pipeline.publish import producer
+    from fixflow.pipeline.publish.fact_columns import Messages
 
     monkeypatch.setattr(producer, "QUEUE_MESSAGES", 100)
     waits: list[int] = []
@@ -290,7 +291,7 @@ def test_a_full_producer_queue_makes_it_wait_and_loses_nothing(
 
 def _run_on_lake(tmp_path: Path, stem: str, program_text: str) -> None:
     """What `fixflow run STEM.dl` leaves for publish: the program's copy in its lake dir."""
-    from fixflow.pipeline.lakehouse import ProgramLake, record_program
+    from fixflow.pipeline.lake.lakehouse import ProgramLake, record_program
 
     record_program(ProgramLake(str(tmp_path / "lake"), stem), program_text)
 

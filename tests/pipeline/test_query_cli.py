@@ -22,10 +22,16 @@ import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, write_deltalake
 
-from fixflow.pipeline.commands.query import one_line, spark_error_message
-from fixflow.pipeline.datafusion_sql import SqlError, new_builder, read_delta, run_sql, sql_error
-from fixflow.pipeline.lakehouse import BatchCommit, ProgramLake, append_rows, open_table
-from fixflow.pipeline.results import (
+from fixflow.pipeline.cli.commands.query import one_line, spark_error_message
+from fixflow.pipeline.lake.datafusion_sql import (
+    SqlError,
+    new_builder,
+    read_delta,
+    run_sql,
+    sql_error,
+)
+from fixflow.pipeline.lake.lakehouse import BatchCommit, ProgramLake, append_rows, open_table
+from fixflow.pipeline.lake.results import (
     ResultsError,
     ResultSet,
     explain_missing_sql_table,

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from fixflow.pipeline.broker import ensure_topics
+from fixflow.pipeline.broker.embedded import ensure_topics
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.kafka_source import KafkaRange, read_range
-from fixflow.pipeline.read_ahead import ReadAhead
+from fixflow.pipeline.kafka.read_ahead import ReadAhead
+from fixflow.pipeline.kafka.records import KafkaRange, read_range
 
 
 @pytest.fixture

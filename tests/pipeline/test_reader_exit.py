@@ -6,7 +6,7 @@ thread drops the last reference to it after the interpreter began finalizing, th
 is ended inside a C++ destructor and the process aborts: "terminate called without an
 active exception", exit 134. On a 2-core machine a reader that exits right after reading
 did so in 9 of 50 runs. The project reads through DataFusion instead
-(``fixflow.pipeline.datafusion_sql``); this test runs such a reader 20 times.
+(``fixflow.pipeline.lake.datafusion_sql``); this test runs such a reader 20 times.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from fixflow.pipeline.lakehouse import ProgramLake, append_rows
+from fixflow.pipeline.lake.lakehouse import ProgramLake, append_rows
 
 RUNS = 20
 ROWS = 10_000
@@ -25,7 +25,7 @@ ROWS = 10_000
 # Exits as soon as the rows are read: the moment the abort used to strike.
 READER = """
 import sys
-from fixflow.pipeline.results import find_results, read_result
+from fixflow.pipeline.lake.results import find_results, read_result
 for table in find_results(sys.argv[1]).tables:
     print(table.qualified_name, read_result(table).num_rows)
 """

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.lakehouse import read_table
+from fixflow.pipeline.lake.lakehouse import read_table
 from reference.golden import compare_rows
 from streams.cli import STOPPED_LINE, FixflowRun
 from streams.harness import edb_mismatches, oracle, publish, result_rows

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from fixflow.checker import load
 from fixflow.pipeline.cli import main as fixflow
-from fixflow.pipeline.datafusion_sql import read_delta
+from fixflow.pipeline.lake.datafusion_sql import read_delta
 from reference.evaluator import evaluate as reference_evaluate
 from reference.golden import compare_rows, load_golden
 

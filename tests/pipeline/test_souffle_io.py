@@ -10,9 +10,9 @@ import pytest
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.cli import main as fixflow
-from fixflow.pipeline.commands.eval import _write_souffle_output
-from fixflow.pipeline.facts import FactsError, input_file, load_inputs
-from fixflow.pipeline.lake import nullary_table
+from fixflow.pipeline.cli.commands.eval import _write_souffle_output
+from fixflow.pipeline.lake.delta import nullary_table
+from fixflow.pipeline.lake.facts import FactsError, input_file, load_inputs
 
 EDGE = (Attribute("src", "number"), Attribute("dst", "number"))
 STOCK = (Attribute("item", "symbol"), Attribute("n", "number", declared="unsigned"))
@@ -100,7 +100,7 @@ def test_a_nullary_fact_prints_as_parentheses(capsys: pytest.CaptureFixture[str]
 
 def test_the_stream_names_the_directives_only_eval_honours() -> None:
     from fixflow.checker.parser import parse
-    from fixflow.pipeline.session import eval_only_directives
+    from fixflow.pipeline.stream.session import eval_only_directives
 
     program = parse(
         '.decl e(x: number)\n.input e(IO=file, filename="e.tsv")\n.decl o(x: number)\n'

@@ -72,7 +72,11 @@ def test_a_local_checkpoint_is_written_by_renaming_and_others_by_sparks_default(
 ) -> None:
     """``choose_checkpoint_files``: the rename-based writer for a checkpoint on the local
     file system, Spark's default elsewhere; a class the user configured stays."""
-    from fixflow.pipeline.ingest import CHECKPOINT_FILES, RENAMING_FILES, choose_checkpoint_files
+    from fixflow.pipeline.stream.query import (
+        CHECKPOINT_FILES,
+        RENAMING_FILES,
+        choose_checkpoint_files,
+    )
 
     try:
         spark.conf.unset(CHECKPOINT_FILES)

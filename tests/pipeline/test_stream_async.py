@@ -22,9 +22,9 @@ from deltalake import DeltaTable
 
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.lakehouse import ProgramLake, read_table
-from fixflow.pipeline.session import format_batch
-from fixflow.pipeline.stream import ProgramStream
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.stream.program import ProgramStream
+from fixflow.pipeline.stream.session import format_batch
 from operators.test_maintain import SSSP as PROGRAM  # the same program as the Maintainer's
 from streams.cli import FixflowRun, write_conf
 from streams.harness import (

@@ -16,7 +16,7 @@ from typing import Any
 
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.lakehouse import ProgramLake, batch_commits
+from fixflow.pipeline.lake.lakehouse import ProgramLake, batch_commits
 from reference.golden import compare_rows
 from streams.cli import STOPPED_LINE, FixflowRun, write_conf
 from streams.harness import (

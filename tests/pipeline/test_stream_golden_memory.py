@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from fixflow.pipeline.lakehouse import ProgramLake, read_table
-from fixflow.pipeline.stream import ProgramStream
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.stream.program import ProgramStream
 from streams.harness import (
     ThroughMemory,
     case_names,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.messages import REASON_KINDS
+from fixflow.pipeline.kafka.messages import REASON_KINDS
 from streams.cli import total
 from streams.harness import oracle
 from streams.live import LiveRun, live_run

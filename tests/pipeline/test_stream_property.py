@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from fixflow.checker import load
-from fixflow.pipeline.stream import ProgramStream
+from fixflow.pipeline.stream.program import ProgramStream
 from reference.golden import compare_rows
 from streams.harness import (
     Row,

@@ -22,11 +22,11 @@ from fixflow.checker.model import Report
 from fixflow.checker.parser import parse
 from fixflow.operators.maintain import Epoch
 from fixflow.pipeline.config import Config, default_config
-from fixflow.pipeline.ingest import BatchPipeline
-from fixflow.pipeline.lakehouse import ProgramLake, read_table
-from fixflow.pipeline.memory_source import MemorySource
-from fixflow.pipeline.messages import encode_fact, fact_key
-from fixflow.pipeline.stream import ProgramStream
+from fixflow.pipeline.kafka.messages import encode_fact, fact_key
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.stream.memory_source import MemorySource
+from fixflow.pipeline.stream.program import ProgramStream
+from fixflow.pipeline.stream.query import BatchPipeline
 from reference.evaluator import evaluate
 from reference.golden import column_types, compare_rows, read_expected, read_facts
 
@@ -157,7 +157,7 @@ def publish_raw(
     offset) once the broker acknowledged it."""
     from kafka import KafkaProducer
 
-    from fixflow.pipeline.broker import ensure_topics
+    from fixflow.pipeline.broker.embedded import ensure_topics
 
     messages = list(messages)
     ensure_topics(config, sorted({topic for topic, _, _ in messages}))

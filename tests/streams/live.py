@@ -20,8 +20,8 @@ from typing import Any
 
 from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.lakehouse import ProgramLake
-from fixflow.pipeline.messages import encode_fact, fact_key
+from fixflow.pipeline.kafka.messages import encode_fact, fact_key
+from fixflow.pipeline.lake.lakehouse import ProgramLake
 from streams.cli import FixflowRun, probe, scrape, total, write_conf
 from streams.harness import (
     STREAMS,
@@ -248,7 +248,7 @@ def _ready(port: int) -> bool:
 
 
 def _edb_is(lake: ProgramLake, facts: set[Row]) -> bool:
-    from fixflow.pipeline.lakehouse import read_table
+    from fixflow.pipeline.lake.lakehouse import read_table
 
     table = read_table(lake.edb("edge"))
     return table is not None and {tuple(r.values()) for r in table.to_pylist()} == facts

@@ -89,7 +89,7 @@ class StreamConfig:
     """With consistency = "async": rounds of work per batch before committing."""
     driver_read_max_records: int = _key(200_000, minimum=0)
     """``[kafka] source = "python"``: a batch of at most this many records is read by the
-    driver itself, not by a Spark job (``kafka_source.DriverRead``; 100k records take
+    driver itself, not by a Spark job (``driver_read.DriverRead``; 100k records take
     ~0.2 s there, 0.4-0.6 s as a job on local[2]); 0 = always Spark."""
     read_ahead: bool = True
     """With driver reads: a thread fetches and decodes the records after each batch while

@@ -131,7 +131,7 @@ def _jvm_stderr_without_noise() -> Iterator[None]:
 MISSED_CONNECT_BACK = (b"python_streaming_source_runner", b"CANNOT_OPEN_SOCKET")
 """A traceback holding both is the Kafka source's Python runner that missed Spark's fixed
 10 s connect-back window on a loaded machine. ``ProgramStream`` starts the query again and
-says so in one warning line (``stream.START_AGAIN``), so the runner's own traceback is
+says so in one warning line (``stream.query.START_AGAIN``), so the runner's own traceback is
 dropped unless -v."""
 
 

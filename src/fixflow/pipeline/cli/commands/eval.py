@@ -1,0 +1,364 @@
+"""``fixflow eval PROG.dl -F FACTS_DIR -D OUT_DIR``: one-shot batch evaluation.
+
+Inputs: ``<relation>.facts`` (tab-separated) or ``<relation>.csv`` (header) per ``.input``
+relation. Outputs: one Delta table per ``.output`` relation in OUT_DIR (exact declared
+schema, iteration index dropped), and ``<relation>.csv`` with ``--csv``.
+
+Soufflé's I/O options are honoured here (and only here: a stream uses the Kafka topic
+named after the relation): ``.input r(filename="f", delimiter=",")`` reads FACTS_DIR/f,
+``.output r(IO=file, filename="f", delimiter=",")`` also writes OUT_DIR/f (Soufflé's
+headerless format), ``IO=stdout`` prints the rows; ``.printsize r`` prints ``r<TAB>rows``.
+As in Soufflé, every ``.input`` and ``.output`` directive of a relation is honoured.
+
+Round caps (``core.round_cap``): a stratum that reaches a fixpoint runs until a round
+changes nothing, as in Soufflé; one that may only approach a limit (sum/count recursion,
+``naive``) stops after 1000 rounds; ``--max-iterations N`` caps every stratum at N. A
+stratum stopped by its cap prints a warning, the tables depending on it are written with
+``fixflow.partial`` in their commit, and the exit status is ``EXIT_PARTIAL`` (3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from fixflow.checker.ast import Attribute
+from fixflow.pipeline.cli.commands.progress import RoundPrinter, engine_figures
+from fixflow.pipeline.config import (
+    Config,
+    ConfigError,
+    add_conf_argument,
+    load_config,
+)
+
+if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command needs them
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    from fixflow.checker.model import Report
+    from fixflow.operators.evaluate import EvalOptions, Evaluation, Progress
+
+HELP = "evaluate a program once over fact files, writing Delta tables"
+ENGINES = ("sync", "async", "hybrid")
+
+EXIT_PARTIAL = 3
+"""The exit status when a round cap stopped a stratum before it converged: the tables are
+written, those depending on it marked partial (``fixflow.partial``), but the result is
+not the program's."""
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("program", type=Path, metavar="PROG.dl", help="the Datalog program")
+    parser.add_argument(
+        "-F",
+        "--facts",
+        type=Path,
+        default=Path("."),
+        metavar="FACTS_DIR",
+        help="directory of <relation>.facts (tab-separated) or <relation>.csv (header) files, "
+        "optionally gzip-compressed (default: the current directory, as in Soufflé)",
+    )
+    parser.add_argument(
+        "-D",
+        "--output",
+        type=Path,
+        default=Path("."),
+        metavar="OUT_DIR",
+        help="directory for one Delta table per .output relation "
+        "(default: the current directory, as in Soufflé)",
+    )
+    parser.add_argument("--csv", action="store_true", help="also write <relation>.csv files")
+    _add_evaluation_arguments(parser)
+    parser.add_argument("--explain", action="store_true", help="print each stratum's plan and exit")
+    parser.add_argument(
+        "--master", default=None, help="Spark master (default: [spark] master, local[2])"
+    )
+
+
+def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
+    """How strata are evaluated: the MRA engine, the caps, the driver's share. Each flag
+    overrides the ``--conf`` file's key; a key neither sets keeps eval's default."""
+    add_conf_argument(parser)
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help="MRA engine: sync (one Spark job per round), async (sharded local loops, "
+        "buffers flushed by the adaptive beta rule) or hybrid (shards exchange only when "
+        "locally quiescent) (default: [engine] mode, hybrid)",
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=None,
+        metavar="N",
+        help="shards of an async/hybrid MonoTable (default: [engine] shards, 0: one per 2M "
+        "auxiliary rows, at most one per Spark core)",
+    )
+    parser.add_argument(
+        "--max-iterations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="round cap of every recursive stratum (default: [engine] max_iterations, 0: "
+        "none on strata that reach a fixpoint, as in Soufflé; 1000 on strata that approach "
+        "a limit: sum/count recursion, naive ones). One iteration is a round on the sync "
+        "engine and the semi-naive/naive loops (every pending delta propagated once), a stage "
+        "on async/hybrid (each shard's local loop run to quiescence, then an exchange). A "
+        f"stratum stopped by a cap makes its tables partial and the exit status {EXIT_PARTIAL}",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        metavar="P",
+        help="partitions of MonoTables and auxiliary tables (default: Spark's shuffle partitions)",
+    )
+    parser.add_argument(
+        "--local-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run a stratum in the driver, without Spark jobs, when its inputs and results "
+        "stay within N rows (default: [engine] local_rows, 2,000,000; 0: always on Spark)",
+    )
+
+
+def settings(args: argparse.Namespace) -> Config:
+    """The ``--conf`` file over the embedded settings, then the flags over both."""
+    config = load_config(args.conf)
+    flags = {
+        "mode": args.engine,
+        "shards": args.shards,
+        "max_iterations": args.max_iterations,
+        "local_rows": args.local_rows,
+    }
+    engine = replace(config.engine, **{k: v for k, v in flags.items() if v is not None})
+    spark = config.spark if args.master is None else replace(config.spark, master=args.master)
+    return replace(config, engine=engine, spark=spark)
+
+
+def _error(message: str) -> int:
+    print(f"fixflow eval: error: {message}", file=sys.stderr)
+    return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    from fixflow.checker import CheckError, load
+    from fixflow.checker.diagnostics import render_all
+    from fixflow.pipeline.lake.facts import FactsError, load_inputs
+
+    if args.shards is not None and args.shards < 0:
+        return _error("--shards must be 0 (automatic) or more")
+    if args.max_iterations is not None and args.max_iterations < 1:
+        return _error("--max-iterations must be at least 1")
+    if args.local_rows is not None and args.local_rows < 0:
+        return _error("--local-rows must be 0 (never in the driver) or more")
+    try:
+        config = settings(args)
+    except ConfigError as exc:
+        return _error(str(exc))
+    try:
+        source = args.program.read_text(encoding="utf-8")
+    except OSError as exc:
+        return _error(f"{args.program}: {exc.strerror or exc}")
+    try:
+        report = load(source, str(args.program))
+    except CheckError as exc:
+        print(render_all(exc.diagnostics, source), file=sys.stderr)
+        return 1
+    for diagnostic in report.diagnostics:  # warnings
+        print(diagnostic.render(source), file=sys.stderr)
+    if args.explain:
+        from fixflow.operators.evaluate import program_plans
+        from fixflow.operators.plan import explain
+
+        for plan in program_plans(report, config.engine.max_iterations or None):
+            print(explain(plan))
+        return 0
+    schemas = report.analysis.schemas
+    program = report.analysis.program
+    try:
+        inputs = load_inputs(
+            args.facts,
+            {rel: schemas[rel] for rel in program.inputs},
+            {rel: program.input_directives(rel) for rel in program.inputs},
+        )
+    except FactsError as exc:
+        return _error(str(exc))
+    return _evaluate_and_write(args, config, report, inputs)
+
+
+def _evaluate_and_write(
+    args: argparse.Namespace, config: Config, report: Report, inputs: dict[str, pa.Table]
+) -> int:
+    from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
+    from fixflow.operators.on_demand import SessionOnDemand
+    from fixflow.pipeline.engine_settings import engine_options
+    from fixflow.pipeline.spark import make_session
+
+    # Spark starts when the first stratum or input placed on it needs it: a program whose
+    # strata all run in the driver starts no JVM (docs/architecture.md, placement).
+    on_demand = SessionOnDemand(
+        lambda: make_session(config.spark.master, "fixflow-eval", dict(config.spark.conf))
+    )
+    spark = cast("SparkSession", on_demand)
+    options = EvalOptions(
+        max_iterations=config.engine.max_iterations or None,  # 0: the default rule
+        engine_options=engine_options(config),
+        partitions=args.partitions,
+        progress=RoundPrinter(),
+        local_rows=config.engine.local_rows,
+    )
+    started = time.monotonic()
+    try:
+        # Arrow tables: small inputs stay in the driver (--local-rows), others go to Spark.
+        evaluation = evaluate_with_stats(report, inputs, spark, options)
+    except EvaluationError as exc:
+        return _error(str(exc))
+    _write_outputs(args, report, _Results(report, evaluation, inputs))
+    _summarize(config, evaluation, options)
+    printer = options.progress
+    for stats in evaluation.capped:
+        last = printer.last.get(stats.stratum) if isinstance(printer, RoundPrinter) else None
+        print(
+            f"warning: stratum {stats.stratum} ({', '.join(stats.relations)}) stopped at its "
+            f"iteration cap ({stats.cap} rounds) before converging: its results are partial"
+            + _residual(last),
+            file=sys.stderr,
+        )
+    log.info(
+        "evaluated in %.3f s (%s)",
+        time.monotonic() - started,
+        "Spark started" if on_demand.started else "Spark not started",
+    )
+    return EXIT_PARTIAL if evaluation.capped else 0
+
+
+def _residual(last: Progress | None) -> str:
+    """What was left when a cap stopped a stratum: its pending deltas (the rows of its last
+    round's change on the semi-naive loops) and the termination measure over them."""
+    if last is None:
+        return ""
+    measure = "" if last.measure is None else f", termination measure {last.measure:.3g}"
+    return f" ({last.pending} pending{measure})"
+
+
+def _summarize(config: Config, evaluation: Evaluation, options: EvalOptions) -> None:
+    """A line per stratum the async/hybrid engine ran, with its engine figures."""
+    printer = options.progress
+    for stats in evaluation.stats:
+        last = printer.last.get(stats.stratum) if isinstance(printer, RoundPrinter) else None
+        if last is not None and last.detail:
+            where = " in the driver" if stats.local else ""
+            print(
+                f"stratum {stats.stratum} ({', '.join(stats.relations)}): "
+                f"{config.engine.mode} engine"
+                f"{where}, {stats.rounds} stages, {stats.jobs} Spark jobs"
+                f"{engine_figures(last.detail)}",
+                file=sys.stderr,
+            )
+
+
+class _Results:
+    """Every relation's result rows as Arrow tables in its table's schema: straight from
+    the driver when it evaluated them, else from Spark (one job)."""
+
+    def __init__(self, report: Report, evaluation: Evaluation, inputs: Mapping[str, pa.Table]):
+        from fixflow.operators.evaluate import partial_relations
+
+        self.report, self.evaluation, self.inputs = report, evaluation, inputs
+        self.partial = partial_relations(report, (s.stratum for s in evaluation.capped))
+        """Relation → the capped strata its rows depend on."""
+
+    def metadata(self, relation: str) -> dict[str, str]:
+        """The commit entries of the relation's table: ``fixflow.partial`` if it is."""
+        from fixflow.pipeline.lake.results import partial_metadata
+
+        capped = self.partial.get(relation, frozenset())
+        return partial_metadata(
+            (s.stratum, s.relations, s.cap, s.rounds)
+            for s in self.evaluation.capped
+            if s.stratum in capped
+        )
+
+    def table(self, relation: str) -> pa.Table | None:
+        from fixflow.pipeline.lake.delta import positional_to_arrow, to_arrow
+
+        attributes = _result_attributes(self.report, relation)
+        if relation in self.evaluation.tables:
+            return positional_to_arrow(self.evaluation.tables[relation], attributes)
+        if relation in self.evaluation.relations:
+            return to_arrow(self.evaluation.relations[relation], attributes)
+        if relation in self.inputs:
+            return positional_to_arrow(self.inputs[relation], attributes)
+        return None
+
+
+def _write_outputs(args: argparse.Namespace, report: Report, results: _Results) -> None:
+    """The Delta table (and files) of every ``.output``, then every ``.printsize`` line."""
+    from fixflow.pipeline.lake.delta import write_csv, write_table
+
+    args.output.mkdir(parents=True, exist_ok=True)
+    program = report.analysis.program
+    for relation in program.outputs:
+        attributes = _result_attributes(report, relation)
+        table = results.table(relation)
+        assert table is not None, f"`{relation}` is neither evaluated nor an input"
+        metadata = results.metadata(relation)
+        write_table(args.output / relation, table, attributes, metadata=metadata)
+        if args.csv:
+            write_csv(args.output / f"{relation}.csv", table, attributes)
+        partial = " (partial)" if metadata else ""
+        print(f"{relation}: {table.num_rows} rows{partial} -> {args.output / relation}")
+        for options in program.output_directives(relation):  # Soufflé writes every one
+            if options:
+                _write_souffle_output(args.output, relation, table, attributes, options)
+    for relation in program.printsizes:
+        sized = results.table(relation)
+        print(f"{relation}\t{0 if sized is None else sized.num_rows}")  # Soufflé's format
+
+
+def _write_souffle_output(
+    directory: Path,
+    relation: str,
+    table: pa.Table,
+    attributes: Sequence[Attribute],
+    options: Mapping[str, str],
+) -> None:
+    """Soufflé's ``.output r(IO=file, filename=..., delimiter=...)``: one line per (sorted)
+    row, no header, into ``filename`` relative to ``directory`` (default ``r.csv``,
+    tab-separated); with ``IO=stdout`` the rows between Soufflé's banner lines instead."""
+    from fixflow.pipeline.lake.delta import sorted_rows
+
+    rows = sorted_rows(table, attributes)
+    delimiter = options.get("delimiter", "\t")
+    lines = [delimiter.join(map(souffle_text, row)) if row else "()" for row in rows]
+    if options.get("IO") == "stdout":
+        print(
+            "\n".join(["---------------", relation, "===============", *lines, "==============="])
+        )
+        return
+    path = directory / options.get("filename", f"{relation}.csv")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    print(f"{relation}: {len(rows)} rows -> {path}")
+
+
+def souffle_text(value: object) -> str:
+    """A value as Soufflé writes it: a float as C++ streams print it at Soufflé's precision
+    of 17 significant digits (``%.17g``: ``10``, ``0.10000000000000001``, ``1e+20``)."""
+    return format(value, ".17g") if isinstance(value, float) else str(value)
+
+
+def _result_attributes(report: Report, relation: str) -> tuple[Attribute, ...]:
+    """The declared attributes of a result table: the iteration index is dropped."""
+    return report.catalog[relation].result

@@ -1,0 +1,401 @@
+"""The continuous pipeline of one program: Kafka → foreachBatch → maintenance → Delta.
+
+``ProgramStream`` is the maintenance hook of ``query.BatchPipeline`` (the Kafka query's
+``batch_handler``, or ``memory_source``). Per micro-batch:
+
+1. ingest (validate, dead-letter, normalize) — ``fixflow.pipeline.stream.ingest``;
+2. on the first batch after a (re)start, load the EDB *as it was before this batch*
+   (time travel by (query id, batch id)), so a replay after a crash — even one that
+   committed some tables — starts from exactly the state the first run saw;
+3. one epoch of the ``Maintainer``: every stratum brought up to date;
+4. commit the changed result rows (one idempotent Delta commit per changed relation:
+   ``commits.ResultCommits``);
+5. the EDB commit, made last by ``BatchPipeline.run``, marks the batch as applied.
+
+Every Delta commit carries (query id, batch id) so a replayed batch changes nothing.
+
+Consistency (``[stream] consistency``): ``converged`` runs every epoch to the fixpoint.
+``async`` lets an incremental MRA update run ``async_rounds_per_batch`` propagation rounds,
+commits, and carries the pending deltas on: into the next batch, and between batches
+(``converge``: epochs without input while the query is idle, and to the end after an
+``--available-now`` run). While deltas are pending, result commits carry
+``fixflow.provisional = true`` and ``state/<relation>`` holds the pending deltas; the
+commit that completes convergence says ``false``. A restart re-evaluates the EDB, which
+converges, so nothing provisional survives a crash.
+
+``running.run_until_stopped`` is `fixflow run`'s loop around the started query.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from fixflow.checker import load
+from fixflow.checker.model import Report
+from fixflow.operators.evaluate import EvalOptions, Progress
+from fixflow.operators.maintain import Epoch, Maintainer
+from fixflow.pipeline.config import Config
+from fixflow.pipeline.engine_settings import engine_options
+from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file
+from fixflow.pipeline.lake.delta import declared_rows
+from fixflow.pipeline.lake.lakehouse import ProgramLake, read_before_batch, record_program
+from fixflow.pipeline.stream.commits import ResultCommits
+from fixflow.pipeline.stream.ingest import IngestResult, Phases, ensure_edb_tables
+from fixflow.pipeline.stream.metrics import Metrics, Strategy
+from fixflow.pipeline.stream.query import (
+    START_AGAIN,
+    START_ATTEMPTS,
+    BatchPipeline,
+    missed_connect_back,
+    start_ingest_query,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchReport:
+    """What one micro-batch did, for the CLI and the demo."""
+
+    batch_id: int
+    records: int
+    dead_letters: int
+    inserted: dict[str, int]
+    deleted: dict[str, int]
+    epoch: Epoch | None
+    seconds: float
+    replayed: bool = False
+    changed_rows: dict[str, int] = field(default_factory=dict)
+    finished_at: float = field(default_factory=time.monotonic)
+    between_batches: bool = False
+    """An epoch without input carrying pending deltas on (async), after ``batch_id``."""
+    phases: Phases = field(default_factory=Phases)
+    """Seconds per phase and Spark jobs (the EDB commit is added when the batch ends)."""
+
+    @property
+    def provisional(self) -> bool:
+        return self.epoch is not None and self.epoch.provisional
+
+    @property
+    def started_at(self) -> float:
+        return self.finished_at - self.seconds
+
+
+class ProgramStream:
+    """One program's streaming state: the checked program, its lake and its maintainer."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: Config,
+        program_file: str | Path,
+        metrics: Metrics | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+        on_round: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.program_file = Path(program_file)
+        text = self.program_file.read_text(encoding="utf-8")
+        self.report: Report = load(text, str(program_file))
+        self.program = self.report.analysis.program
+        self.lake = ProgramLake.for_program(config.lake.path, self.program_file)
+        record_program(self.lake, text)  # `fixflow publish` reads its declarations there
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.declare(self.program.inputs, (s.index for s in self.report.strata))
+        self.on_batch = on_batch
+        self.on_round = on_round
+        """Called after every evaluation round (progress output of long batches)."""
+        options = EvalOptions(
+            max_iterations=config.engine.max_iterations or None,  # 0: the default rule
+            engine_options=engine_options(config),
+            progress=self._on_round,
+            # Deletions retract min/max values along their witness chains (mra-retract).
+            witness=True,
+            local_rows=config.engine.local_rows,
+        )
+        self.async_mode = config.stream.consistency == "async"
+        self.maintainer = Maintainer(
+            self.report,
+            spark,
+            options,
+            switch_fraction=config.elastic.switch_fraction,
+            round_budget=config.stream.async_rounds_per_batch if self.async_mode else None,
+        )
+        self.lock = threading.Lock()
+        """Held by each batch (``BatchPipeline``) and by ``converge`` between batches."""
+        self._last_batch = -1
+        self.loaded = False
+        self.beta = config.stream.max_records_per_trigger
+        self.limit_file = str(Path(self.lake.checkpoints) / "max_records_per_trigger")
+        self.reports: list[BatchReport] = []
+        self._last_finished: float | None = None
+        self._last_lag = 0
+        self.results = ResultCommits(self.report, self.lake, self.maintainer, self.async_mode)
+        self.results.ensure_result_tables()
+
+    # ------------------------------------------------------------ the hook
+
+    def maintain(self, result: IngestResult) -> None:
+        """``query.Maintain``: one epoch for this batch's changes, results committed."""
+        started = time.monotonic()
+        changes = result.changes.items()
+        # Arrow tables: the Maintainer makes them local relations and, when it keeps copies
+        # in the driver (``[engine] local_rows``), holds their rows without collecting.
+        inserts = {r: c.inserts for r, c in changes if c.inserts.num_rows}
+        deletes = {r: c.deletes for r, c in changes if c.deletes.num_rows}
+        with result.phases.timed("maintain"):
+            loaded = None
+            if not self.loaded:
+                loaded, inserts = self._load_before(result, inserts, deletes)
+            epoch = self._epoch(result, loaded, inserts, deletes)
+        with result.phases.timed("results"):
+            changed_rows = self.results.commit_epoch(epoch, result.commit) if epoch else {}
+        self._last_batch = result.batch_id
+        seconds = time.monotonic() - started
+        report = BatchReport(
+            result.batch_id,
+            result.records,
+            result.dead_letters,
+            {r: c.inserts.num_rows for r, c in changes},
+            {r: c.deletes.num_rows for r, c in changes},
+            epoch,
+            seconds,
+            result.replayed,
+            changed_rows,
+            phases=result.phases,
+        )
+        self._record(report)
+
+    def _epoch(
+        self,
+        result: IngestResult,
+        loaded: Epoch | None,
+        inserts: dict[str, pa.Table],
+        deletes: dict[str, pa.Table],
+    ) -> Epoch | None:
+        if inserts or deletes or self.maintainer.provisional:
+            # (async: a batch of no-ops or dead letters still carries pending deltas on)
+            counts = {
+                r: (c.inserts.num_rows, c.deletes.num_rows) for r, c in result.changes.items()
+            }
+            return self.maintainer.apply(inserts, deletes, net_counts=counts)
+        if loaded is not None:
+            # Nothing changed in this batch (or the load took its facts), but the results
+            # may lag the EDB they were loaded with: commit that difference.
+            epoch = self.maintainer.pending_changes()
+            epoch.strata = loaded.strata  # what ran: the load's bootstrap
+            return epoch
+        return None
+
+    def _record(self, report: BatchReport) -> None:
+        self._observe(report)
+        self.reports.append(report)
+        if self.on_batch is not None:
+            self.on_batch(report)
+
+    def _load_before(
+        self,
+        result: IngestResult,
+        inserts: dict[str, pa.Table],
+        deletes: dict[str, pa.Table],
+    ) -> tuple[Epoch, dict[str, pa.Table]]:
+        """Load the EDB and the result tables as they were before this batch and evaluate
+        everything once; the batch's epoch then carries any difference to the results.
+        Returns the load's epoch and the insertions still to apply.
+
+        Bootstrap = update from empty: when no EDB table held a fact before the batch and
+        the batch only inserts, the load takes the batch's facts themselves, so a fresh
+        stream evaluates its first batch once (an evaluation of the empty EDB followed by
+        an update that outgrows it, i.e. a second bootstrap, cost the SSSP stream's first
+        batch two evaluations)."""
+        edb = self._tables_before(self.lake.edb, self.program.inputs, result)
+        taken = not edb and not deletes
+        epoch = self.maintainer.load(
+            inserts if taken else edb,
+            self._tables_before(self.lake.results, self.program.outputs, result),
+        )
+        self.loaded = True
+        log.info(
+            "loaded the EDB %s batch %d and evaluated every stratum",
+            "with" if taken else "before",
+            result.batch_id,
+        )
+        return epoch, {} if taken else inserts
+
+    def _tables_before(
+        self, path_of: Callable[[str], str], relations: Sequence[str], result: IngestResult
+    ) -> dict[str, DataFrame]:
+        tables = {}
+        for relation in relations:
+            table = read_before_batch(path_of(relation), result.commit.query_id, result.batch_id)
+            if table is None:
+                continue
+            rows = declared_rows(table, self.report.catalog[relation].result)
+            # An empty table is left out: the Maintainer takes a missing relation as empty,
+            # and a missing result table spares the first epoch diffing against nothing
+            # (two EXCEPTs, i.e. shuffles, over everything the bootstrap derived).
+            if rows.num_rows:
+                tables[relation] = self._frame(rows)
+        return tables
+
+    # ------------------------------------------------------------ async: between batches
+
+    def converge(self) -> BatchReport | None:
+        """One epoch without input that carries pending deltas on (async consistency),
+        its result changes committed outside any batch; None when nothing is pending."""
+        with self.lock:
+            if not self.maintainer.provisional:
+                return None
+            started = time.monotonic()
+            epoch = self.maintainer.apply({}, {})
+            changed_rows = self.results.commit_epoch(epoch, None)
+            report = BatchReport(
+                self._last_batch,
+                0,
+                0,
+                {},
+                {},
+                epoch,
+                time.monotonic() - started,
+                changed_rows=changed_rows,
+                between_batches=True,
+            )
+        self._record(report)
+        return report
+
+    def settle(self) -> int:
+        """Carry every pending delta on until the results are converged; the epochs run."""
+        epochs = 0
+        while self.converge() is not None:
+            epochs += 1
+        return epochs
+
+    # ------------------------------------------------------------ metrics and β
+
+    def _on_round(self, progress: Progress) -> None:
+        """Per evaluation round: deltas propagated and the termination residual."""
+        if self.on_round is not None:
+            self.on_round(progress)
+        if self.metrics is None:
+            return
+        stratum = str(progress.stratum)
+        # Sync: this round's frontier, propagated next round. Async: what the stage's
+        # local iterations propagated (its pending deltas after the stage may be none).
+        propagated = progress.detail.get("propagated", max(progress.pending, 0))
+        self.metrics.deltas_propagated.labels(stratum=stratum).inc(propagated)
+        if progress.measure is not None:
+            for relation in progress.relations:
+                self.metrics.residual.labels(relation=relation).set(progress.measure)
+        if progress.detail:
+            for relation in progress.relations:
+                self.metrics.engine_stage(relation, progress.detail)
+
+    def _observe(self, report: BatchReport) -> None:
+        if self.metrics is None:
+            return
+        self.metrics.provisional.set(1 if report.provisional else 0)
+        if report.epoch is not None:
+            self.metrics.partial_strata.set(len(report.epoch.partial))
+        if report.epoch is not None:
+            for stratum in report.epoch.strata:
+                if stratum.strategy != "unchanged":
+                    kind: Strategy = (
+                        "bootstrap" if stratum.strategy.startswith("bootstrap") else "update"
+                    )
+                    self.metrics.choose_strategy(stratum.stratum, kind)
+                    self.metrics.rounds.labels(stratum=str(stratum.stratum)).inc(stratum.rounds)
+        for relation, rows in self.results.result_rows.items():
+            self.metrics.result_rows.labels(relation=relation).set(rows)
+
+    def adapt_batch_size(self, report: BatchReport, lag: int) -> int:
+        """PowerLog's β rule on the per-trigger record limit (docs/architecture.md, micro-batch).
+
+        The arrival rate |B|/ΔT is what arrived since the previous batch ended (the batch's
+        records plus the growth of the backlog) over that wall time; τ is what one batch
+        takes (at least the trigger interval). β then tracks the records that arrive while
+        one batch runs, within [``[buffer] initial``, ``max_records_per_trigger``]; a
+        backlog larger than β is read at the cap so the stream catches up.
+        """
+        cap = self.config.stream.max_records_per_trigger
+        interval = report.finished_at - (self._last_finished or report.started_at)
+        arrived = report.records + max(0, lag - self._last_lag)
+        self._last_finished, self._last_lag = report.finished_at, lag
+        tau = max(report.seconds, self.config.stream.trigger_ms / 1000.0)
+        buffer = self.config.buffer
+        beta = next_batch_limit(
+            self.beta, arrived, max(interval, 1e-3), tau, buffer.alpha, buffer.r, cap
+        )
+        if lag > beta:
+            beta = cap
+        self.beta = max(beta, min(buffer.initial, cap))
+        write_limit_file(self.limit_file, self.beta)
+        if self.metrics is not None:
+            self.metrics.buffer_beta.labels(buffer="micro_batch").set(self.beta)
+        return self.beta
+
+    # ------------------------------------------------------------ helpers
+
+    def _frame(self, table: pa.Table) -> DataFrame:
+        return self.spark.createDataFrame(table)
+
+    def run_available_now(self, timeout_s: float | None = None) -> Any:
+        """One ``availableNow`` run to its end (the query, ended); a start that lost Spark's
+        connect-back race (``missed_connect_back``) is started again, ``START_ATTEMPTS`` in
+        all. A failed batch raises; so does a run still going after ``timeout_s`` (stopped
+        first), a guard for tests."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            query = self.start(available_now=True)
+            try:
+                finished = query.awaitTermination(timeout_s)
+            except Exception:
+                if attempt < START_ATTEMPTS and missed_connect_back(query):
+                    log.warning(START_AGAIN, attempt, START_ATTEMPTS)
+                    continue
+                raise
+            if finished is False:  # None without a timeout
+                query.stop()
+                raise TimeoutError(f"the query did not finish within {timeout_s} s")
+            return query
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def batch_pipeline(self) -> BatchPipeline:
+        """What each micro-batch of this stream runs (ingest → ``maintain`` → EDB commit),
+        for a source that hands over its records itself (``memory_source.MemorySource``);
+        ``start`` runs the same through the Kafka query. The EDB tables are made first, as
+        ``start`` makes them."""
+        ensure_edb_tables(self.program, self.lake)
+        return BatchPipeline(
+            self.program,
+            self.lake,
+            self.metrics,
+            self.maintain,
+            topic_prefix=self.config.kafka.topic_prefix,
+            lock=self.lock,
+            spark=self.spark,
+        )
+
+    def start(self, available_now: bool = False) -> Any:
+        """Start the streaming query (see ``query.start_ingest_query``)."""
+        write_limit_file(self.limit_file, self.beta)
+        return start_ingest_query(
+            self.spark,
+            self.config,
+            self.program,
+            self.lake,
+            self.metrics,
+            self.maintain,
+            available_now=available_now,
+            limit_file=self.limit_file if self.config.stream.adaptive else None,
+            lock=self.lock,
+        )
