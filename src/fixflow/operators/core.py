@@ -102,6 +102,13 @@ def round_cap(report: Report, stratum: Stratum, user_cap: int | None) -> int | N
     return None if reaches_fixpoint(report, stratum) else LIMIT_CAP
 
 
+LOCAL_ROWS = 2_000_000
+"""``[engine] local_rows``' default: a stratum whose inputs hold at most this many rows
+each, and which stays that small, runs in the driver (``placement.place``). A relation
+of 2M rows is ~50 MB of numpy columns; above it a Spark job's fixed cost (tens of ms)
+no longer dominates the work (bench/SMALL_RESULTS.md)."""
+
+
 @dataclass
 class EvalOptions:
     max_iterations: int | None = None
@@ -254,34 +261,17 @@ class Bootstrapped:
     """The MRA engine's state of each MRA relation."""
 
 
-class StratumRun:
-    """One stratum being bootstrapped or updated, and the Spark plumbing for it."""
+class StratumView:
+    """One stratum of a checked program under ``options``: its class, relations, rules and
+    their plans; no Spark (what ``placement`` decides from)."""
 
-    def __init__(
-        self,
-        report: Report,
-        stratum: Stratum,
-        frames: Frames,
-        materializer: Materializer,
-        *,
-        options: EvalOptions,
-        engine: MraEngine,
-        partitions: int,
-        on_round: Callable[[RoundInfo], None] | None = None,
-    ) -> None:
+    def __init__(self, report: Report, stratum: Stratum, options: EvalOptions) -> None:
         self.report = report
         self.catalog = report.catalog
         self.stratum = stratum
-        self.spark = frames.spark
-        self.frames = frames
-        self.materializer = materializer
         self.options = options
-        self.engine = engine
-        self.partitions = partitions
         self.strategy = strategy_of(stratum, options.strategy)
         """The evaluation class this run follows (forced or the checker's)."""
-        self._on_round = on_round
-        self.backend = SparkBackend(self.spark, frames.source)
 
     @property
     def cap(self) -> int | None:
@@ -339,6 +329,38 @@ class StratumRun:
             iteration=iteration,
         )
 
+    def body_plans(
+        self, relation: str, rules: Sequence[ast.Rule] | None = None, iteration: int | None = None
+    ) -> list[Plan]:
+        """The head rows of every body of ``rules`` (default: all the relation's rules)."""
+        chosen = self.rules(relation) if rules is None else rules
+        return [self.rule_rows(r, b, iteration=iteration) for r in chosen for b in r.bodies]
+
+
+class StratumRun(StratumView):
+    """One stratum being bootstrapped or updated, and the Spark plumbing for it."""
+
+    def __init__(
+        self,
+        report: Report,
+        stratum: Stratum,
+        frames: Frames,
+        materializer: Materializer,
+        *,
+        options: EvalOptions,
+        engine: MraEngine,
+        partitions: int,
+        on_round: Callable[[RoundInfo], None] | None = None,
+    ) -> None:
+        super().__init__(report, stratum, options)
+        self.spark = frames.spark
+        self.frames = frames
+        self.materializer = materializer
+        self.engine = engine
+        self.partitions = partitions
+        self._on_round = on_round
+        self.backend = SparkBackend(self.spark, frames.source)
+
     def combine(self, relation: str, rows: Sequence[Plan]) -> DataFrame:
         """G over head rows (distinct union for a set relation), positional columns. An
         aggregate without a group over no bindings is no row (Spark's global aggregate
@@ -367,13 +389,6 @@ class StratumRun:
     ) -> DataFrame:
         """G over every body of ``rules`` (default: all the relation's rules), full inputs."""
         return self.combine(relation, self.body_plans(relation, rules, iteration))
-
-    def body_plans(
-        self, relation: str, rules: Sequence[ast.Rule] | None = None, iteration: int | None = None
-    ) -> list[Plan]:
-        """The head rows of every body of ``rules`` (default: all the relation's rules)."""
-        chosen = self.rules(relation) if rules is None else rules
-        return [self.rule_rows(r, b, iteration=iteration) for r in chosen for b in r.bodies]
 
     def keep(self, frame: DataFrame) -> DataFrame:
         return self.materializer.keep(frame)

@@ -13,9 +13,9 @@ already in the driver, ``Bootstrap`` runs it here instead, over numpy batches
   semi-naive rounds, new = derived − all, or the groups whose value improves; ``mra``
   strata on the ``async`` or ``hybrid`` engine with one shard: that engine's shard loop
   (``ShardLoop.in_driver``), seeded and fed by the kernels, as a Spark task would run it.
-  Other classes, plans the kernels cannot run (Soufflé's functors), inputs that are not
-  local, and strata that grow past the limit go to Spark (``LocalUnsupported`` says why;
-  the stratum restarts there from its inputs, so nothing is lost);
+  Which strata run here is ``placement.place``'s decision, made before the stratum runs;
+  a stratum that grows past the limit raises ``placement.Outgrown`` and restarts on Spark
+  from its inputs, so nothing is lost;
 - ``EvalOptions.local_rows`` bounds the rows of each input a local stratum reads and the
   rows it holds (``fixflow eval --local-rows``, default 2,000,000; 0, the API's default, turns
   the path off).
@@ -42,14 +42,13 @@ from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import head_columns, relation_struct
 from fixflow.operators.core import StratumRun, combine_plan
-from fixflow.operators.engines.async_engine import order_dependence, stage_params, unsupported
+from fixflow.operators.engines.async_engine import order_dependence, stage_params
 from fixflow.operators.engines.base import EngineOptions, RoundInfo
 from fixflow.operators.engines.kernels import (
     NUMPY_TYPES,
     Batch,
     JoinIndex,
     Kernel,
-    KernelUnsupported,
     _cast,
     anti_join,
     concat,
@@ -63,6 +62,7 @@ from fixflow.operators.engines.shard_loop import (
     valid_candidates,
 )
 from fixflow.operators.lazy_frame import LazyFrame
+from fixflow.operators.placement import Outgrown, bootstrap_method
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.strategies.seminaive import delta_rules, exit_rules
 
@@ -78,10 +78,6 @@ ARROW_TYPES: dict[TypeName, pa.DataType] = {
 Fetch = Callable[[str], Batch | None]
 """A relation's rows in the driver (collected from Spark if need be); None when it holds
 more rows than the limit."""
-
-
-class LocalUnsupported(Exception):
-    """Why a stratum does not run in the driver (it runs on Spark)."""
 
 
 # ---------------------------------------------------------------- conversions
@@ -180,19 +176,15 @@ class LocalStratum:
         """The round cap stopped the stratum before its fixpoint (its rows are partial)."""
 
     def bootstrap(self) -> tuple[dict[str, Batch], int]:
-        """Every relation of the stratum, and the rounds it took."""
-        strategy = self.run.strategy
-        if strategy == "nonrecursive":
+        """Every relation of the stratum, and the rounds it took (``placement.place`` has
+        put the stratum here: its class has a loop here and the kernels run its plans)."""
+        method = bootstrap_method(self.run)
+        if method == "nonrecursive":
             for relation in self.run.relations:
                 self.full[relation] = self.derive(relation, self.run.body_plans(relation))
             return {r: self.full[r] for r in self.run.relations}, 1
-        if strategy == "mra":
+        if method == "mra":
             return self.mra()
-        improving = all(e.aggregate in (None, "min", "max") for e in self.run.entries())
-        if strategy not in ("set", "aggregate-seminaive") or not improving:
-            raise LocalUnsupported(f"a `{strategy}` stratum runs on Spark")
-        if any(e.index_pos is not None for e in self.run.entries()):
-            raise LocalUnsupported("an iteration-indexed relation runs on Spark")
         return self.seminaive()
 
     def seminaive(self) -> tuple[dict[str, Batch], int]:
@@ -226,14 +218,15 @@ class LocalStratum:
         witness = self.run.options.witness and program.g in ("min", "max")
         aux = [self.aux_rows(program, body) for body in program.bodies]
         seeds = seed_messages(program, seed_candidates(program, self.sources), witness)
-        loop, iterations = self.mra_loop(program, options, aux, seeds, witness)
+        loop, iterations, capped = self.mra_loop(program, options, aux, seeds, witness)
         reason = order_dependence(program.g, loop.gain, loop.negative)
         if reason is not None and options.priority:
             # Another order, another sum: round order, as the engine does.
             log.info("%s: in round order: %s", program.relation, reason)
-            loop, iterations = self.mra_loop(
+            loop, iterations, capped = self.mra_loop(
                 program, replace(options, priority=False), aux, seeds, witness
             )
+        self.capped = capped
         keys, values = loop.relation_rows()
         rows = Batch(len(values))
         for key, pos in zip(keys, program.spec.key_positions, strict=True):
@@ -254,22 +247,9 @@ class LocalStratum:
         return {program.relation: rows}, 1
 
     def mra_program(self) -> MraProgram:
-        """The stratum's MRA program when the driver can run it; else ``LocalUnsupported``."""
-        options = self.run.options.engine_options
-        if options.mode == "sync":
-            raise LocalUnsupported("the sync engine runs a `mra` stratum on Spark, a job a round")
-        if options.shards > 1:
-            raise LocalUnsupported(f"{options.shards} shards were asked for")
         spec = self.run.mra_spec()
-        if spec is None:
-            raise LocalUnsupported("MRA over several relations runs on Spark")
-        program = MraProgram(spec, self.run.catalog.types)
-        if program.indexed:
-            raise LocalUnsupported("an iteration-indexed relation starts on Spark")
-        reason = unsupported(program)
-        if reason is not None:
-            raise LocalUnsupported(reason)
-        return program
+        assert spec is not None, "placed in the driver as `mra` only with a spec"
+        return MraProgram(spec, self.run.catalog.types)
 
     def mra_loop(
         self,
@@ -278,24 +258,24 @@ class LocalStratum:
         aux: list[Batch],
         seeds: pa.Table,
         witness: bool = False,
-    ) -> tuple[ShardLoop, int]:
+    ) -> tuple[ShardLoop, int, bool]:
         """The shard's loop run until nothing is pending, at most ``max_iterations`` times
-        (a run of the loop is a stage of the engine)."""
+        (a run of the loop is a stage of the engine); whether the cap stopped it."""
         params = stage_params(program, options, witness=witness, shards=1, hybrid=True)
         loop = ShardLoop.in_driver(params, aux, seeds, row_limit=self.limit)
         for _ in range(self.run.max_iterations):
             loop.run()  # to quiescence, the clause's local bound, the row limit or the guard
             if len(loop.table) > self.limit:
-                raise LocalUnsupported(f"it grew past {self.limit} rows")
+                raise Outgrown(f"it grew past {self.limit} rows")
             if not loop.has_pending:
-                return loop, loop.iterations
+                return loop, loop.iterations, False
             bound = params.local_bound
             if bound is not None and loop.table.local_measure() < bound:
-                return loop, loop.iterations  # the termination clause holds
+                return loop, loop.iterations, False  # the termination clause holds
             if loop.iterations >= LOCAL_ITERATION_CAP:
-                # Its guard: a run would do nothing more (an uncapped stratum: spin for ever).
-                raise LocalUnsupported(f"{LOCAL_ITERATION_CAP} local iterations: Spark runs it")
-        raise LocalUnsupported("the iteration cap: Spark reports it")
+                # Its guard: a run would do nothing more; Spark's stages each have their own.
+                raise Outgrown(f"{LOCAL_ITERATION_CAP} local iterations without converging")
+        return loop, loop.iterations, True  # the stratum's cap, counted in stages as on Spark
 
     def aux_rows(self, program: MraProgram, body: RecursiveBody) -> Batch:
         """A body's auxiliary side in columns ``c0..``, all in the one shard (0); distinct
@@ -353,8 +333,7 @@ class LocalStratum:
             table = self.delta if version == "delta" else self.full
             if relation not in table and version == "full":
                 fetched = self.fetch(relation)
-                if fetched is None:
-                    raise LocalUnsupported(f"`{relation}` is larger than the limit")
+                assert fetched is not None, "placement.place sized every input"
                 table[relation] = fetched
             found[(relation, version)] = table[relation]
         return found
@@ -365,7 +344,7 @@ class LocalStratum:
     def check_size(self) -> None:
         held = sum(self.full[r].n for r in self.run.relations)
         if held > self.limit:
-            raise LocalUnsupported(f"it grew past {self.limit} rows")
+            raise Outgrown(f"it grew past {self.limit} rows")
 
 
 def _keys(entry: RelationEntry) -> tuple[str, ...]:
@@ -441,12 +420,9 @@ class LocalRun:
 
 
 def run_locally(run: StratumRun, sources: Fetch, limit: int) -> LocalRun:
-    """Bootstrap ``run``'s stratum in the driver: its relations' rows and rounds; raises
-    ``LocalUnsupported`` (a kernel the backend lacks included) when it cannot. ``sources``
-    gives the rows of a relation the stratum reads (None: too many)."""
+    """Bootstrap ``run``'s stratum, placed in the driver (``placement.place``): its
+    relations' rows and rounds; ``Outgrown`` when it grows past ``limit`` rows. ``sources``
+    gives the rows of a relation the stratum reads."""
     stratum = LocalStratum(run, sources, limit)
-    try:
-        rows, rounds = stratum.bootstrap()
-    except KernelUnsupported as error:
-        raise LocalUnsupported(str(error)) from None
+    rows, rounds = stratum.bootstrap()
     return LocalRun(rows, rounds, stratum.witnessed, stratum.capped)

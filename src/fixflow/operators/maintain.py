@@ -57,7 +57,6 @@ from fixflow.operators.epoch import (
 from fixflow.operators.evaluate import Bootstrap, Input, StratumStats
 from fixflow.operators.lazy_frame import deferred, renamed
 from fixflow.operators.local import (
-    LocalUnsupported,
     arrow_frame,
     empty_rows,
     table_rows,
@@ -78,6 +77,7 @@ from fixflow.operators.materialize import (
     reading_checkpoints_of,
     release_frame,
 )
+from fixflow.operators.placement import Outgrown
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.strategies import aggregate_seminaive, dred, mra, nonrecursive, seminaive
 
@@ -909,7 +909,7 @@ class Maintainer:
             return None
         try:
             return copies.after(held, delta, self.catalog[relation].types)
-        except LocalUnsupported:
+        except Outgrown:  # a side of the change is larger than the copies' limit
             return None
 
     def _positional_input(self, relation: str, frame: Input | None) -> DataFrame:

@@ -22,10 +22,6 @@ from fixflow.operators.materialize import Stored
 from fixflow.operators.rounds import clause_holds, measure_column
 
 
-def bootstrap_applies(run: StratumRun) -> bool:
-    return True
-
-
 def bootstrap(run: StratumRun) -> Bootstrapped:
     relations = run.relations
     indexed = [e.name for e in run.entries() if e.index_pos is not None]

@@ -35,7 +35,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fixflow.operators.compiler import join_on
-from fixflow.operators.core import Bootstrapped, StratumRun, bounded, bounded_to, union_by_name
+from fixflow.operators.core import (
+    Bootstrapped,
+    StratumRun,
+    StratumView,
+    bounded,
+    bounded_to,
+    union_by_name,
+)
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
@@ -96,7 +103,7 @@ class SetGrowth:
         return ctx.delta(union_by_name(touched).distinct(), ctx.frames.empty(relation))
 
 
-def delta_rules(run: StratumRun, relation: str) -> list[Plan]:
+def delta_rules(run: StratumView, relation: str) -> list[Plan]:
     """One rule per occurrence of a stratum relation in a body, reading its last delta."""
     return [
         run.rule_rows(rule, body, versions={k: "delta"})
@@ -106,7 +113,7 @@ def delta_rules(run: StratumRun, relation: str) -> list[Plan]:
     ]
 
 
-def exit_rules(run: StratumRun) -> dict[str, list[Plan]]:
+def exit_rules(run: StratumView) -> dict[str, list[Plan]]:
     """Per relation, the head rows of its bodies without an atom of the stratum."""
     return {
         relation: [
@@ -220,10 +227,6 @@ def update_with(ctx: UpdateContext, growth: Mapping[str, Growth]) -> Outcome:
 
 
 SET = SetGrowth()
-
-
-def bootstrap_applies(run: StratumRun) -> bool:
-    return run.strategy in ("set", "mra") and all(e.aggregate is None for e in run.entries())
 
 
 def bootstrap(run: StratumRun) -> Bootstrapped:
