@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from fixflow.checker.analysis import analyze, bindings, strongly_connected
+from fixflow.checker.analysis import analyze
 from fixflow.checker.ast import Program
 from fixflow.checker.model import Analysis
 from fixflow.checker.parser import parse
+from fixflow.checker.stratification import strongly_connected
+from fixflow.checker.types import bindings
 
 
 def analysis_of(text: str) -> Analysis:
@@ -75,8 +77,8 @@ s(Y, min[d]) :- s(X, dx), e(X, Y, w), d = dx + w.
 
 
 def test_tarjan_on_a_graph_with_two_cycles() -> None:
-    from fixflow.checker.analysis import Edge
     from fixflow.checker.ast import NO_SPAN
+    from fixflow.checker.stratification import Edge
 
     pairs = [("a", "b"), ("b", "a"), ("b", "c"), ("c", "d"), ("d", "c"), ("e", "e")]
     edges = [Edge(h, b, False, NO_SPAN) for h, b in pairs]

@@ -5,8 +5,8 @@ and an output relation with no definition is an empty derived relation, with a w
 from __future__ import annotations
 
 from fixflow.checker import diagnose, load
-from fixflow.checker.analysis import loaded_relation
 from fixflow.checker.ast import Atom
+from fixflow.checker.declarations import loaded_relation
 
 UNION = """
 .decl edge(src: number, dst: number)

@@ -10,8 +10,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
-from fixflow.operators.compiler import relation_struct
 from fixflow.operators.evaluate import EvalOptions, Evaluation, evaluate_with_stats
+from fixflow.operators.spark_backend import relation_struct
 
 Row = tuple[object, ...]
 

@@ -16,7 +16,6 @@ from pyspark.sql import DataFrame, SparkSession
 from fixflow.checker import load
 from fixflow.checker.ast import Attribute
 from fixflow.checker.model import Report
-from fixflow.operators.compiler import positional
 from fixflow.operators.engines import async_engine
 from fixflow.operators.engines.async_engine import (
     AsyncEngine,
@@ -33,6 +32,7 @@ from fixflow.operators.engines.base import (
 )
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.materialize import Materializer
+from fixflow.operators.spark_backend import positional
 from reference.evaluator import evaluate as reference_evaluate
 from reference.golden import GoldenCase, load_golden
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from pyspark.sql import SparkSession
 
 from fixflow.checker import ast
 from fixflow.checker.parser import parse
-from fixflow.operators.compiler import CompileError, RuleCompiler, column_name
+from fixflow.operators.compiler import CompileError, RuleCompiler
 from fixflow.operators.plan import AntiJoin, Filter, Join, Project, Scan, explain
+from fixflow.operators.spark_backend import column_name
 
 from .helpers import run
 
@@ -78,6 +84,22 @@ def test_head_casts_to_declared_types() -> None:
     head = compiler.head(rule, compiler.body(rule.bodies[0]), ("number", "float"))
     assert isinstance(head, Project)
     assert [t for _, t in head.schema] == ["number", "float"]
+
+
+def test_the_compiler_runs_without_spark() -> None:
+    """Plans have two backends, Spark and the driver's numpy kernels: compiling rules to
+    plans must not load pyspark (a fresh interpreter, so nothing else loaded it first)."""
+    src = Path(__file__).resolve().parents[2] / "src"
+    probe = "import sys, fixflow.operators.compiler; print(sorted(sys.modules))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "fixflow.operators.compiler" in loaded
+    assert "pyspark" not in loaded and "fixflow.operators.spark_backend" not in loaded
 
 
 def test_column_names_keep_case_apart() -> None:
@@ -200,7 +222,7 @@ def test_program_plans_show_each_stratum_with_its_fixpoint() -> None:
 def test_set_minus_is_except_without_the_distinct_null_safe_and_unambiguous(
     spark: SparkSession,
 ) -> None:
-    from fixflow.operators.compiler import minus, set_minus
+    from fixflow.operators.spark_backend import minus, set_minus
 
     rows = [(1, 1.0), (2, None), (None, 3.0), (4, float("nan")), (5, 5.0)]
     left = spark.createDataFrame(rows, "c0 long, c1 double")

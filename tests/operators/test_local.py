@@ -14,13 +14,13 @@ from pyspark.sql import SparkSession
 
 from fixflow.checker import load
 from fixflow.checker.model import Report, Stratum
-from fixflow.operators.compiler import SparkBackend, relation_struct
 from fixflow.operators.engines.async_engine import unsupported
 from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.engines.kernels import Batch, Kernel, anti_join
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.evaluate import EvalOptions, evaluate_with_stats
 from fixflow.operators.plan import Aggregate, AntiJoin, Scan
+from fixflow.operators.spark_backend import SparkBackend, relation_struct
 from reference.golden import compare_rows, load_golden
 
 from .helpers import edb_frames, report_of, run

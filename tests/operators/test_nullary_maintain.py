@@ -2,7 +2,7 @@
 holding, inside recursion (``set`` strata: semi-naive inserts, DRed deletions) and outside
 (affected groups), equals the oracle after every epoch. Spark's EXCEPT of frames without
 columns keeps the left rows whatever the right holds, and its joins take no empty column
-list: both are worked around in ``compiler.minus`` / ``compiler.join_on``."""
+list: both are worked around in ``spark_backend.minus`` / ``spark_backend.join_on``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from fixflow.operators.compiler import cross_join, join_on, minus
+from fixflow.operators.spark_backend import cross_join, join_on, minus
 
 from .test_maintain import run_epochs, strategies
 

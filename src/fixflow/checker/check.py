@@ -2,7 +2,7 @@
 
 For every recursive aggregate rule: Property 1 (G commutative and associative), Property 2
 (G∘F′∘G = G∘F′ for every linear alternative), A3 convergence for sum programs that reach
-a limit, and the initial delta. Then one class per recursive stratum (docs/architecture.md §2):
+a limit, and the initial delta. Then one class per recursive stratum (docs/architecture.md):
 ``set``, ``mra`` (one relation, linear, Properties 1 and 2 hold), ``aggregate-seminaive``
 (min/max recursion with monotone combining expressions, or recursion through a count
 used only in upward-closed tests) or ``naive``. ``unknown`` never yields ``mra``.
@@ -14,8 +14,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from fixflow.checker import smt
-from fixflow.checker.analysis import index_var, with_relation_aggregate
+import fixflow.checker.smt as smt
 from fixflow.checker.ast import (
     Atom,
     Comparison,
@@ -26,7 +25,7 @@ from fixflow.checker.ast import (
     body_atoms,
     expr_vars,
 )
-from fixflow.checker.catalog import build_catalog
+from fixflow.checker.catalog import build_catalog, index_var
 from fixflow.checker.conditions import (
     Alternative,
     Sort,
@@ -51,6 +50,7 @@ from fixflow.checker.model import (
 )
 from fixflow.checker.printer import pretty
 from fixflow.checker.rewrite import drop_index
+from fixflow.checker.stratification import with_relation_aggregate
 
 log = logging.getLogger(__name__)
 

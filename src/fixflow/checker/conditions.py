@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, cast
 
-from fixflow.checker.analysis import bindings, index_var
 from fixflow.checker.ast import (
     Aggregate,
     AggregateFunc,
@@ -41,8 +40,9 @@ from fixflow.checker.ast import (
     body_atoms,
     expr_vars,
 )
+from fixflow.checker.catalog import index_var
 from fixflow.checker.printer import pretty
-from fixflow.checker.types import infer_body
+from fixflow.checker.types import bindings, infer_body
 
 Sort: TypeAlias = Literal["int", "real"]
 

@@ -31,15 +31,7 @@ from pyspark.sql import functions as F
 from fixflow.checker import ast
 from fixflow.checker.catalog import Catalog, RelationEntry, index_var
 from fixflow.checker.model import EvalClass, MraSpec, Report, Stratum
-from fixflow.operators.compiler import (
-    RuleCompiler,
-    SparkBackend,
-    column_name,
-    head_columns,
-    positional,
-    relation_struct,
-    spark_type,
-)
+from fixflow.operators.compiler import RuleCompiler, head_columns
 from fixflow.operators.engines.base import EngineEnv, EngineOptions, MraEngine, MraState, RoundInfo
 from fixflow.operators.materialize import Materializer, checkpoint_rdds, reading_checkpoints_of
 from fixflow.operators.plan import (
@@ -52,6 +44,13 @@ from fixflow.operators.plan import (
     Union,
     Unit,
     Version,
+)
+from fixflow.operators.spark_backend import (
+    SparkBackend,
+    column_name,
+    positional,
+    relation_struct,
+    spark_type,
 )
 
 

@@ -25,11 +25,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fixflow.checker import ast
-from fixflow.operators.compiler import join_on, positional, set_minus, spark_type
 from fixflow.operators.core import StratumRun, atoms_over, compacted
 from fixflow.operators.engines.base import MraState, RoundInfo
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.plan import Plan
+from fixflow.operators.spark_backend import join_on, positional, set_minus, spark_type
 
 if TYPE_CHECKING:
     from fixflow.operators.local_update import DriverCopies

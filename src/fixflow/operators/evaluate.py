@@ -32,10 +32,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from fixflow.checker.analysis import dependency_edges
 from fixflow.checker.catalog import Catalog
 from fixflow.checker.model import Report, Stratum
-from fixflow.operators.compiler import positional, relation_struct, spark_type
+from fixflow.checker.stratification import dependency_edges
 from fixflow.operators.core import (
     Bootstrapped,
     EvalOptions,
@@ -71,6 +70,7 @@ from fixflow.operators.placement import (
 )
 from fixflow.operators.plan import Fixpoint, Plan
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
+from fixflow.operators.spark_backend import positional, relation_struct, spark_type
 from fixflow.operators.strategies import aggregate_seminaive, mra, naive, nonrecursive, seminaive
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
-from fixflow.operators.compiler import head_columns, relation_struct
+from fixflow.operators.compiler import head_columns
 from fixflow.operators.core import StratumRun, combine_plan
 from fixflow.operators.engines.async_engine import order_dependence, stage_params
 from fixflow.operators.engines.base import EngineOptions, RoundInfo
@@ -64,6 +64,7 @@ from fixflow.operators.engines.shard_loop import (
 from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.placement import Outgrown, bootstrap_method
 from fixflow.operators.plan import Plan, relations_read
+from fixflow.operators.spark_backend import relation_struct
 from fixflow.operators.strategies.seminaive import delta_rules, exit_rules
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker.ast import TypeName
-from fixflow.operators.compiler import relation_struct, spark_type
 from fixflow.operators.engines.async_engine import (
     _head_key_columns,
     _join_key_columns,
@@ -72,6 +71,7 @@ from fixflow.operators.local import (
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.placement import Outgrown
 from fixflow.operators.plan import Aggregate, AntiJoin, Fixpoint, Plan, children, relations_read
+from fixflow.operators.spark_backend import relation_struct, spark_type
 from fixflow.operators.witness import ROOT, invalidated_rows
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,6 @@ from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker import ast
 from fixflow.checker.model import Report, Stratum
-from fixflow.operators.compiler import join_on, minus, positional, spark_type
 from fixflow.operators.core import (
     PARTITION_BOUND,
     EvalOptions,
@@ -79,6 +78,7 @@ from fixflow.operators.materialize import (
 )
 from fixflow.operators.placement import Outgrown
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
+from fixflow.operators.spark_backend import join_on, minus, positional, spark_type
 from fixflow.operators.strategies import aggregate_seminaive, dred, mra, nonrecursive, seminaive
 
 log = logging.getLogger(__name__)

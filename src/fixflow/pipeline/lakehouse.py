@@ -204,7 +204,7 @@ def read_table(table_path: str, version: int | None = None) -> pa.Table | None:
 
     table = open_table(table_path, version)
     # Through DataFusion, not to_pyarrow_dataset(): that path can abort the interpreter at
-    # exit (docs/architecture.md §4.1).
+    # exit (docs/architecture.md, "Reading results and publishing").
     return None if table is None else read_delta(table)
 
 

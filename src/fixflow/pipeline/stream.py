@@ -449,7 +449,7 @@ class ProgramStream:
             self.metrics.result_rows.labels(relation=relation).set(rows)
 
     def adapt_batch_size(self, report: BatchReport, lag: int) -> int:
-        """PowerLog's β rule on the per-trigger record limit (docs/architecture.md §4).
+        """PowerLog's β rule on the per-trigger record limit (docs/architecture.md, micro-batch).
 
         The arrival rate |B|/ΔT is what arrived since the previous batch ended (the batch's
         records plus the growth of the backlog) over that wall time; τ is what one batch

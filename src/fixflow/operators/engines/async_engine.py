@@ -37,7 +37,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, ByteType, IntegerType, StructField, StructType
 
 from fixflow.checker.ast import TypeName
-from fixflow.operators.compiler import SparkBackend, column_name, positional, spark_type
 from fixflow.operators.engines import blocks, kernels
 from fixflow.operators.engines.base import (
     EngineEnv,
@@ -61,6 +60,7 @@ from fixflow.operators.engines.shard_loop import (
 from fixflow.operators.materialize import Stored
 from fixflow.operators.plan import Plan, Project, Scan, Version
 from fixflow.operators.rounds import clause_holds, constant_value, measure_column, session_conf
+from fixflow.operators.spark_backend import SparkBackend, column_name, positional, spark_type
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
-from fixflow.operators.compiler import Source
 from fixflow.operators.materialize import Materializer
+from fixflow.operators.spark_backend import Source
 
 if TYPE_CHECKING:
     from fixflow.operators.engines.program import MraProgram

@@ -25,13 +25,7 @@ from pyspark.sql import functions as F
 
 from fixflow.checker import ast
 from fixflow.checker.model import MraSpec
-from fixflow.operators.compiler import (
-    BodyPlan,
-    RuleCompiler,
-    SparkBackend,
-    column_name,
-    positional,
-)
+from fixflow.operators.compiler import BodyPlan, RuleCompiler
 from fixflow.operators.plan import (
     Cast,
     Col,
@@ -44,6 +38,7 @@ from fixflow.operators.plan import (
     children,
     explain,
 )
+from fixflow.operators.spark_backend import SparkBackend, column_name, positional
 
 log = logging.getLogger(__name__)
 

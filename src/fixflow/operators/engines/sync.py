@@ -35,12 +35,12 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from fixflow.operators.compiler import SparkBackend, column_name, positional, spark_type
 from fixflow.operators.engines.base import EngineEnv, MraOutcome, MraState, OnRound, RoundInfo
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.materialize import Stored
 from fixflow.operators.plan import Plan, Version
 from fixflow.operators.rounds import clause_holds, improves, measure_column
+from fixflow.operators.spark_backend import SparkBackend, column_name, positional, spark_type
 
 BROADCAST_FRONTIER_ROWS = 100_000
 """Below this many pending keys the frontier is broadcast to the auxiliary table's

@@ -22,11 +22,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fixflow.checker.catalog import RelationEntry
-from fixflow.operators.compiler import join_on, minus, positional
 from fixflow.operators.core import Bootstrapped, StratumRun
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
 from fixflow.operators.rounds import improves
+from fixflow.operators.spark_backend import join_on, minus, positional
 from fixflow.operators.strategies.seminaive import (
     SET,
     Growth,

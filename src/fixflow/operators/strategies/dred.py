@@ -54,10 +54,10 @@ from pyspark.sql import DataFrame
 
 from fixflow.checker import ast
 from fixflow.checker.catalog import RelationEntry
-from fixflow.operators.compiler import join_on, minus, positional
 from fixflow.operators.core import StratumRun, atoms_over, union_by_name
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Col, Plan, Project, Scan, Union
+from fixflow.operators.spark_backend import join_on, minus, positional
 from fixflow.operators.strategies.aggregate_seminaive import (
     IMPROVING,
     RecomputingGrowth,

@@ -30,7 +30,6 @@ from pyspark.sql import functions as F
 from fixflow.checker import ast
 from fixflow.checker.model import MraSpec
 from fixflow.operators import local_update
-from fixflow.operators.compiler import SparkBackend, positional
 from fixflow.operators.core import Bootstrapped, StratumRun, atoms_over, union_by_name
 from fixflow.operators.engines.program import (
     MraProgram,
@@ -41,6 +40,7 @@ from fixflow.operators.engines.program import (
 from fixflow.operators.epoch import Abandon, Outcome, UpdateContext
 from fixflow.operators.placement import Outgrown, place_retraction
 from fixflow.operators.plan import Plan, Version
+from fixflow.operators.spark_backend import SparkBackend, positional
 from fixflow.operators.witness import descendants
 
 log = logging.getLogger(__name__)

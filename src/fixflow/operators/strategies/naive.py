@@ -15,11 +15,11 @@ from pyspark.sql import functions as F
 
 from fixflow.checker import ast
 from fixflow.checker.catalog import index_var
-from fixflow.operators.compiler import join_on, positional
 from fixflow.operators.core import Bootstrapped, EvaluationError, StratumRun
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.materialize import Stored
 from fixflow.operators.rounds import clause_holds, measure_column
+from fixflow.operators.spark_backend import join_on, positional
 
 
 def bootstrap(run: StratumRun) -> Bootstrapped:

@@ -15,10 +15,10 @@ from pyspark.sql import DataFrame
 
 from fixflow.checker import ast
 from fixflow.checker.catalog import RelationEntry
-from fixflow.operators.compiler import join_on, minus, positional
 from fixflow.operators.core import Bootstrapped, StratumRun, appended, atoms_over, extended
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan, Scan, Union
+from fixflow.operators.spark_backend import join_on, minus, positional
 
 # ---------------------------------------------------------------- bootstrap
 

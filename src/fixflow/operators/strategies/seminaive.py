@@ -34,7 +34,6 @@ from typing import Protocol
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from fixflow.operators.compiler import join_on
 from fixflow.operators.core import (
     Bootstrapped,
     StratumRun,
@@ -46,6 +45,7 @@ from fixflow.operators.core import (
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
+from fixflow.operators.spark_backend import join_on
 
 COMPACT_EVERY = 8
 """Rounds between compactions of the full relations (their compacted rows overlaid with the
