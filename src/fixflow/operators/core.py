@@ -52,6 +52,7 @@ from fixflow.operators.spark_backend import (
     relation_struct,
     spark_type,
 )
+from fixflow.operators.thresholds import LOCAL_ROWS
 
 
 class EvaluationError(Exception):
@@ -101,13 +102,6 @@ def round_cap(report: Report, stratum: Stratum, user_cap: int | None) -> int | N
     return None if reaches_fixpoint(report, stratum) else LIMIT_CAP
 
 
-LOCAL_ROWS = 2_000_000
-"""``[engine] local_rows``' default: a stratum whose inputs hold at most this many rows
-each, and which stays that small, runs in the driver (``placement.place``). A relation
-of 2M rows is ~50 MB of numpy columns; above it a Spark job's fixed cost (tens of ms)
-no longer dominates the work (bench/SMALL_RESULTS.md)."""
-
-
 @dataclass
 class EvalOptions:
     max_iterations: int | None = None
@@ -121,12 +115,12 @@ class EvalOptions:
     progress: Callable[[Progress], None] | None = None
     strategy: Mapping[str, EvalClass] = field(default_factory=dict)
     """Force a strategy for the stratum holding a relation (tests compare MRA and naive)."""
-    local_rows: int = 0
+    local_rows: int = LOCAL_ROWS
     """Strata whose inputs the driver holds (at most this many rows each) and that stay that
-    small run there, without Spark jobs: batch evaluation's strata (``operators.local``;
-    ``fixflow eval`` and ``fixflow run`` take ``[engine] local_rows``, 2,000,000) and the
-    Maintainer's min/max retractions (``operators.local_update``); 0, the API's default:
-    every stratum runs on Spark."""
+    small run there, without Spark jobs (``placement.place``): batch evaluation's strata
+    (``operators.local``) and the Maintainer's min/max retractions
+    (``operators.local_update``); 0: every stratum runs on Spark. One default everywhere
+    (``thresholds.LOCAL_ROWS``), which ``[engine] local_rows`` and ``--local-rows`` set."""
     witness: bool = False
     """Keep, for min/max MRA relations, the key of the predecessor that gave each value:
     what the ``mra-retract`` update needs to handle deletions without re-evaluating. The

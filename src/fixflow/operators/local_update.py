@@ -72,25 +72,10 @@ from fixflow.operators.materialize import Materializer
 from fixflow.operators.placement import Outgrown
 from fixflow.operators.plan import Aggregate, AntiJoin, Fixpoint, Plan, children, relations_read
 from fixflow.operators.spark_backend import relation_struct, spark_type
+from fixflow.operators.thresholds import COLLECT_AS_ROWS, HANDOVER_ROWS
 from fixflow.operators.witness import ROOT, invalidated_rows
 
 log = logging.getLogger(__name__)
-
-SMALL = 10_000
-"""Frames of at most this many rows (an epoch's changes) are collected as rows."""
-
-HANDOVER_ROWS = 200_000
-"""A changed input the driver holds is handed to Spark as a local relation up to this many
-rows; a larger one is stored by Spark as before (making a local relation of 1M rows took
-1.3 s, storing the relation on Spark 0.4 s)."""
-
-CHAIN_ROWS = 20_000
-"""A larger changed input (``Maintainer._changed_later``) is computed, by the first job that
-reads it, from the last rows Spark stored and every change since, as long as those changes
-hold at most this many rows; then it is stored (one job) and becomes the new base. Chaining
-each epoch's lazy rows on the previous ones instead made a chain as deep as the epochs: the
-first job to read it replayed every epoch (22 s after 64) and overflowed the JVM's stack
-after a few hundred, and it read stored rows the garbage collection had released."""
 
 Sources = Callable[[str], Batch]
 """A relation's rows (positional columns ``c0..``) as the update reads them."""
@@ -123,8 +108,8 @@ class DriverCopies:
             return found
         if self.materializer is not None and not frame.isLocal():
             self.materializer.jobs += 1
-        if count is not None and count <= SMALL:
-            batch = local_rows(frame, SMALL)
+        if count is not None and count <= COLLECT_AS_ROWS:
+            batch = local_rows(frame, COLLECT_AS_ROWS)
             assert batch is not None
         else:
             table = frame.limit(self.limit + 1).toArrow()

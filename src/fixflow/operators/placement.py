@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from fixflow.checker.model import Report
-from fixflow.operators.core import LOCAL_ROWS, EvalOptions, StratumView, combine_plan
+from fixflow.operators.core import EvalOptions, StratumView, combine_plan
 from fixflow.operators.engines import kernels
 from fixflow.operators.engines.async_engine import shard_keys
 from fixflow.operators.engines.async_engine import unsupported as stage_unsupported
@@ -33,6 +33,7 @@ from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.epoch import UpdateContext
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.strategies import seminaive
+from fixflow.operators.thresholds import LOCAL_ROWS
 
 log = logging.getLogger(__name__)
 
