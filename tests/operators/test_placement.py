@@ -4,6 +4,7 @@ class, the engine options, the kernels' support and its inputs' sizes (no Spark 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,10 @@ def test_the_table_lists_every_rule_in_order() -> None:
         c for c in conditions
     ]
     assert replace(placed(TC, options()), why="").kind == ("driver", None, 1)
+
+
+def test_the_architecture_document_shows_the_generated_table() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    begin, end = "<!-- placement-table:begin -->\n", "<!-- placement-table:end -->"
+    shown = doc[doc.index(begin) + len(begin) : doc.index(end)]
+    assert shown == placement_table() + "\n", "regenerate it from placement.placement_table()"

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -65,7 +66,8 @@ from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.placement import Outgrown, bootstrap_method
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.spark_backend import relation_struct
-from fixflow.operators.strategies.seminaive import delta_rules, exit_rules
+from fixflow.operators.strategies.aggregate_seminaive import growth_for
+from fixflow.operators.strategies.seminaive import exit_rules, semi_naive
 
 log = logging.getLogger(__name__)
 
@@ -189,26 +191,29 @@ class LocalStratum:
         return self.seminaive()
 
     def seminaive(self) -> tuple[dict[str, Batch], int]:
-        """``set`` and min/max ``aggregate-seminaive`` strata: the semi-naive loop of
-        ``strategies.seminaive`` with the growth of ``strategies.aggregate_seminaive``: a
-        set relation gains new tuples, a min/max relation the groups whose value improves,
-        which replace their rows; the delta rules read what a round added."""
-        relations, run = self.run.relations, self.run
-        for relation in relations:
+        """``set`` and min/max ``aggregate-seminaive`` strata: the one semi-naive loop
+        (``strategies.seminaive.semi_naive``) over batches, with the growth of
+        ``strategies.aggregate_seminaive``: a set relation gains new tuples, a min/max
+        relation the groups whose value improves, which replace their rows."""
+        run = self.run
+        for relation in run.relations:
             self.full[relation] = self.empty(relation)
-        plans, pending, rounds = exit_rules(run), 1, 0
-        while pending and rounds < run.max_iterations:
-            new = {r: self.new_rows(r, plans[r]) for r in relations}
-            pending = sum(batch.n for batch in new.values())
-            for relation, batch in new.items():
-                self.full[relation] = self.grown(relation, batch)
-                self.delta[relation] = batch
-            rounds += 1
-            self.check_size()
-            run.round(RoundInfo(rounds, pending, None))
-            plans = {r: delta_rules(run, r) for r in relations}
-        self.capped = bool(pending)  # the same rounds as on Spark: no need to run them there
-        return {r: self.full[r] for r in relations}, rounds
+        steps = {r: partial(growth_for(run.entry(r)).step, run, r) for r in run.relations}
+        rounds, self.capped = semi_naive(run, exit_rules(run), steps, self)
+        return {r: self.full[r] for r in run.relations}, rounds
+
+    # ``RoundBackend``: the semi-naive loop's driver side.
+
+    def changed(self, relation: str, plans: list[Plan]) -> Batch:
+        return self.new_rows(relation, plans)
+
+    def advance(self, relation: str, new: Batch) -> int:
+        self.full[relation] = self.grown(relation, new)
+        self.delta[relation] = new
+        return new.n
+
+    def after_round(self, rounds: int) -> None:
+        self.check_size()
 
     def mra(self) -> tuple[dict[str, Batch], int]:
         """An MRA relation as the sharded engines run it, with one shard in the driver:

@@ -27,9 +27,10 @@ rounds (``test_round_cost_does_not_grow_with_rounds``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import Protocol, TypeVar
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -50,6 +51,9 @@ from fixflow.operators.spark_backend import join_on
 COMPACT_EVERY = 8
 """Rounds between compactions of the full relations (their compacted rows overlaid with the
 recent ones stored as one), bootstrap and update alike."""
+
+R = TypeVar("R")
+"""A backend's rows: a Spark frame, or a numpy batch."""
 
 NEW = "new_this_round"
 """The column that marks a round's new rows among the recent rows stored with them."""
@@ -145,30 +149,78 @@ class Grown:
     the full relation is its compacted rows overlaid with them."""
 
 
+class RoundBackend(Protocol[R]):
+    """A backend's side of the semi-naive loop (``semi_naive``): Spark frames here
+    (``SparkRounds``), numpy batches in the driver (``local.LocalStratum``)."""
+
+    def changed(self, relation: str, plans: list[Plan]) -> R:
+        """G over the round's head-row plans, then the rows that change the relation."""
+        ...
+
+    def advance(self, relation: str, new: R) -> int:
+        """The round's change made the relation's delta and merged into it; its rows."""
+        ...
+
+    def after_round(self, rounds: int) -> None:
+        """Housekeeping between rounds (compaction, the driver's size check)."""
+        ...
+
+
+def semi_naive(
+    run: StratumRun,
+    seeds: Mapping[str, list[Plan]],
+    steps: Mapping[str, Callable[[], list[Plan]]],
+    backend: RoundBackend[R],
+) -> tuple[int, bool]:
+    """The one semi-naive loop: round 1 derives ``seeds``, each later round the ``steps``
+    (the delta rules), until no relation changes or ``max_iterations`` rounds ran. Every
+    relation's derivation reads the previous round: all are derived, then all advance.
+    The rounds it ran, and whether the cap stopped it with changes pending."""
+    plans, pending, rounds = dict(seeds), 1, 0
+    while pending and rounds < run.max_iterations:
+        new = {r: backend.changed(r, plans[r]) for r in run.relations}
+        pending = sum(backend.advance(r, new[r]) for r in run.relations)
+        rounds += 1
+        backend.after_round(rounds)
+        run.round(RoundInfo(rounds, pending, None))
+        plans = {r: steps[r]() for r in run.relations}
+    return rounds, bool(pending)
+
+
+class SparkRounds:
+    """The semi-naive loop's Spark side: each round's change stored with the recent ones
+    in one job, the relations compacted every ``COMPACT_EVERY`` rounds."""
+
+    def __init__(self, run: StratumRun, growth: Mapping[str, Growth], grown: Grown) -> None:
+        self.run, self.growth, self.grown = run, growth, grown
+
+    def changed(self, relation: str, plans: list[Plan]) -> DataFrame:
+        derived = self.run.combine(relation, plans)
+        return self.growth[relation].new_rows(self.run, relation, derived)
+
+    def advance(self, relation: str, new: DataFrame) -> int:
+        return _advance(self.run, self.growth[relation], relation, new, self.grown)
+
+    def after_round(self, rounds: int) -> None:
+        if rounds % COMPACT_EVERY == 0:
+            _compact(self.run, self.grown)
+
+
 def continuation(
     run: StratumRun, seeds: Mapping[str, list[Plan]], growth: Mapping[str, Growth]
 ) -> Grown:
-    """Semi-naive rounds from the relations' current rows (empty when absent), round 1
-    deriving ``seeds``, until no relation changes or ``max_iterations`` rounds ran."""
+    """Semi-naive rounds on Spark from the relations' current rows (empty when absent),
+    round 1 deriving ``seeds`` (``semi_naive``)."""
     relations, full = run.relations, run.frames.full
     for relation in relations:
         full.setdefault(relation, run.frames.empty(relation))
     grown = Grown({r: full[r] for r in relations}, {r: [] for r in relations})
     grown.compacted = dict(grown.original)
-    plans, pending = dict(seeds), 1
-    while pending and grown.rounds < run.max_iterations:
-        # Every relation's derivation reads the previous round: build all, then update.
-        new = {r: growth[r].new_rows(run, r, run.combine(r, plans[r])) for r in relations}
-        pending = sum(_advance(run, growth[r], r, new[r], grown) for r in relations)
-        grown.rounds += 1
-        if grown.rounds % COMPACT_EVERY == 0:
-            _compact(run, grown)
-        run.round(RoundInfo(grown.rounds, pending, None))
-        plans = {r: growth[r].step(run, r) for r in relations}
+    steps = {r: partial(growth[r].step, run, r) for r in relations}
+    grown.rounds, grown.capped = semi_naive(run, seeds, steps, SparkRounds(run, growth, grown))
     _compact(run, grown)
     for relation in relations:
         run.frames.delta.pop(relation, None)
-    grown.capped = bool(pending)
     return grown
 
 
