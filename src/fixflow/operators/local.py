@@ -9,8 +9,8 @@ already in the driver, ``Bootstrap`` runs it here instead, over numpy batches
 - the same plans as on Spark: ``exit_rules``/``delta_rules`` of ``strategies.seminaive``,
   ``combine_plan`` (G) of ``core``, compiled by the kernel backend instead of the Spark one;
 - non-recursive strata: G over every body, once; ``set`` strata (recursion without
-  aggregates) and min/max ``aggregate-seminaive`` strata (non-linear and mutual recursion):
-  semi-naive rounds, new = derived − all, or the groups whose value improves; ``mra``
+  aggregates) and ``aggregate-seminaive`` strata (non-linear and mutual recursion): the
+  one semi-naive loop, new = derived − all, or the groups whose value changes; ``mra``
   strata on the ``async`` or ``hybrid`` engine with one shard: that engine's shard loop
   (``ShardLoop.in_driver``), seeded and fed by the kernels, as a Spark task would run it.
   Which strata run here is ``placement.place``'s decision, made before the stratum runs;
@@ -191,10 +191,11 @@ class LocalStratum:
         return self.seminaive()
 
     def seminaive(self) -> tuple[dict[str, Batch], int]:
-        """``set`` and min/max ``aggregate-seminaive`` strata: the one semi-naive loop
+        """``set`` and ``aggregate-seminaive`` strata: the one semi-naive loop
         (``strategies.seminaive.semi_naive``) over batches, with the growth of
         ``strategies.aggregate_seminaive``: a set relation gains new tuples, a min/max
-        relation the groups whose value improves, which replace their rows."""
+        relation the groups whose value improves, a count/sum/mean relation the groups
+        whose recomputed row changed; a changed group replaces its row."""
         run = self.run
         for relation in run.relations:
             self.full[relation] = self.empty(relation)
@@ -294,11 +295,12 @@ class LocalStratum:
         return out
 
     def new_rows(self, relation: str, plans: Sequence[Plan]) -> Batch:
-        """The derived rows that are new: tuples not held yet (set), or groups whose value
+        """The derived rows that are new: tuples not held yet (set; count/sum/mean, whose
+        rounds recompute every group: ``RecomputingGrowth``), or groups whose value
         improves on the held one (min/max, ``rounds.improves``)."""
         derived = self.derive(relation, plans)
         entry = self.run.entry(relation)
-        if entry.aggregate is None:
+        if entry.aggregate not in ("min", "max"):
             return anti_join(derived, self.full[relation], tuple(derived.cols))
         assert entry.value_pos is not None
         value = f"c{entry.value_pos}"

@@ -93,15 +93,10 @@ def _local_rows_off(run: StratumView) -> str | None:
 
 
 def _class_refusal(run: StratumView) -> str | None:
-    """The classes the driver has a loop for: non-recursive, ``set``, min/max
+    """The classes the driver has a loop for: non-recursive, ``set``,
     ``aggregate-seminaive`` and single-relation ``mra``."""
-    method = bootstrap_method(run)
-    if method in ("nonrecursive", "mra"):
-        return None
-    if method == "naive":
+    if bootstrap_method(run) == "naive":
         return "a `naive` stratum runs on Spark"
-    if any(e.aggregate not in (None, "min", "max") for e in run.entries()):
-        return "a count/sum/mean `aggregate-seminaive` stratum runs on Spark"
     return None
 
 
@@ -131,7 +126,7 @@ def _kernel_refusal(run: StratumView) -> str | None:
 
 DRIVER_RULES: tuple[tuple[str, str, Callable[[StratumView], str | None]], ...] = (
     ("local_rows = 0", "Spark", _local_rows_off),
-    ("`naive`, or count/sum `aggregate-seminaive`", "Spark", _class_refusal),
+    ("`naive` (X ← G∘F(X) over the whole relation each round)", "Spark", _class_refusal),
     ("iteration-indexed recursive relation", "Spark", _index_refusal),
     ("`mra` on the sync engine, > 1 shard, or a stage that cannot shard", "Spark", _engine_refusal),
     ("a plan the numpy kernels cannot run", "Spark", _kernel_refusal),
