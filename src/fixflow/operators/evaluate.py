@@ -63,6 +63,7 @@ from fixflow.operators.materialize import Materializer
 from fixflow.operators.placement import (
     Outgrown,
     Placement,
+    Reached,
     bootstrap_method,
     log_placement,
     outgrown,
@@ -72,6 +73,7 @@ from fixflow.operators.plan import Fixpoint, Plan
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.spark_backend import positional, relation_struct, spark_type
 from fixflow.operators.strategies import aggregate_seminaive, mra, naive, nonrecursive, seminaive
+from fixflow.operators.strategies.aggregate_seminaive import growth_for
 
 log = logging.getLogger(__name__)
 
@@ -355,11 +357,12 @@ class Bootstrap:
         """The stratum bootstrapped where ``place`` puts it: in the driver (its rows handed
         to Spark as local relations when Spark reads them), or on Spark."""
         placement = place(run, self._driver_size)
+        reached = None
         if placement.in_driver:
             try:
                 done = self._in_driver(run)
             except Outgrown as error:
-                placement = outgrown(run, error)
+                placement, reached = outgrown(run, error), error.reached
             else:
                 log_placement(run, placement)
                 return done, placement
@@ -368,7 +371,18 @@ class Bootstrap:
             self._before_spark()
             run.partitions = self.partitions
         self._share(*sorted(self.unshared))
+        if reached is not None:
+            return self._resumed(run, reached), placement
         return BOOTSTRAPS[bootstrap_method(run)](run), placement
+
+    def _resumed(self, run: StratumRun, reached: Reached) -> Bootstrapped:
+        """A semi-naive loop the driver began, continued on Spark from its rows."""
+        for relation in run.relations:
+            types = self.report.catalog[relation].types
+            run.frames.full[relation] = to_frame(self.spark, reached.full[relation], types)
+            run.frames.delta[relation] = to_frame(self.spark, reached.delta[relation], types)
+        growth = {r: growth_for(run.entry(r)) for r in run.relations}
+        return seminaive.resumed(run, growth, reached.rounds)
 
     def _in_driver(self, run: StratumRun) -> Bootstrapped:
         """The stratum bootstrapped in the driver (``fixflow.operators.local``)."""

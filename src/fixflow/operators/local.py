@@ -14,8 +14,8 @@ already in the driver, ``Bootstrap`` runs it here instead, over numpy batches
   strata on the ``async`` or ``hybrid`` engine with one shard: that engine's shard loop
   (``ShardLoop.in_driver``), seeded and fed by the kernels, as a Spark task would run it.
   Which strata run here is ``placement.place``'s decision, made before the stratum runs;
-  a stratum that grows past the limit raises ``placement.Outgrown`` and restarts on Spark
-  from its inputs, so nothing is lost;
+  a stratum that grows past the limit raises ``placement.Outgrown``: a semi-naive loop
+  continues on Spark from the round it reached, an ``mra`` one restarts there;
 - ``EvalOptions.local_rows`` bounds the rows of each input a local stratum reads and the
   rows it holds (``fixflow eval --local-rows``, default 2,000,000; 0, the API's default, turns
   the path off).
@@ -63,7 +63,7 @@ from fixflow.operators.engines.shard_loop import (
     valid_candidates,
 )
 from fixflow.operators.lazy_frame import LazyFrame
-from fixflow.operators.placement import Outgrown, bootstrap_method
+from fixflow.operators.placement import Outgrown, Reached, bootstrap_method
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.spark_backend import relation_struct
 from fixflow.operators.strategies.aggregate_seminaive import growth_for
@@ -214,7 +214,10 @@ class LocalStratum:
         return new.n
 
     def after_round(self, rounds: int) -> None:
-        self.check_size()
+        try:
+            self.check_size()
+        except Outgrown as error:  # Spark continues from here (``seminaive.resumed``)
+            raise Outgrown(str(error), Reached(self.full, self.delta, rounds)) from None
 
     def mra(self) -> tuple[dict[str, Batch], int]:
         """An MRA relation as the sharded engines run it, with one shard in the driver:

@@ -13,15 +13,16 @@ stratum's inputs fit in ``local_rows`` rows, it runs in the driver. ``placement_
 renders the rules for docs/architecture.md (a test keeps the two equal).
 
 The one decision left to the run is ``Outgrown``: a driver stratum whose rows grow past
-``local_rows`` stops and starts again on Spark from its inputs (its rounds in the driver are
-lost; continuing the semi-naive loop from the driver's rows would need each strategy's
-state in both forms, which the one-relation-type step has not built yet).
+``local_rows`` goes to Spark. A semi-naive loop (``set``, ``aggregate-seminaive``) continues
+there from the round it reached (its rows and last delta become Spark frames: the loop is
+one, over two backends); an ``mra`` stratum restarts from its inputs, because the engine's
+MonoTable on Spark cannot yet be seeded from the driver's shard loop.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fixflow.checker.model import Report
@@ -44,7 +45,22 @@ Sizes = Callable[[str], int | None]
 
 class Outgrown(Exception):
     """A driver stratum grew past ``local_rows``: it continues on Spark (the one change of
-    placement during a run)."""
+    placement during a run). ``reached``: where a semi-naive loop was, so Spark continues
+    from there (None: the stratum restarts on Spark from its inputs)."""
+
+    def __init__(self, reason: str, reached: Reached | None = None) -> None:
+        super().__init__(reason)
+        self.reached = reached
+
+
+@dataclass(frozen=True)
+class Reached:
+    """A semi-naive loop in the driver after ``rounds`` rounds: every relation's rows and
+    the delta of the last round."""
+
+    full: Mapping[str, kernels.Batch]
+    delta: Mapping[str, kernels.Batch]
+    rounds: int
 
 
 @dataclass(frozen=True)
@@ -166,7 +182,10 @@ def on_spark(run: StratumView, why: str) -> Placement:
 
 def outgrown(run: StratumView, error: Outgrown) -> Placement:
     """The placement of a driver stratum that outgrew ``local_rows``."""
-    return on_spark(run, f"outgrew the driver: {error}; restarted on Spark")
+    if error.reached is None:
+        return on_spark(run, f"outgrew the driver: {error}; restarted on Spark")
+    rounds = error.reached.rounds
+    return on_spark(run, f"outgrew the driver: {error}; continued on Spark after {rounds} rounds")
 
 
 # ---------------------------------------------------------------- an epoch's retraction
@@ -273,7 +292,10 @@ def placement_table() -> str:
     lines += [f"| {condition} | {where} |" for condition, where, _ in DRIVER_RULES]
     lines.append("| reads an input with more than `local_rows` rows | Spark |")
     lines.append("| otherwise | driver (an `mra` stratum: the hybrid shard loop, 1 shard) |")
-    lines.append("| grows past `local_rows` while it runs (`Outgrown`) | restarts on Spark |")
+    lines.append(
+        "| grows past `local_rows` while it runs (`Outgrown`) | Spark: a semi-naive loop "
+        "continues from its rounds, an `mra` loop restarts |"
+    )
     return "\n".join(lines)
 
 

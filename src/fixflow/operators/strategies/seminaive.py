@@ -171,12 +171,14 @@ def semi_naive(
     seeds: Mapping[str, list[Plan]],
     steps: Mapping[str, Callable[[], list[Plan]]],
     backend: RoundBackend[R],
+    rounds_done: int = 0,
 ) -> tuple[int, bool]:
     """The one semi-naive loop: round 1 derives ``seeds``, each later round the ``steps``
     (the delta rules), until no relation changes or ``max_iterations`` rounds ran. Every
     relation's derivation reads the previous round: all are derived, then all advance.
-    The rounds it ran, and whether the cap stopped it with changes pending."""
-    plans, pending, rounds = dict(seeds), 1, 0
+    The rounds run (counting ``rounds_done`` another backend ran before), and whether the
+    cap stopped it with changes pending."""
+    plans, pending, rounds = dict(seeds), 1, rounds_done
     while pending and rounds < run.max_iterations:
         new = {r: backend.changed(r, plans[r]) for r in run.relations}
         pending = sum(backend.advance(r, new[r]) for r in run.relations)
@@ -207,17 +209,21 @@ class SparkRounds:
 
 
 def continuation(
-    run: StratumRun, seeds: Mapping[str, list[Plan]], growth: Mapping[str, Growth]
+    run: StratumRun,
+    seeds: Mapping[str, list[Plan]],
+    growth: Mapping[str, Growth],
+    rounds_done: int = 0,
 ) -> Grown:
     """Semi-naive rounds on Spark from the relations' current rows (empty when absent),
-    round 1 deriving ``seeds`` (``semi_naive``)."""
+    the first deriving ``seeds`` (``semi_naive``; ``rounds_done``: rounds the driver ran)."""
     relations, full = run.relations, run.frames.full
     for relation in relations:
         full.setdefault(relation, run.frames.empty(relation))
     grown = Grown({r: full[r] for r in relations}, {r: [] for r in relations})
     grown.compacted = dict(grown.original)
     steps = {r: partial(growth[r].step, run, r) for r in relations}
-    grown.rounds, grown.capped = semi_naive(run, seeds, steps, SparkRounds(run, growth, grown))
+    backend = SparkRounds(run, growth, grown)
+    grown.rounds, grown.capped = semi_naive(run, seeds, steps, backend, rounds_done)
     _compact(run, grown)
     for relation in relations:
         run.frames.delta.pop(relation, None)
@@ -262,6 +268,15 @@ def _compact(run: StratumRun, grown: Grown) -> None:
 def bootstrap_with(run: StratumRun, growth: Mapping[str, Growth]) -> Bootstrapped:
     """The continuation from empty relations seeded by the exit rules."""
     grown = continuation(run, exit_rules(run), growth)
+    return Bootstrapped(grown.rounds, grown.capped)
+
+
+def resumed(run: StratumRun, growth: Mapping[str, Growth], rounds_done: int) -> Bootstrapped:
+    """A bootstrap the driver began (``local.LocalStratum``) continued on Spark: the
+    relations' rows and last deltas are in ``run.frames``; the next round derives the
+    growth's step from them."""
+    seeds = {r: growth[r].step(run, r) for r in run.relations}
+    grown = continuation(run, seeds, growth, rounds_done)
     return Bootstrapped(grown.rounds, grown.capped)
 
 
