@@ -35,10 +35,12 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from fixflow.checker import ast
 from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import head_columns
@@ -66,6 +68,7 @@ from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.placement import Outgrown, Reached, bootstrap_method
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.spark_backend import relation_struct
+from fixflow.operators.strategies import naive
 from fixflow.operators.strategies.aggregate_seminaive import growth_for
 from fixflow.operators.strategies.seminaive import exit_rules, semi_naive
 
@@ -188,6 +191,10 @@ class LocalStratum:
             return {r: self.full[r] for r in self.run.relations}, 1
         if method == "mra":
             return self.mra()
+        if method == "naive":
+            done = naive.bootstrap_on(self.run, DriverNaive(self))
+            self.capped = done.capped
+            return {r: self.full[r] for r in self.run.relations}, done.rounds
         return self.seminaive()
 
     def seminaive(self) -> tuple[dict[str, Batch], int]:
@@ -356,6 +363,85 @@ class LocalStratum:
         held = sum(self.full[r].n for r in self.run.relations)
         if held > self.limit:
             raise Outgrown(f"it grew past {self.limit} rows")
+
+
+class DriverNaive:
+    """``naive.NaiveBackend`` over a driver stratum's batches."""
+
+    def __init__(self, stratum: LocalStratum) -> None:
+        self.stratum = stratum
+        for relation in stratum.run.relations:
+            if stratum.run.entry(relation).index_pos is None:
+                stratum.full[relation] = stratum.empty(relation)
+
+    def derive(
+        self, relation: str, rules: list[ast.Rule] | None = None, iteration: int | None = None
+    ) -> Batch:
+        plans = self.stratum.run.body_plans(relation, rules, iteration)
+        return self.stratum.derive(relation, plans)
+
+    def replace(
+        self, relation: str, new: Batch, index: int | None = None, compare: bool = True
+    ) -> tuple[int, float]:
+        stratum, entry = self.stratum, self.stratum.run.entry(relation)
+        if entry.index_pos is not None:
+            new.cols[f"c{entry.index_pos}"] = np.full(new.n, index, dtype=np.int64)
+            new.valid.pop(f"c{entry.index_pos}", None)
+        old = stratum.full.get(relation, stratum.empty(relation))
+        stratum.full[relation] = new
+        stratum.check_size()
+        if not compare:
+            return 0, 0.0
+        clause = naive.clause_of(stratum.run, relation)
+        return difference(entry, old, new, "sum" if clause is None else clause.func)
+
+
+def difference(entry: RelationEntry, old: Batch, new: Batch, func: str) -> tuple[int, float]:
+    """As ``naive._difference`` on Spark: the rows that differ between ``old`` and ``new``
+    (iteration index ignored) and the termination clause's ``func`` over |Δ| per key (a
+    set relation: the number of rows that differ)."""
+    if entry.aggregate is None or entry.value_pos is None:
+        columns = tuple(f"c{i}" for i in range(len(entry.types)) if i != entry.index_pos)
+        changed = anti_join(old, new, columns).n + anti_join(new, old, columns).n
+        return changed, float(changed)
+    keys = [f"c{i}" for i in entry.key_positions]
+    value = f"c{entry.value_pos}"
+    merged = pd.merge(
+        _frame(old, keys, value),
+        _frame(new, keys, value),
+        on=keys,
+        how="outer",
+        suffixes=("_o", "_n"),
+    )
+    o, n = merged[f"{value}_o"], merged[f"{value}_n"]
+    differs = o.isna() | n.isna() | (o != n)
+    change = (n.fillna(0).astype(float) - o.fillna(0).astype(float)).abs()
+    return int(differs.sum()), _measure(func, change.to_numpy(dtype=float))
+
+
+def _frame(batch: Batch, keys: list[str], value: str) -> pd.DataFrame:
+    columns = {k: batch.cols[k] for k in keys}
+    values = pd.Series(
+        batch.cols[value], dtype=object if batch.cols[value].dtype == object else None
+    )
+    columns[value] = values.where(batch.mask(value), None) if value in batch.valid else values
+    return pd.DataFrame(columns)
+
+
+def _measure(func: str, change: np.ndarray) -> float:
+    """``rounds.measure_column`` over numpy: the clause's aggregate of |Δ| (0 over none)."""
+    if change.size == 0:
+        return 0.0
+    match func:
+        case "sum":
+            return float(change.sum())
+        case "max":
+            return float(change.max())
+        case "min":
+            return float(change.min())
+        case "count":
+            return float(np.count_nonzero(change))
+    return float(change.mean())
 
 
 def _keys(entry: RelationEntry) -> tuple[str, ...]:

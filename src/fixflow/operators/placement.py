@@ -108,17 +108,13 @@ def _local_rows_off(run: StratumView) -> str | None:
     return None
 
 
-def _class_refusal(run: StratumView) -> str | None:
-    """The classes the driver has a loop for: non-recursive, ``set``,
-    ``aggregate-seminaive`` and single-relation ``mra``."""
-    if bootstrap_method(run) == "naive":
-        return "a `naive` stratum runs on Spark"
-    return None
-
-
 def _index_refusal(run: StratumView) -> str | None:
-    if run.stratum.recursive and any(e.index_pos is not None for e in run.entries()):
-        return "an iteration-indexed relation runs on Spark"
+    """The naive loops run an iteration-indexed relation in the driver; the MRA shard loop
+    and the semi-naive loop do not."""
+    if bootstrap_method(run) == "naive" or not run.stratum.recursive:
+        return None
+    if any(e.index_pos is not None for e in run.entries()):
+        return "an iteration-indexed `mra` or semi-naive relation runs on Spark"
     return None
 
 
@@ -142,8 +138,7 @@ def _kernel_refusal(run: StratumView) -> str | None:
 
 DRIVER_RULES: tuple[tuple[str, str, Callable[[StratumView], str | None]], ...] = (
     ("local_rows = 0", "Spark", _local_rows_off),
-    ("`naive` (X ← G∘F(X) over the whole relation each round)", "Spark", _class_refusal),
-    ("iteration-indexed recursive relation", "Spark", _index_refusal),
+    ("iteration-indexed `mra` or semi-naive relation", "Spark", _index_refusal),
     ("`mra` on the sync engine, > 1 shard, or a stage that cannot shard", "Spark", _engine_refusal),
     ("a plan the numpy kernels cannot run", "Spark", _kernel_refusal),
 )
