@@ -133,7 +133,9 @@ def edge_frame(spark: SparkSession, g: Graph) -> DataFrame:
 
 def fixflow_run(spark: SparkSession, text: str, edb: dict[str, DataFrame]) -> dict[str, object]:
     report = load(text, "bench.dl")
-    evaluation = evaluate_with_stats(report, edb, spark, EvalOptions(max_iterations=10_000))
+    evaluation = evaluate_with_stats(
+        report, edb, spark, EvalOptions(max_iterations=10_000, local_rows=0)
+    )
     stats = evaluation.stats[-1]
     return {"rounds": stats.rounds, "jobs": stats.jobs}
 

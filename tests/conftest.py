@@ -117,3 +117,20 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     start_broker(config)
     yield config
     stop_broker(config)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many (golden, placement) pairs ran and passed: the goldens run on every
+    placement a program admits (``placement.admitted_settings``) and record the property
+    ``golden_placement`` (``reference.golden.GOLDEN_PLACEMENT``)."""
+    outcomes = {"passed": 0, "failed": 0}
+    for outcome in outcomes:
+        for report in terminalreporter.stats.get(outcome, []):
+            if report.when == "call" and any(
+                k == "golden_placement" for k, _ in getattr(report, "user_properties", ())
+            ):
+                outcomes[outcome] += 1
+    if any(outcomes.values()):
+        terminalreporter.write_line(
+            f"(golden, placement) pairs: {outcomes['passed']} passed, {outcomes['failed']} failed"
+        )

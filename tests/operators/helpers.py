@@ -31,13 +31,20 @@ def edb_frames(
     }
 
 
+ON_SPARK = EvalOptions(local_rows=0)
+"""Options that keep every stratum on Spark (``local_rows`` 0)."""
+
+
 def run(
     spark: SparkSession,
     text: str,
     facts: Mapping[str, Sequence[Row]],
     **options: object,
 ) -> tuple[dict[str, set[Row]], Evaluation]:
-    """Evaluate ``text`` on ``facts``; every IDB relation's rows as a set of tuples."""
+    """Evaluate ``text`` on ``facts``; every IDB relation's rows as a set of tuples. On
+    Spark unless ``local_rows`` is given: these tests exercise the Spark strategies (the
+    goldens run every placement, tests/operators/test_golden.py)."""
+    options.setdefault("local_rows", 0)
     report = report_of(text)
     evaluation = evaluate_with_stats(
         report,

@@ -27,13 +27,14 @@ SETTINGS = settings(
 
 engines = st.builds(
     lambda mode, shards, beta, priority: EvalOptions(
+        local_rows=0,  # the engines on Spark
         engine_options=EngineOptions(
             mode,
             shards,
             priority=priority,
             check_interval_ms=1,
             buffer=BufferOptions(initial=beta, interval_ms=20),
-        )
+        ),
     ),
     st.sampled_from(["async", "hybrid"]),
     st.integers(1, 8),

@@ -142,11 +142,14 @@ def test_arrow_inputs_stay_in_the_driver(spark: SparkSession) -> None:
     )
 
 
-def test_a_stratum_that_outgrows_the_limit_runs_on_spark(spark: SparkSession) -> None:
+def test_a_stratum_that_outgrows_the_limit_continues_on_spark(spark: SparkSession) -> None:
+    """The chain's paths pass 100 rows in round 4: the semi-naive loop goes on from there
+    on Spark (its rows and last delta handed over), with the rounds of a driver-only run."""
     rows, evaluation = run(spark, TC, {"edge": CHAIN}, local_rows=100)
     (stats,) = evaluation.stats
-    assert not stats.local and stats.jobs > 0
-    assert len(rows["path"]) == 465
+    assert stats.placement is not None and not stats.local and stats.jobs > 0
+    assert "continued on Spark after 4 rounds" in stats.placement.why
+    assert len(rows["path"]) == 465 and stats.rounds == 31
 
 
 def test_what_the_kernels_lack_runs_on_spark(spark: SparkSession) -> None:

@@ -18,7 +18,7 @@ from fixflow.operators.maintain import Epoch, Maintainer
 from fixflow.operators.materialize import checkpoint_rdds
 from reference.evaluator import evaluate as oracle
 
-from .helpers import Row, edb_frames, report_of
+from .helpers import ON_SPARK, Row, edb_frames, report_of
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "programs"
 
@@ -130,7 +130,7 @@ def run_epochs(
     ``options`` configure the Maintainer (e.g. its MRA engine); ``check``, if given, is
     called after those checks with each epoch's number (from 0) and its ``Epoch``."""
     report = report_of(text)
-    maintainer = Maintainer(report, spark, options, switch_fraction=switch_fraction)
+    maintainer = Maintainer(report, spark, options or ON_SPARK, switch_fraction=switch_fraction)
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
     epochs = []
     for inserts, deletes in steps:
@@ -199,7 +199,7 @@ def test_mra_min_sssp(spark: SparkSession, witness: bool) -> None:
         SSSP,
         {"warc": [(1, 2, 1.0), (2, 3, 1.0), (3, 4, 5.0)]},
         [({"warc": [(1, 4, 2.0), (4, 5, 1.0)]}, {}), ({}, {"warc": [(1, 4, 2.0)]})],
-        options=EvalOptions(witness=witness),
+        options=EvalOptions(witness=witness, local_rows=0),
     )
     if witness:
         assert [strategies(e) for e in epochs] == [{"sp": "update:mra-retract"}] * 2
@@ -214,7 +214,7 @@ def test_mra_min_cc_with_count_of_labels(spark: SparkSession) -> None:
         program("nexus_cc"),
         {"arc": [(2, 3), (3, 2), (5, 6)]},
         [({"arc": [(6, 2), (1, 5)]}, {}), ({}, {"arc": [(1, 5)]})],
-        options=EvalOptions(witness=True),
+        options=EvalOptions(witness=True, local_rows=0),
     )
     assert strategies(epochs[0]) == {"hcc": "update:mra-retract", "cc": "update:affected-groups"}
     assert strategies(epochs[1])["hcc"] == "update:mra-retract"
@@ -311,7 +311,7 @@ def test_an_abandoned_update_sends_changes_as_large_to_a_bootstrap_for_a_while(
     report = report_of(SSSP)
     # No prediction from size alone, and no abandonment after the first epoch's: its
     # bootstrap measures the budget anew, a million times what the bootstrap took.
-    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     facts = {"warc": [(i, i + 1, 1.0) for i in range(1, 11)]}  # 10 facts
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
     maintainer.bootstrap_seconds = dict.fromkeys(maintainer.bootstrap_seconds, 0.0)
@@ -345,7 +345,7 @@ def test_an_abandoned_update_sends_changes_as_large_to_a_bootstrap_for_a_while(
 
 def test_changes_are_relative_to_published(spark: SparkSession) -> None:
     report = report_of(SSSP)
-    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     facts = {"warc": [(1, 2, 1.0), (2, 3, 5.0)]}
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
     assert maintainer.pending_changes().changes["sp"].upserts.count() == 3
@@ -365,7 +365,7 @@ def test_changes_are_relative_to_published(spark: SparkSession) -> None:
 
 def test_no_change_is_unchanged(spark: SparkSession) -> None:
     report = report_of(SSSP)
-    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     maintainer.load(declared(report, edb_frames(spark, report, {"warc": [(1, 2, 1.0)]})))
     # Inserting a fact already present is no change at all.
     epoch = maintainer.apply(
@@ -379,7 +379,7 @@ def test_partitions_stay_bounded_across_epochs(spark: SparkSession) -> None:
     partitions, and the EDB's removed rows are read from the EDB itself, so without a bound
     the partition count doubled every epoch (and so did the time of every scan)."""
     report = report_of(TC_AND_DEGREE)
-    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     arcs = [(i, i + 1) for i in range(30)]
     maintainer.load(declared(report, edb_frames(spark, report, {"arc": arcs})))
     limit = max(spark.sparkContext.defaultParallelism, *_partitions(maintainer).values())
@@ -418,7 +418,7 @@ def test_insert_only_relations_grow_by_segments_and_compact_releasing_them(
     the old segments' blocks are freed (a freed block still read would fail the check)."""
     persistent = spark.sparkContext._jsc.getPersistentRDDs().size()
     report = report_of(COPY_AND_TWO_HOPS)
-    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     facts: Facts = {"arc": [(100, 101)]}
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
     seen = []
@@ -448,7 +448,7 @@ def test_an_insert_only_change_is_reported_without_a_shuffle(spark: SparkSession
     key deleted), with no EXCEPT against the removed side, so collecting it shuffles
     nothing; an epoch that also deletes still diffs the two sides."""
     report = report_of(COPY_AND_TWO_HOPS)
-    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     maintainer.load(declared(report, edb_frames(spark, report, {"arc": [(100, 101)]})))
     maintainer.pending_changes()  # the consumer now holds the loaded rows
     epoch = maintainer.apply(
@@ -509,7 +509,7 @@ def test_a_one_to_one_copy_takes_the_inserted_rows_without_a_job(
     from fixflow.operators.strategies.nonrecursive import copied_atom
 
     report = report_of(COPIES)
-    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     facts: Facts = {"arc": [(1, 2), (3, 3)]}
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
     maintainer.pending_changes()  # the consumer now holds the loaded rows
@@ -541,7 +541,7 @@ def test_a_first_batch_into_an_empty_input_is_copied_not_bootstrapped(spark: Spa
     of one-to-one copies is updated anyway, as a map of the change is cheaper than any
     bootstrap (which takes the distinct of the whole relation)."""
     report = report_of(COPIES)
-    maintainer = Maintainer(report, spark)
+    maintainer = Maintainer(report, spark, ON_SPARK)
     maintainer.load(declared(report, edb_frames(spark, report, {"arc": []})))
     step = [(1, 5), (4, 4), (6, 2)]
     epoch = maintainer.apply(declared(report, edb_frames(spark, report, {"arc": step})), {})
@@ -569,7 +569,9 @@ def test_a_capped_stratum_stays_partial_until_a_bootstrap_converges(
     so it stays partial. Without the cap the same stratum converges: nothing partial."""
     report = report_of(CHAIN)
     start = declared(report, edb_frames(spark, report, {"start": [(0,)]}))
-    capped = Maintainer(report, spark, EvalOptions(max_iterations=3), switch_fraction=1e6)
+    capped = Maintainer(
+        report, spark, EvalOptions(max_iterations=3, local_rows=0), switch_fraction=1e6
+    )
     epoch = capped.load(start)
     (counter,) = [s for s in epoch.strata if s.relations == ("n",)]
     assert (counter.capped, counter.cap, counter.rounds) == (True, 3, 3)
@@ -577,7 +579,7 @@ def test_a_capped_stratum_stays_partial_until_a_bootstrap_converges(
     more = declared(report, edb_frames(spark, report, {"start": [(20,)]}))
     epoch = capped.apply(more, {})
     assert [s.stratum for s in epoch.partial] == [counter.stratum]
-    free = Maintainer(report, spark, switch_fraction=1e6)
+    free = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     epoch = free.load(start)
     assert epoch.partial == [] and not any(s.capped for s in epoch.strata)
     assert sorted(r[0] for r in free.relation("n").collect()) == list(range(11))

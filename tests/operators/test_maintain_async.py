@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from fixflow.operators.maintain import Epoch, Maintainer
 
-from .helpers import Row, edb_frames, report_of
+from .helpers import ON_SPARK, Row, edb_frames, report_of
 from .test_maintain import SSSP, Facts, check_current, declared, program, strategies
 
 PATH = [(i, i + 1, 10.0) for i in range(1, 12)]
@@ -21,7 +21,7 @@ one more hop per round."""
 
 def _maintainer(spark: SparkSession, text: str, facts: Facts, budget: int) -> Maintainer:
     report = report_of(text)
-    maintainer = Maintainer(report, spark, switch_fraction=1e6, round_budget=budget)
+    maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6, round_budget=budget)
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
     return maintainer
 
@@ -104,7 +104,7 @@ def test_sum_corrections_with_pending_deltas(spark: SparkSession) -> None:
 def test_without_budget_every_epoch_converges(spark: SparkSession) -> None:
     facts: Facts = {"warc": list(PATH)}
     report = report_of(SSSP)
-    maintainer = Maintainer(report, spark, switch_fraction=1e6)
+    maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
     epoch = _apply(spark, maintainer, {"warc": [(1, 3, 1.0)]})
     assert not epoch.provisional and not maintainer.provisional

@@ -38,7 +38,7 @@ from .helpers import Row, report_of
 from .test_maintain import Facts, Step, run_epochs
 
 OPTIONS: tuple[EvalOptions, ...] = (
-    EvalOptions(witness=True),
+    EvalOptions(witness=True, local_rows=0),
     EvalOptions(witness=True, local_rows=100_000),
 )
 """The Maintainer's options, as the stream pipeline sets them: with the min/max witness

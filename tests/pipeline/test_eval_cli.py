@@ -179,12 +179,24 @@ def test_program_errors_print_the_checker_diagnostics(project: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_explain_prints_the_plans_without_running(project: Path) -> None:
+def test_explain_says_where_each_stratum_ran_and_why(project: Path) -> None:
+    """``--explain`` evaluates, writes nothing, and prints each stratum's placement (the
+    reason included), its cost and its plan."""
     out = project / "out"
     result = fixflow(project / "prog.dl", "-F", project / "facts", "-D", out, "--explain")
     assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(
+        line.startswith("stratum 0 (sssp, mra): driver, hybrid engine, 1 shard — inputs ")
+        and line.endswith("<= local_rows 2000000")
+        for line in lines
+    ), result.stdout
     assert "Fixpoint mra (sssp)" in result.stdout and "Scan sssp[delta]" in result.stdout
     assert not out.exists()
+    on_spark = fixflow(
+        project / "prog.dl", "-F", project / "facts", "--explain", "--engine", "sync"
+    )
+    assert "stratum 0 (sssp, mra): spark, sync engine — the sync engine runs" in on_spark.stdout
 
 
 @pytest.mark.parametrize("java_home", [None, "/nonexistent/jdk"])

@@ -1,6 +1,8 @@
 """Every tests/souffle/<case>/ through `fixflow eval` as a user runs it (in this process,
-on the session's SparkSession): the Delta tables hold expected/*.csv, and the reference
-evaluator agrees. Cases with ``error`` in meta.toml must fail with that one-line error."""
+on the session's SparkSession), on every placement its program admits
+(``placement.admitted_settings``, chosen by eval's flags): the Delta tables hold
+expected/*.csv, and the reference evaluator agrees. Cases with ``error`` in meta.toml must
+fail with that one-line error (once: they fail before any stratum is placed)."""
 
 from __future__ import annotations
 
@@ -8,25 +10,56 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from _pytest.mark import ParameterSet
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from fixflow.checker import load
+from fixflow.operators.core import EvalOptions
+from fixflow.operators.placement import SETTINGS, admitted_settings
 from fixflow.pipeline.cli import main as fixflow
 from fixflow.pipeline.lake.datafusion_sql import read_delta
 from reference.evaluator import evaluate as reference_evaluate
-from reference.golden import compare_rows, load_golden
+from reference.golden import GOLDEN_PLACEMENT, compare_rows, load_golden
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "souffle"
 CASES = sorted(p.name for p in CASES_DIR.iterdir() if (p / "meta.toml").is_file())
+DEFAULT = "default"
+"""The setting of a case that must fail: eval's own defaults."""
+
+
+def _pairs() -> list[ParameterSet]:
+    """(case, setting) for every setting the case's program admits."""
+    pairs = []
+    for name in CASES:
+        directory = CASES_DIR / name
+        meta = tomllib.loads((directory / "meta.toml").read_text())
+        if "error" in meta:
+            pairs.append(pytest.param(name, DEFAULT, id=f"{name}@{DEFAULT}"))
+            continue
+        source = (directory / "program.dl").read_text()
+        report = load(source, str(directory / "program.dl"))
+        pairs += [
+            pytest.param(name, s.name, id=f"{name}@{s.name}")
+            for s in admitted_settings(report, EvalOptions())
+        ]
+    return pairs
+
+
+PAIRS = _pairs()
+SETTING = {s.name: s for s in SETTINGS}
 
 
 def test_there_are_souffle_cases() -> None:
     assert CASES
 
 
-def _eval(case: Path, out: Path) -> int:
+def _eval(case: Path, out: Path, setting: str) -> int:
     args = ["eval", str(case / "program.dl"), "-F", str(case / "facts"), "-D", str(out)]
+    if setting != DEFAULT:
+        chosen = SETTING[setting]
+        args += ["--local-rows", str(chosen.local_rows), "--engine", chosen.mode]
+        args += ["--shards", str(chosen.shards)]
     return fixflow(args)
 
 
@@ -35,13 +68,19 @@ def _table_rows(path: Path, names: list[str]) -> list[tuple]:
     return [tuple(row[n] for n in names) for row in table.to_pylist()]
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize(("name", "setting"), PAIRS)
 def test_souffle_case(
-    spark: SparkSession, name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession,
+    name: str,
+    setting: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    record_property: pytest.RecordProperty,
 ) -> None:
+    record_property(GOLDEN_PLACEMENT, f"{name}@{setting}")
     directory = CASES_DIR / name
     meta = tomllib.loads((directory / "meta.toml").read_text())
-    code = _eval(directory, tmp_path / "out")
+    code = _eval(directory, tmp_path / "out", setting)
     captured = capsys.readouterr()
     if "error" in meta:
         lines = captured.err.strip().splitlines()

@@ -149,3 +149,8 @@ def _floatify(row: Row, expected: list[Row]) -> Row:
         float(v) if isinstance(s, float) and isinstance(v, int) else v
         for v, s in zip(row, sample, strict=True)
     )
+
+
+GOLDEN_PLACEMENT = "golden_placement"
+"""The user property a golden test records, ``<case>@<setting>`` (``placement.SETTINGS``):
+tests/conftest.py counts the pairs that ran."""

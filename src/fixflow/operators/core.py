@@ -52,6 +52,7 @@ from fixflow.operators.spark_backend import (
     relation_struct,
     spark_type,
 )
+from fixflow.operators.thresholds import LOCAL_ROWS
 
 
 class EvaluationError(Exception):
@@ -114,12 +115,12 @@ class EvalOptions:
     progress: Callable[[Progress], None] | None = None
     strategy: Mapping[str, EvalClass] = field(default_factory=dict)
     """Force a strategy for the stratum holding a relation (tests compare MRA and naive)."""
-    local_rows: int = 0
+    local_rows: int = LOCAL_ROWS
     """Strata whose inputs the driver holds (at most this many rows each) and that stay that
-    small run there, without Spark jobs: batch evaluation's strata (``operators.local``;
-    ``fixflow eval`` and ``fixflow run`` take ``[engine] local_rows``, 2,000,000) and the
-    Maintainer's min/max retractions (``operators.local_update``); 0, the API's default:
-    every stratum runs on Spark."""
+    small run there, without Spark jobs (``placement.place``): batch evaluation's strata
+    (``operators.local``) and the Maintainer's min/max retractions
+    (``operators.local_update``); 0: every stratum runs on Spark. One default everywhere
+    (``thresholds.LOCAL_ROWS``), which ``[engine] local_rows`` and ``--local-rows`` set."""
     witness: bool = False
     """Keep, for min/max MRA relations, the key of the predecessor that gave each value:
     what the ``mra-retract`` update needs to handle deletions without re-evaluating. The
@@ -253,34 +254,17 @@ class Bootstrapped:
     """The MRA engine's state of each MRA relation."""
 
 
-class StratumRun:
-    """One stratum being bootstrapped or updated, and the Spark plumbing for it."""
+class StratumView:
+    """One stratum of a checked program under ``options``: its class, relations, rules and
+    their plans; no Spark (what ``placement`` decides from)."""
 
-    def __init__(
-        self,
-        report: Report,
-        stratum: Stratum,
-        frames: Frames,
-        materializer: Materializer,
-        *,
-        options: EvalOptions,
-        engine: MraEngine,
-        partitions: int,
-        on_round: Callable[[RoundInfo], None] | None = None,
-    ) -> None:
+    def __init__(self, report: Report, stratum: Stratum, options: EvalOptions) -> None:
         self.report = report
         self.catalog = report.catalog
         self.stratum = stratum
-        self.spark = frames.spark
-        self.frames = frames
-        self.materializer = materializer
         self.options = options
-        self.engine = engine
-        self.partitions = partitions
         self.strategy = strategy_of(stratum, options.strategy)
         """The evaluation class this run follows (forced or the checker's)."""
-        self._on_round = on_round
-        self.backend = SparkBackend(self.spark, frames.source)
 
     @property
     def cap(self) -> int | None:
@@ -338,6 +322,38 @@ class StratumRun:
             iteration=iteration,
         )
 
+    def body_plans(
+        self, relation: str, rules: Sequence[ast.Rule] | None = None, iteration: int | None = None
+    ) -> list[Plan]:
+        """The head rows of every body of ``rules`` (default: all the relation's rules)."""
+        chosen = self.rules(relation) if rules is None else rules
+        return [self.rule_rows(r, b, iteration=iteration) for r in chosen for b in r.bodies]
+
+
+class StratumRun(StratumView):
+    """One stratum being bootstrapped or updated, and the Spark plumbing for it."""
+
+    def __init__(
+        self,
+        report: Report,
+        stratum: Stratum,
+        frames: Frames,
+        materializer: Materializer,
+        *,
+        options: EvalOptions,
+        engine: MraEngine,
+        partitions: int,
+        on_round: Callable[[RoundInfo], None] | None = None,
+    ) -> None:
+        super().__init__(report, stratum, options)
+        self.spark = frames.spark
+        self.frames = frames
+        self.materializer = materializer
+        self.engine = engine
+        self.partitions = partitions
+        self._on_round = on_round
+        self.backend = SparkBackend(self.spark, frames.source)
+
     def combine(self, relation: str, rows: Sequence[Plan]) -> DataFrame:
         """G over head rows (distinct union for a set relation), positional columns. An
         aggregate without a group over no bindings is no row (Spark's global aggregate
@@ -366,13 +382,6 @@ class StratumRun:
     ) -> DataFrame:
         """G over every body of ``rules`` (default: all the relation's rules), full inputs."""
         return self.combine(relation, self.body_plans(relation, rules, iteration))
-
-    def body_plans(
-        self, relation: str, rules: Sequence[ast.Rule] | None = None, iteration: int | None = None
-    ) -> list[Plan]:
-        """The head rows of every body of ``rules`` (default: all the relation's rules)."""
-        chosen = self.rules(relation) if rules is None else rules
-        return [self.rule_rows(r, b, iteration=iteration) for r in chosen for b in r.bodies]
 
     def keep(self, frame: DataFrame) -> DataFrame:
         return self.materializer.keep(frame)

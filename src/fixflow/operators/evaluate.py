@@ -1,9 +1,10 @@
 """Batch evaluation of a checked program on Spark: the bootstrap of every stratum.
 
 ``evaluate(report, edb, spark, options) -> {relation: DataFrame}`` runs the strata of a
-``Report`` in order. The ``Bootstrap`` driver loads the EDB, then bootstraps each stratum
-with the first class module (``fixflow.operators.strategies``) whose ``bootstrap_applies``
-holds, in the order of ``BOOTSTRAPS``:
+``Report`` in order. The ``Bootstrap`` driver loads the EDB, then places each stratum
+(``placement.place``: in the driver over numpy kernels, ``operators.local``, or on Spark)
+and bootstraps it with the class module (``fixflow.operators.strategies``) that
+``placement.bootstrap_method`` names:
 
 - non-recursive: direct evaluation (joins, filters, group-by aggregates, anti-joins);
 - ``mra``: the MRA engine of ``EvalOptions.engine`` (one relation per stratum);
@@ -52,7 +53,6 @@ from fixflow.operators.engines import UnknownEngine, engine_for
 from fixflow.operators.engines.base import MraEngine, MraState, RoundInfo
 from fixflow.operators.engines.kernels import Batch, distinct_rows
 from fixflow.operators.local import (
-    LocalUnsupported,
     local_rows,
     run_locally,
     table_rows,
@@ -60,10 +60,20 @@ from fixflow.operators.local import (
     to_table,
 )
 from fixflow.operators.materialize import Materializer
+from fixflow.operators.placement import (
+    Outgrown,
+    Placement,
+    Reached,
+    bootstrap_method,
+    log_placement,
+    outgrown,
+    place,
+)
 from fixflow.operators.plan import Fixpoint, Plan
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.spark_backend import positional, relation_struct, spark_type
 from fixflow.operators.strategies import aggregate_seminaive, mra, naive, nonrecursive, seminaive
+from fixflow.operators.strategies.aggregate_seminaive import growth_for
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +83,14 @@ Input: TypeAlias = DataFrame | pa.Table
 """An input relation's rows in its declared columns: a Spark frame, or an Arrow table (as
 ``fixflow eval`` reads facts files: held in the driver, or given to Spark, by size)."""
 
-BOOTSTRAPS: tuple[
-    tuple[str, Callable[[StratumRun], bool], Callable[[StratumRun], Bootstrapped]], ...
-] = (
-    ("nonrecursive", nonrecursive.bootstrap_applies, nonrecursive.bootstrap),
-    ("mra", mra.bootstrap_applies, mra.bootstrap),
-    ("set", seminaive.bootstrap_applies, seminaive.bootstrap),
-    ("aggregate-seminaive", aggregate_seminaive.bootstrap_applies, aggregate_seminaive.bootstrap),
-    ("naive", naive.bootstrap_applies, naive.bootstrap),
-)
-"""The bootstrap of every evaluation class, in the order they are tried."""
+BOOTSTRAPS: dict[str, Callable[[StratumRun], Bootstrapped]] = {
+    "nonrecursive": nonrecursive.bootstrap,
+    "mra": mra.bootstrap,
+    "set": seminaive.bootstrap,
+    "aggregate-seminaive": aggregate_seminaive.bootstrap,
+    "naive": naive.bootstrap,
+}
+"""The Spark bootstrap of every evaluation class, by ``placement.bootstrap_method``."""
 
 __all__ = [
     "BOOTSTRAPS",
@@ -113,8 +121,13 @@ class StratumStats:
     """The stratum's iteration cap (``core.round_cap``); None: none."""
     seconds: float = 0.0
     jobs: int = 0
-    local: bool = False
-    """Whether the stratum ran in the driver (``fixflow.operators.local``)."""
+    placement: Placement | None = None
+    """Where the stratum ran and why (``placement.place``)."""
+
+    @property
+    def local(self) -> bool:
+        """Whether the stratum ran in the driver (``fixflow.operators.local``)."""
+        return self.placement is not None and self.placement.in_driver
 
 
 class Relations(Mapping[str, T]):
@@ -326,16 +339,7 @@ class Bootstrap:
         )
         stats.cap = run.cap
         started, jobs = time.perf_counter(), self.materializer.jobs
-        log.info("stratum %d %s: %s", stratum.index, stratum.relations, run.strategy)
-        bootstrap = next(method for _, applies, method in BOOTSTRAPS if applies(run))
-        done = self._in_driver(run)
-        stats.local = done is not None
-        if done is None:
-            if self._before_spark is not None:
-                self._before_spark()
-                run.partitions = self.partitions
-            self._share(*sorted(self.unshared))
-            done = bootstrap(run)
+        done, stats.placement = self._placed(run)
         self.states.update(done.states)
         stats.rounds, stats.capped = done.rounds, done.capped
         stats.seconds = time.perf_counter() - started
@@ -349,21 +353,53 @@ class Bootstrap:
             )
         return stats
 
-    def _in_driver(self, run: StratumRun) -> Bootstrapped | None:
-        """The stratum bootstrapped in the driver (``fixflow.operators.local``), its rows
-        handed to Spark as local relations; None when it must run on Spark."""
-        if self.local is None:
-            return None
-        try:
-            done = run_locally(run, self._in_driver_rows, self.options.local_rows)
-        except LocalUnsupported as why:
-            log.info("stratum %d runs on Spark: %s", run.stratum.index, why)
-            return None
+    def _placed(self, run: StratumRun) -> tuple[Bootstrapped, Placement]:
+        """The stratum bootstrapped where ``place`` puts it: in the driver (its rows handed
+        to Spark as local relations when Spark reads them), or on Spark."""
+        placement = place(run, self._driver_size)
+        reached = None
+        if placement.in_driver:
+            try:
+                done = self._in_driver(run)
+            except Outgrown as error:
+                placement, reached = outgrown(run, error), error.reached
+            else:
+                log_placement(run, placement)
+                return done, placement
+        log_placement(run, placement)
+        if self._before_spark is not None:
+            self._before_spark()
+            run.partitions = self.partitions
+        self._share(*sorted(self.unshared))
+        if reached is not None:
+            return self._resumed(run, reached), placement
+        return BOOTSTRAPS[bootstrap_method(run)](run), placement
+
+    def _resumed(self, run: StratumRun, reached: Reached) -> Bootstrapped:
+        """A semi-naive loop the driver began, continued on Spark from its rows."""
+        for relation in run.relations:
+            types = self.report.catalog[relation].types
+            run.frames.full[relation] = to_frame(self.spark, reached.full[relation], types)
+            run.frames.delta[relation] = to_frame(self.spark, reached.delta[relation], types)
+        growth = {r: growth_for(run.entry(r)) for r in run.relations}
+        return seminaive.resumed(run, growth, reached.rounds)
+
+    def _in_driver(self, run: StratumRun) -> Bootstrapped:
+        """The stratum bootstrapped in the driver (``fixflow.operators.local``)."""
+        assert self.local is not None, "placed in the driver only with local_rows > 0"
+        done = run_locally(run, self._in_driver_rows, self.options.local_rows)
         self.local.update(done.rows)
         self.unshared.update(done.rows)
         self.witnessed.update(done.witnessed)
-        log.info("stratum %d ran in the driver (%d rounds)", run.stratum.index, done.rounds)
         return Bootstrapped(done.rounds, done.capped)
+
+    def _driver_size(self, relation: str) -> int | None:
+        """``placement.Sizes``: a relation's rows in the driver, collected from Spark when
+        it has at most ``local_rows`` (one job; ``_in_driver_rows``)."""
+        if self.local is None:
+            return None
+        batch = self._in_driver_rows(relation)
+        return None if batch is None else batch.n
 
     def _in_driver_rows(self, relation: str) -> Batch | None:
         """A relation's rows for a stratum in the driver: held there, or collected from
@@ -462,21 +498,24 @@ def partial_relations(report: Report, capped: Iterable[int]) -> dict[str, frozen
 
 
 def program_plans(report: Report, max_iterations: int | None = None) -> list[Plan]:
-    """One plan per stratum, for display (``explain``): a non-recursive stratum's plan, or a
+    """One plan per stratum, for display (``explain``): see ``stratum_plans``."""
+    return [p for stratum in report.strata for p in stratum_plans(report, stratum, max_iterations)]
+
+
+def stratum_plans(
+    report: Report, stratum: Stratum, max_iterations: int | None = None
+) -> list[Plan]:
+    """A stratum's plans, for display: a non-recursive stratum's plan per relation, or a
     ``Fixpoint`` whose ``init`` are the exit rules and whose ``step`` are the delta rules
     (MRA: F′ reading the frontier), with its iteration cap (``round_cap``: the user's
     ``max_iterations``, else the default rule)."""
     catalog = report.catalog
-    plans: list[Plan] = []
-    for stratum in report.strata:
-        init, step = _stratum_plans(catalog, stratum)
-        if not stratum.recursive:
-            plans += [combine_plan(catalog[r], init) for r in stratum.relations if init]
-            continue
-        eval_class = stratum.eval_class or "naive"
-        cap = round_cap(report, stratum, max_iterations)
-        plans.append(Fixpoint(eval_class, stratum.relations, tuple(init), tuple(step), cap))
-    return plans
+    init, step = _stratum_plans(catalog, stratum)
+    if not stratum.recursive:
+        return [combine_plan(catalog[r], init) for r in stratum.relations if init]
+    eval_class = stratum.eval_class or "naive"
+    cap = round_cap(report, stratum, max_iterations)
+    return [Fixpoint(eval_class, stratum.relations, tuple(init), tuple(step), cap)]
 
 
 def _stratum_plans(catalog: Catalog, stratum: Stratum) -> tuple[list[Plan], list[Plan]]:

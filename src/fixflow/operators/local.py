@@ -9,13 +9,13 @@ already in the driver, ``Bootstrap`` runs it here instead, over numpy batches
 - the same plans as on Spark: ``exit_rules``/``delta_rules`` of ``strategies.seminaive``,
   ``combine_plan`` (G) of ``core``, compiled by the kernel backend instead of the Spark one;
 - non-recursive strata: G over every body, once; ``set`` strata (recursion without
-  aggregates) and min/max ``aggregate-seminaive`` strata (non-linear and mutual recursion):
-  semi-naive rounds, new = derived − all, or the groups whose value improves; ``mra``
+  aggregates) and ``aggregate-seminaive`` strata (non-linear and mutual recursion): the
+  one semi-naive loop, new = derived − all, or the groups whose value changes; ``mra``
   strata on the ``async`` or ``hybrid`` engine with one shard: that engine's shard loop
   (``ShardLoop.in_driver``), seeded and fed by the kernels, as a Spark task would run it.
-  Other classes, plans the kernels cannot run (Soufflé's functors), inputs that are not
-  local, and strata that grow past the limit go to Spark (``LocalUnsupported`` says why;
-  the stratum restarts there from its inputs, so nothing is lost);
+  Which strata run here is ``placement.place``'s decision, made before the stratum runs;
+  a stratum that grows past the limit raises ``placement.Outgrown``: a semi-naive loop
+  continues on Spark from the round it reached, an ``mra`` one restarts there;
 - ``EvalOptions.local_rows`` bounds the rows of each input a local stratum reads and the
   rows it holds (``fixflow eval --local-rows``, default 2,000,000; 0, the API's default, turns
   the path off).
@@ -32,24 +32,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from fixflow.checker import ast
 from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import head_columns
 from fixflow.operators.core import StratumRun, combine_plan
-from fixflow.operators.engines.async_engine import order_dependence, stage_params, unsupported
+from fixflow.operators.engines.async_engine import order_dependence, stage_params
 from fixflow.operators.engines.base import EngineOptions, RoundInfo
 from fixflow.operators.engines.kernels import (
     NUMPY_TYPES,
     Batch,
     JoinIndex,
     Kernel,
-    KernelUnsupported,
     _cast,
     anti_join,
     concat,
@@ -63,9 +65,12 @@ from fixflow.operators.engines.shard_loop import (
     valid_candidates,
 )
 from fixflow.operators.lazy_frame import LazyFrame
+from fixflow.operators.placement import Outgrown, Reached, bootstrap_method
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.spark_backend import relation_struct
-from fixflow.operators.strategies.seminaive import delta_rules, exit_rules
+from fixflow.operators.strategies import naive
+from fixflow.operators.strategies.aggregate_seminaive import growth_for
+from fixflow.operators.strategies.seminaive import exit_rules, semi_naive
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +84,6 @@ ARROW_TYPES: dict[TypeName, pa.DataType] = {
 Fetch = Callable[[str], Batch | None]
 """A relation's rows in the driver (collected from Spark if need be); None when it holds
 more rows than the limit."""
-
-
-class LocalUnsupported(Exception):
-    """Why a stratum does not run in the driver (it runs on Spark)."""
 
 
 # ---------------------------------------------------------------- conversions
@@ -181,42 +182,49 @@ class LocalStratum:
         """The round cap stopped the stratum before its fixpoint (its rows are partial)."""
 
     def bootstrap(self) -> tuple[dict[str, Batch], int]:
-        """Every relation of the stratum, and the rounds it took."""
-        strategy = self.run.strategy
-        if strategy == "nonrecursive":
+        """Every relation of the stratum, and the rounds it took (``placement.place`` has
+        put the stratum here: its class has a loop here and the kernels run its plans)."""
+        method = bootstrap_method(self.run)
+        if method == "nonrecursive":
             for relation in self.run.relations:
                 self.full[relation] = self.derive(relation, self.run.body_plans(relation))
             return {r: self.full[r] for r in self.run.relations}, 1
-        if strategy == "mra":
+        if method == "mra":
             return self.mra()
-        improving = all(e.aggregate in (None, "min", "max") for e in self.run.entries())
-        if strategy not in ("set", "aggregate-seminaive") or not improving:
-            raise LocalUnsupported(f"a `{strategy}` stratum runs on Spark")
-        if any(e.index_pos is not None for e in self.run.entries()):
-            raise LocalUnsupported("an iteration-indexed relation runs on Spark")
+        if method == "naive":
+            done = naive.bootstrap_on(self.run, DriverNaive(self))
+            self.capped = done.capped
+            return {r: self.full[r] for r in self.run.relations}, done.rounds
         return self.seminaive()
 
     def seminaive(self) -> tuple[dict[str, Batch], int]:
-        """``set`` and min/max ``aggregate-seminaive`` strata: the semi-naive loop of
-        ``strategies.seminaive`` with the growth of ``strategies.aggregate_seminaive``: a
-        set relation gains new tuples, a min/max relation the groups whose value improves,
-        which replace their rows; the delta rules read what a round added."""
-        relations, run = self.run.relations, self.run
-        for relation in relations:
+        """``set`` and ``aggregate-seminaive`` strata: the one semi-naive loop
+        (``strategies.seminaive.semi_naive``) over batches, with the growth of
+        ``strategies.aggregate_seminaive``: a set relation gains new tuples, a min/max
+        relation the groups whose value improves, a count/sum/mean relation the groups
+        whose recomputed row changed; a changed group replaces its row."""
+        run = self.run
+        for relation in run.relations:
             self.full[relation] = self.empty(relation)
-        plans, pending, rounds = exit_rules(run), 1, 0
-        while pending and rounds < run.max_iterations:
-            new = {r: self.new_rows(r, plans[r]) for r in relations}
-            pending = sum(batch.n for batch in new.values())
-            for relation, batch in new.items():
-                self.full[relation] = self.grown(relation, batch)
-                self.delta[relation] = batch
-            rounds += 1
+        steps = {r: partial(growth_for(run.entry(r)).step, run, r) for r in run.relations}
+        rounds, self.capped = semi_naive(run, exit_rules(run), steps, self)
+        return {r: self.full[r] for r in run.relations}, rounds
+
+    # ``RoundBackend``: the semi-naive loop's driver side.
+
+    def changed(self, relation: str, plans: list[Plan]) -> Batch:
+        return self.new_rows(relation, plans)
+
+    def advance(self, relation: str, new: Batch) -> int:
+        self.full[relation] = self.grown(relation, new)
+        self.delta[relation] = new
+        return new.n
+
+    def after_round(self, rounds: int) -> None:
+        try:
             self.check_size()
-            run.round(RoundInfo(rounds, pending, None))
-            plans = {r: delta_rules(run, r) for r in relations}
-        self.capped = bool(pending)  # the same rounds as on Spark: no need to run them there
-        return {r: self.full[r] for r in relations}, rounds
+        except Outgrown as error:  # Spark continues from here (``seminaive.resumed``)
+            raise Outgrown(str(error), Reached(self.full, self.delta, rounds)) from None
 
     def mra(self) -> tuple[dict[str, Batch], int]:
         """An MRA relation as the sharded engines run it, with one shard in the driver:
@@ -227,14 +235,15 @@ class LocalStratum:
         witness = self.run.options.witness and program.g in ("min", "max")
         aux = [self.aux_rows(program, body) for body in program.bodies]
         seeds = seed_messages(program, seed_candidates(program, self.sources), witness)
-        loop, iterations = self.mra_loop(program, options, aux, seeds, witness)
+        loop, iterations, capped = self.mra_loop(program, options, aux, seeds, witness)
         reason = order_dependence(program.g, loop.gain, loop.negative)
         if reason is not None and options.priority:
             # Another order, another sum: round order, as the engine does.
             log.info("%s: in round order: %s", program.relation, reason)
-            loop, iterations = self.mra_loop(
+            loop, iterations, capped = self.mra_loop(
                 program, replace(options, priority=False), aux, seeds, witness
             )
+        self.capped = capped
         keys, values = loop.relation_rows()
         rows = Batch(len(values))
         for key, pos in zip(keys, program.spec.key_positions, strict=True):
@@ -255,22 +264,9 @@ class LocalStratum:
         return {program.relation: rows}, 1
 
     def mra_program(self) -> MraProgram:
-        """The stratum's MRA program when the driver can run it; else ``LocalUnsupported``."""
-        options = self.run.options.engine_options
-        if options.mode == "sync":
-            raise LocalUnsupported("the sync engine runs a `mra` stratum on Spark, a job a round")
-        if options.shards > 1:
-            raise LocalUnsupported(f"{options.shards} shards were asked for")
         spec = self.run.mra_spec()
-        if spec is None:
-            raise LocalUnsupported("MRA over several relations runs on Spark")
-        program = MraProgram(spec, self.run.catalog.types)
-        if program.indexed:
-            raise LocalUnsupported("an iteration-indexed relation starts on Spark")
-        reason = unsupported(program)
-        if reason is not None:
-            raise LocalUnsupported(reason)
-        return program
+        assert spec is not None, "placed in the driver as `mra` only with a spec"
+        return MraProgram(spec, self.run.catalog.types)
 
     def mra_loop(
         self,
@@ -279,24 +275,24 @@ class LocalStratum:
         aux: list[Batch],
         seeds: pa.Table,
         witness: bool = False,
-    ) -> tuple[ShardLoop, int]:
+    ) -> tuple[ShardLoop, int, bool]:
         """The shard's loop run until nothing is pending, at most ``max_iterations`` times
-        (a run of the loop is a stage of the engine)."""
+        (a run of the loop is a stage of the engine); whether the cap stopped it."""
         params = stage_params(program, options, witness=witness, shards=1, hybrid=True)
         loop = ShardLoop.in_driver(params, aux, seeds, row_limit=self.limit)
         for _ in range(self.run.max_iterations):
             loop.run()  # to quiescence, the clause's local bound, the row limit or the guard
             if len(loop.table) > self.limit:
-                raise LocalUnsupported(f"it grew past {self.limit} rows")
+                raise Outgrown(f"it grew past {self.limit} rows")
             if not loop.has_pending:
-                return loop, loop.iterations
+                return loop, loop.iterations, False
             bound = params.local_bound
             if bound is not None and loop.table.local_measure() < bound:
-                return loop, loop.iterations  # the termination clause holds
+                return loop, loop.iterations, False  # the termination clause holds
             if loop.iterations >= LOCAL_ITERATION_CAP:
-                # Its guard: a run would do nothing more (an uncapped stratum: spin for ever).
-                raise LocalUnsupported(f"{LOCAL_ITERATION_CAP} local iterations: Spark runs it")
-        raise LocalUnsupported("the iteration cap: Spark reports it")
+                # Its guard: a run would do nothing more; Spark's stages each have their own.
+                raise Outgrown(f"{LOCAL_ITERATION_CAP} local iterations without converging")
+        return loop, loop.iterations, True  # the stratum's cap, counted in stages as on Spark
 
     def aux_rows(self, program: MraProgram, body: RecursiveBody) -> Batch:
         """A body's auxiliary side in columns ``c0..``, all in the one shard (0); distinct
@@ -309,11 +305,12 @@ class LocalStratum:
         return out
 
     def new_rows(self, relation: str, plans: Sequence[Plan]) -> Batch:
-        """The derived rows that are new: tuples not held yet (set), or groups whose value
+        """The derived rows that are new: tuples not held yet (set; count/sum/mean, whose
+        rounds recompute every group: ``RecomputingGrowth``), or groups whose value
         improves on the held one (min/max, ``rounds.improves``)."""
         derived = self.derive(relation, plans)
         entry = self.run.entry(relation)
-        if entry.aggregate is None:
+        if entry.aggregate not in ("min", "max"):
             return anti_join(derived, self.full[relation], tuple(derived.cols))
         assert entry.value_pos is not None
         value = f"c{entry.value_pos}"
@@ -354,8 +351,7 @@ class LocalStratum:
             table = self.delta if version == "delta" else self.full
             if relation not in table and version == "full":
                 fetched = self.fetch(relation)
-                if fetched is None:
-                    raise LocalUnsupported(f"`{relation}` is larger than the limit")
+                assert fetched is not None, "placement.place sized every input"
                 table[relation] = fetched
             found[(relation, version)] = table[relation]
         return found
@@ -366,7 +362,86 @@ class LocalStratum:
     def check_size(self) -> None:
         held = sum(self.full[r].n for r in self.run.relations)
         if held > self.limit:
-            raise LocalUnsupported(f"it grew past {self.limit} rows")
+            raise Outgrown(f"it grew past {self.limit} rows")
+
+
+class DriverNaive:
+    """``naive.NaiveBackend`` over a driver stratum's batches."""
+
+    def __init__(self, stratum: LocalStratum) -> None:
+        self.stratum = stratum
+        for relation in stratum.run.relations:
+            if stratum.run.entry(relation).index_pos is None:
+                stratum.full[relation] = stratum.empty(relation)
+
+    def derive(
+        self, relation: str, rules: list[ast.Rule] | None = None, iteration: int | None = None
+    ) -> Batch:
+        plans = self.stratum.run.body_plans(relation, rules, iteration)
+        return self.stratum.derive(relation, plans)
+
+    def replace(
+        self, relation: str, new: Batch, index: int | None = None, compare: bool = True
+    ) -> tuple[int, float]:
+        stratum, entry = self.stratum, self.stratum.run.entry(relation)
+        if entry.index_pos is not None:
+            new.cols[f"c{entry.index_pos}"] = np.full(new.n, index, dtype=np.int64)
+            new.valid.pop(f"c{entry.index_pos}", None)
+        old = stratum.full.get(relation, stratum.empty(relation))
+        stratum.full[relation] = new
+        stratum.check_size()
+        if not compare:
+            return 0, 0.0
+        clause = naive.clause_of(stratum.run, relation)
+        return difference(entry, old, new, "sum" if clause is None else clause.func)
+
+
+def difference(entry: RelationEntry, old: Batch, new: Batch, func: str) -> tuple[int, float]:
+    """As ``naive._difference`` on Spark: the rows that differ between ``old`` and ``new``
+    (iteration index ignored) and the termination clause's ``func`` over |Δ| per key (a
+    set relation: the number of rows that differ)."""
+    if entry.aggregate is None or entry.value_pos is None:
+        columns = tuple(f"c{i}" for i in range(len(entry.types)) if i != entry.index_pos)
+        changed = anti_join(old, new, columns).n + anti_join(new, old, columns).n
+        return changed, float(changed)
+    keys = [f"c{i}" for i in entry.key_positions]
+    value = f"c{entry.value_pos}"
+    merged = pd.merge(
+        _frame(old, keys, value),
+        _frame(new, keys, value),
+        on=keys,
+        how="outer",
+        suffixes=("_o", "_n"),
+    )
+    o, n = merged[f"{value}_o"], merged[f"{value}_n"]
+    differs = o.isna() | n.isna() | (o != n)
+    change = (n.fillna(0).astype(float) - o.fillna(0).astype(float)).abs()
+    return int(differs.sum()), _measure(func, change.to_numpy(dtype=float))
+
+
+def _frame(batch: Batch, keys: list[str], value: str) -> pd.DataFrame:
+    columns = {k: batch.cols[k] for k in keys}
+    values = pd.Series(
+        batch.cols[value], dtype=object if batch.cols[value].dtype == object else None
+    )
+    columns[value] = values.where(batch.mask(value), None) if value in batch.valid else values
+    return pd.DataFrame(columns)
+
+
+def _measure(func: str, change: np.ndarray) -> float:
+    """``rounds.measure_column`` over numpy: the clause's aggregate of |Δ| (0 over none)."""
+    if change.size == 0:
+        return 0.0
+    match func:
+        case "sum":
+            return float(change.sum())
+        case "max":
+            return float(change.max())
+        case "min":
+            return float(change.min())
+        case "count":
+            return float(np.count_nonzero(change))
+    return float(change.mean())
 
 
 def _keys(entry: RelationEntry) -> tuple[str, ...]:
@@ -442,12 +517,9 @@ class LocalRun:
 
 
 def run_locally(run: StratumRun, sources: Fetch, limit: int) -> LocalRun:
-    """Bootstrap ``run``'s stratum in the driver: its relations' rows and rounds; raises
-    ``LocalUnsupported`` (a kernel the backend lacks included) when it cannot. ``sources``
-    gives the rows of a relation the stratum reads (None: too many)."""
+    """Bootstrap ``run``'s stratum, placed in the driver (``placement.place``): its
+    relations' rows and rounds; ``Outgrown`` when it grows past ``limit`` rows. ``sources``
+    gives the rows of a relation the stratum reads."""
     stratum = LocalStratum(run, sources, limit)
-    try:
-        rows, rounds = stratum.bootstrap()
-    except KernelUnsupported as error:
-        raise LocalUnsupported(str(error)) from None
+    rows, rounds = stratum.bootstrap()
     return LocalRun(rows, rounds, stratum.witnessed, stratum.capped)

@@ -20,7 +20,8 @@ batches, with the same kernels and shard loop a Spark task runs (``engines.shard
 The rows are handed back to Spark as local relations (no job), and ``DriverCopies`` keeps
 the driver's copy of every frame it made or read, by identity, so the next epoch finds them
 without collecting. It is a cache: a frame it does not hold is collected (one job, at most
-``local_rows`` + 1 rows), and whatever it cannot do (``LocalUnsupported``) runs on Spark.
+``local_rows`` + 1 rows). Whether a retraction runs here is ``placement.place_retraction``'s
+decision; one that grows past ``local_rows`` (``placement.Outgrown``) runs on Spark.
 """
 
 from __future__ import annotations
@@ -39,16 +40,13 @@ from fixflow.operators.engines.async_engine import (
     _head_key_columns,
     _join_key_columns,
     _scan_of,
-    shard_keys,
     stage_params,
-    unsupported,
 )
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.engines.kernels import (
     Batch,
     JoinIndex,
     Kernel,
-    KernelUnsupported,
     anti_join,
     concat,
 )
@@ -61,7 +59,6 @@ from fixflow.operators.engines.shard_loop import (
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.lazy_frame import LazyFrame, deferred
 from fixflow.operators.local import (
-    LocalUnsupported,
     empty_rows,
     local_rows,
     seed_candidates,
@@ -72,27 +69,13 @@ from fixflow.operators.local import (
     witnessed_rows,
 )
 from fixflow.operators.materialize import Materializer
+from fixflow.operators.placement import Outgrown
 from fixflow.operators.plan import Aggregate, AntiJoin, Fixpoint, Plan, children, relations_read
 from fixflow.operators.spark_backend import relation_struct, spark_type
+from fixflow.operators.thresholds import COLLECT_AS_ROWS, HANDOVER_ROWS
 from fixflow.operators.witness import ROOT, invalidated_rows
 
 log = logging.getLogger(__name__)
-
-SMALL = 10_000
-"""Frames of at most this many rows (an epoch's changes) are collected as rows."""
-
-HANDOVER_ROWS = 200_000
-"""A changed input the driver holds is handed to Spark as a local relation up to this many
-rows; a larger one is stored by Spark as before (making a local relation of 1M rows took
-1.3 s, storing the relation on Spark 0.4 s)."""
-
-CHAIN_ROWS = 20_000
-"""A larger changed input (``Maintainer._changed_later``) is computed, by the first job that
-reads it, from the last rows Spark stored and every change since, as long as those changes
-hold at most this many rows; then it is stored (one job) and becomes the new base. Chaining
-each epoch's lazy rows on the previous ones instead made a chain as deep as the epochs: the
-first job to read it replayed every epoch (22 s after 64) and overflowed the JVM's stack
-after a few hundred, and it read stored rows the garbage collection had released."""
 
 Sources = Callable[[str], Batch]
 """A relation's rows (positional columns ``c0..``) as the update reads them."""
@@ -117,21 +100,21 @@ class DriverCopies:
         return entry[1] if entry is not None and entry[0] is frame else None
 
     def rows(self, frame: DataFrame, types: Sequence[TypeName], count: int | None = None) -> Batch:
-        """``frame``'s rows (columns ``c0..`` cast to ``types``); ``LocalUnsupported`` when
-        it has more than ``limit``. ``count``: its rows when known (few are collected as
+        """``frame``'s rows (columns ``c0..`` cast to ``types``); ``Outgrown`` when it has
+        more than ``limit``. ``count``: its rows when known (few are collected as
         rows, which needs no job for a local relation; Arrow always runs one)."""
         found = self.held(frame)
         if found is not None:
             return found
         if self.materializer is not None and not frame.isLocal():
             self.materializer.jobs += 1
-        if count is not None and count <= SMALL:
-            batch = local_rows(frame, SMALL)
+        if count is not None and count <= COLLECT_AS_ROWS:
+            batch = local_rows(frame, COLLECT_AS_ROWS)
             assert batch is not None
         else:
             table = frame.limit(self.limit + 1).toArrow()
             if table.num_rows > self.limit:
-                raise LocalUnsupported(f"a frame it reads holds more than {self.limit} rows")
+                raise Outgrown(f"a frame it reads holds more than {self.limit} rows")
             batch = table_rows(table, types)
         self.hold(frame, batch)
         return batch
@@ -200,27 +183,9 @@ class ChangedSince:
 
 
 def retract(ctx: UpdateContext, program: MraProgram, copies: DriverCopies) -> Outcome:
-    """The epoch's insertions and deletions retracted and propagated in the driver."""
-    _check(ctx, program)
-    try:
-        return _Retraction(ctx, program, copies).run()
-    except KernelUnsupported as error:
-        raise LocalUnsupported(str(error)) from None
-
-
-def _check(ctx: UpdateContext, program: MraProgram) -> None:
-    options = ctx.options.engine_options
-    if options.mode == "sync":
-        raise LocalUnsupported("the sync engine runs on Spark")
-    if options.shards > 1:
-        raise LocalUnsupported(f"{options.shards} shards were asked for")
-    if program.relation in ctx.carried:
-        raise LocalUnsupported("deltas are pending from an earlier epoch")
-    reason = unsupported(program)
-    if reason is not None:
-        raise LocalUnsupported(reason)
-    if shard_keys(program) != program.keys:
-        raise LocalUnsupported("a witness is not the key an auxiliary row joins on")
+    """The epoch's insertions and deletions retracted and propagated in the driver (placed
+    there by ``placement.place_retraction``); ``Outgrown`` past ``copies.limit`` rows."""
+    return _Retraction(ctx, program, copies).run()
 
 
 class _Retraction:
@@ -328,7 +293,7 @@ class _Retraction:
 
     def _bounded(self, rows: int) -> None:
         if rows > self.limit:
-            raise LocalUnsupported(f"it reads more than {self.limit} rows")
+            raise Outgrown(f"it reads more than {self.limit} rows")
 
     # ------------------------------------------------------------ trimming
 
@@ -419,9 +384,9 @@ class _Retraction:
         loop = ShardLoop.in_driver(params, aux, messages, row_limit=self.limit, table=table)
         loop.run()  # hybrid parameters: to local quiescence (or the row limit)
         if len(loop.table) > self.limit:
-            raise LocalUnsupported(f"it grew past {self.limit} rows")
-        if loop.has_pending:
-            raise LocalUnsupported("the local loop stopped with deltas pending")
+            raise Outgrown(f"it grew past {self.limit} rows")
+        if loop.has_pending:  # the loop's guard (``LOCAL_ITERATION_CAP``) stopped it
+            raise Outgrown("the local loop stopped with deltas pending")
         return witnessed_rows(program, loop.table), loop
 
     # ------------------------------------------------------------ handing over
@@ -480,17 +445,38 @@ def hand_over(
 def _sources(plan: Plan, read: Sources) -> dict[tuple[str, str], Batch]:
     found: dict[tuple[str, str], Batch] = {}
     for relation, version in relations_read(plan):
-        if version != "full":
-            raise LocalUnsupported(f"a plan reads `{relation}` ({version})")
+        assert version == "full", "place_retraction admits plans over full relations only"
         found[(relation, version)] = read(relation)
     return found
 
 
 def _applied(rows: Batch, added: Batch, removed: Batch) -> Batch:
-    if not all(v.all() for v in removed.valid.values()):
-        raise LocalUnsupported("a removed row has a null (a null matches nothing in numpy)")
     columns = tuple(rows.cols)
-    return concat([anti_join(rows, removed, columns), added]) if columns else added
+    if not columns:
+        return added
+    if removed.n == 0 or rows.n == 0:
+        return concat([rows, added])
+    nullable = {*rows.valid, *removed.valid}
+    gone_rows = _identity(removed, nullable)
+    on = tuple(gone_rows.cols)
+    gone = JoinIndex.build(gone_rows, on).matches(_identity(rows, nullable), on)
+    return concat([rows.take(np.flatnonzero(~gone)), added])
+
+
+def _identity(rows: Batch, nullable: set[str]) -> Batch:
+    """``rows`` as values that compare equal when the rows are the same row: a null is a
+    filler plus a flag (a row with a null is removed by that same row, as Spark's EXCEPT
+    does; a join key never matches a null)."""
+    out = Batch(rows.n)
+    for name, values in rows.cols.items():
+        if name not in nullable:
+            out.cols[name] = values
+            continue
+        valid = rows.valid.get(name, np.ones(rows.n, dtype=bool))
+        filler = "" if values.dtype == object else values.dtype.type(0)
+        out.cols[name] = np.where(valid, values, filler).astype(values.dtype)
+        out.cols[f"{name}#null"] = ~valid
+    return out
 
 
 def _row_by_row(plan: Plan) -> bool:

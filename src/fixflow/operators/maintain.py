@@ -56,7 +56,6 @@ from fixflow.operators.epoch import (
 from fixflow.operators.evaluate import Bootstrap, Input, StratumStats
 from fixflow.operators.lazy_frame import deferred, renamed
 from fixflow.operators.local import (
-    LocalUnsupported,
     arrow_frame,
     empty_rows,
     table_rows,
@@ -64,8 +63,6 @@ from fixflow.operators.local import (
     to_table,
 )
 from fixflow.operators.local_update import (
-    CHAIN_ROWS,
-    HANDOVER_ROWS,
     ChangedSince,
     DriverCopies,
     hand_over,
@@ -77,9 +74,11 @@ from fixflow.operators.materialize import (
     reading_checkpoints_of,
     release_frame,
 )
+from fixflow.operators.placement import Outgrown
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.spark_backend import join_on, minus, positional, spark_type
 from fixflow.operators.strategies import aggregate_seminaive, dred, mra, nonrecursive, seminaive
+from fixflow.operators.thresholds import CHAIN_ROWS, HANDOVER_ROWS
 
 log = logging.getLogger(__name__)
 
@@ -833,7 +832,7 @@ class Maintainer:
         """An input relation's rows after ``delta``, and the delta as the strata read it.
         When the driver holds a copy of the rows (a driver update read them), the change is
         applied to it too, and a small result is handed to Spark as a local relation (no
-        job; ``local_update.HANDOVER_ROWS``), a larger one stored by the first job that
+        job; ``thresholds.HANDOVER_ROWS``), a larger one stored by the first job that
         reads it (``_changed_later``); otherwise it is made on Spark. So are more than
         ``CHAIN_ROWS`` insertions alone: the lazy rows would store the whole relation
         again, where Spark appends the added rows as a segment, stored once (500k facts
@@ -909,7 +908,7 @@ class Maintainer:
             return None
         try:
             return copies.after(held, delta, self.catalog[relation].types)
-        except LocalUnsupported:
+        except Outgrown:  # a side of the change is larger than the copies' limit
             return None
 
     def _positional_input(self, relation: str, frame: Input | None) -> DataFrame:

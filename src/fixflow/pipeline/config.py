@@ -16,6 +16,8 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from fixflow.operators.thresholds import LOCAL_ROWS
+
 DEFAULT_SOURCE = "<embedded conf/local.toml>"
 
 
@@ -131,12 +133,10 @@ class EngineConfig:
     from 4.5M to 0.28M. The sync engine's rounds propagate every pending delta."""
     schedule_portion: float = _key(0.5, positive=True, maximum=1.0)
     check_interval_ms: int = _key(1000, positive=True)
-    local_rows: int = _key(2_000_000, minimum=0)
-    """The stream's min/max retractions (deletions) of a relation whose rows and inputs
-    are at most this many run in the driver, without Spark jobs, and so do its bootstraps
-    of strata within it (min/max ones with their witnesses); 0: always on Spark. The
-    default is the automatic shard size: below it the engine runs one shard, i.e. the same
-    loop in one Spark task, so the driver loses no parallelism."""
+    local_rows: int = _key(LOCAL_ROWS, minimum=0)
+    """Strata whose inputs hold at most this many rows each, and min/max retractions of
+    relations that small, run in the driver without Spark jobs (``placement.place``); 0:
+    always on Spark. The default and its reason: ``operators.thresholds.LOCAL_ROWS``."""
 
 
 @dataclass(frozen=True, slots=True)

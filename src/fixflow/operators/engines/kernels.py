@@ -112,6 +112,8 @@ def unsupported(plan: Plan) -> str | None:
 
 KERNEL_OPS = frozenset(("+", "-", "*", "/"))
 KERNEL_FUNCS = frozenset(("min", "max", "abs", "exp", "log", "relu"))
+KERNEL_CASTS = frozenset((("number", "float"), ("float", "number")))
+"""(from, to) casts the kernels compute besides a cast to the same type (``_cast``)."""
 
 
 def _expr_unsupported(expr: PExpr) -> str | None:
@@ -126,6 +128,10 @@ def _expr_unsupported(expr: PExpr) -> str | None:
             return _expr_unsupported(left) or _expr_unsupported(right)
         case Func(args=args):
             return next((r for r in map(_expr_unsupported, args) if r is not None), None)
+        case Cast(operand=operand, type=target) if (operand.type, target) not in KERNEL_CASTS:
+            if operand.type != target:
+                return f"a cast from {operand.type} to {target} has no kernel"
+            return _expr_unsupported(operand)
         case Negate(operand=operand) | Cast(operand=operand):
             return _expr_unsupported(operand)
     return None
@@ -162,7 +168,7 @@ def evaluate_expr(expr: PExpr, batch: Batch) -> Value:
             return COMPARISONS[op](a, b), _both(va, vb)
         case Cast(operand=operand, type=type_):
             return _cast(evaluate_expr(operand, batch), operand.type, type_)
-    raise KernelUnsupported(f"not a plan expression: {expr!r}")
+    raise AssertionError(f"not a plan expression: {expr!r}")
 
 
 COMPARISONS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
@@ -229,7 +235,7 @@ def _builtin(name: str, args: list[Value], type_: str) -> Value:
         # greatest(x, 0) skips a null x: relu(null) = 0.
         out = np.maximum(values, 0).astype(dtype)
         return (out if valid is None else np.where(valid, out, 0).astype(dtype)), None
-    raise KernelUnsupported(f"unknown built-in `{name}`")
+    raise AssertionError(f"`{name}` is not in KERNEL_FUNCS: `unsupported` refuses it")
 
 
 def _cast(value: Value, source: str, target: str) -> Value:
@@ -242,7 +248,7 @@ def _cast(value: Value, source: str, target: str) -> Value:
         finite = np.isfinite(values)
         out = np.trunc(np.where(finite, values, 0)).astype(np.int64)
         return out, _both(valid, finite)
-    raise KernelUnsupported(f"cast from {source} to {target}")
+    raise AssertionError(f"a cast from {source} to {target}: `unsupported` refuses it")
 
 
 # ---------------------------------------------------------------- joins
@@ -467,7 +473,7 @@ class Kernel:
                 return distinct_rows(out) if distinct else out
             case Aggregate():
                 return aggregate(plan, self._run(plan.input, sources))
-        raise KernelUnsupported(f"{type(plan).__name__} is not supported")
+        raise AssertionError(f"{type(plan).__name__}: `unsupported` refuses it")
 
 
 def _scan(scan: Scan, sources: Mapping[tuple[str, str], Batch]) -> Batch:

@@ -12,6 +12,7 @@ side, all built on ``fixflow.operators.core`` (and ``fixflow.operators.epoch`` f
   improving candidates (min/max) or exact signed corrections (sum);
 - ``naive``: X ← G∘F(X) to a fixpoint, the termination clause or the cap; no update.
 
-Every module exposes ``bootstrap_applies(run)`` / ``bootstrap(run)`` and, where it has
-them, ``<method>_applies(ctx)`` / ``<method>(ctx)`` pairs the Maintainer lists in order.
+Every module exposes ``bootstrap(run)`` (which one runs is ``placement.bootstrap_method``'s
+choice, the same on both backends) and, where it has them, ``<method>_applies(ctx)`` /
+``<method>(ctx)`` pairs the Maintainer lists in order.
 """

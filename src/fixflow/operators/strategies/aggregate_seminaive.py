@@ -110,16 +110,6 @@ def improving_only(run: StratumRun) -> bool:
 # ---------------------------------------------------------------- the class
 
 
-def bootstrap_applies(run: StratumRun) -> bool:
-    if run.strategy == "set":
-        return True
-    if run.strategy == "mra":  # the MRA engine does not apply: min/max improve monotonically
-        return improving_only(run)
-    return run.strategy == "aggregate-seminaive" and not any(
-        e.index_pos is not None for e in run.entries()
-    )
-
-
 def bootstrap(run: StratumRun) -> Bootstrapped:
     return bootstrap_with(run, {r: growth_for(run.entry(r)) for r in run.relations})
 

@@ -6,9 +6,9 @@ evaluation or Maintainer). The strategy reads the engine's state only through
 ``MraState``'s accessors.
 
 - bootstrap: ``MraEngine.bootstrap`` (from empty: X⁰ and C seed the table).
-- ``mra-retract`` (min/max kept with witnesses): in the driver when the Maintainer keeps
-  copies there and the relation is small enough (``operators.local_update``), else on Spark
-  below (``LocalUnsupported`` says why, in the log).
+- ``mra-retract`` (min/max kept with witnesses): in the driver (``operators.local_update``)
+  where ``placement.place_retraction`` puts it and it stays within ``local_rows``, else on
+  Spark below (the log says why).
 - ``mra-improve`` (min/max, insertions only): the delta rules over the inserted input rows
   give candidate values; the engine resumes from the current fixpoint and only the keys
   they improve become pending.
@@ -38,7 +38,7 @@ from fixflow.operators.engines.program import (
     output_column,
 )
 from fixflow.operators.epoch import Abandon, Outcome, UpdateContext
-from fixflow.operators.local import LocalUnsupported
+from fixflow.operators.placement import Outgrown, place_retraction
 from fixflow.operators.plan import Plan, Version
 from fixflow.operators.spark_backend import SparkBackend, positional
 from fixflow.operators.witness import descendants
@@ -46,19 +46,6 @@ from fixflow.operators.witness import descendants
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------- bootstrap
-
-
-def bootstrap_applies(run: StratumRun) -> bool:
-    if run.strategy != "mra":
-        return False
-    if run.mra_spec() is None:
-        log.warning(
-            "stratum %s: MRA over several relations is not supported; "
-            "falling back to another strategy",
-            run.relations,
-        )
-        return False
-    return True
 
 
 def bootstrap(run: StratumRun) -> Bootstrapped:
@@ -120,11 +107,13 @@ def retract(ctx: UpdateContext) -> Outcome:
     than before, so resuming from them converges to the new fixpoint."""
     spec = _spec(ctx)
     program = MraProgram(spec, ctx.catalog.types)
-    if ctx.copies is not None:
+    placement = place_retraction(ctx, program)
+    log.info("%s: retracting on %s: %s", spec.relation, placement.where, placement.why)
+    if placement.in_driver and ctx.copies is not None:
         try:
             return local_update.retract(ctx, program, ctx.copies)
-        except LocalUnsupported as why:
-            log.info("%s: retracting on Spark: %s", spec.relation, why)
+        except Outgrown as error:
+            log.info("%s: outgrew the driver (%s): retracting on Spark", spec.relation, error)
     witnessed = ctx.witnessed[spec.relation]
     surviving, seeds = witnessed, []
     roots = _roots(ctx, program, witnessed)

@@ -23,10 +23,6 @@ from fixflow.operators.spark_backend import join_on, minus, positional
 # ---------------------------------------------------------------- bootstrap
 
 
-def bootstrap_applies(run: StratumRun) -> bool:
-    return run.strategy == "nonrecursive"
-
-
 def bootstrap(run: StratumRun) -> Bootstrapped:
     for relation in run.relations:
         run.frames.full[relation] = run.keep(run.derive(relation))

@@ -27,14 +27,22 @@ rounds (``test_round_cost_does_not_grow_with_rounds``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import Protocol, TypeVar
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from fixflow.operators.core import Bootstrapped, StratumRun, bounded, bounded_to, union_by_name
+from fixflow.operators.core import (
+    Bootstrapped,
+    StratumRun,
+    StratumView,
+    bounded,
+    bounded_to,
+    union_by_name,
+)
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.plan import Plan
@@ -43,6 +51,9 @@ from fixflow.operators.spark_backend import join_on
 COMPACT_EVERY = 8
 """Rounds between compactions of the full relations (their compacted rows overlaid with the
 recent ones stored as one), bootstrap and update alike."""
+
+R = TypeVar("R")
+"""A backend's rows: a Spark frame, or a numpy batch."""
 
 NEW = "new_this_round"
 """The column that marks a round's new rows among the recent rows stored with them."""
@@ -96,7 +107,7 @@ class SetGrowth:
         return ctx.delta(union_by_name(touched).distinct(), ctx.frames.empty(relation))
 
 
-def delta_rules(run: StratumRun, relation: str) -> list[Plan]:
+def delta_rules(run: StratumView, relation: str) -> list[Plan]:
     """One rule per occurrence of a stratum relation in a body, reading its last delta."""
     return [
         run.rule_rows(rule, body, versions={k: "delta"})
@@ -106,7 +117,7 @@ def delta_rules(run: StratumRun, relation: str) -> list[Plan]:
     ]
 
 
-def exit_rules(run: StratumRun) -> dict[str, list[Plan]]:
+def exit_rules(run: StratumView) -> dict[str, list[Plan]]:
     """Per relation, the head rows of its bodies without an atom of the stratum."""
     return {
         relation: [
@@ -138,30 +149,84 @@ class Grown:
     the full relation is its compacted rows overlaid with them."""
 
 
+class RoundBackend(Protocol[R]):
+    """A backend's side of the semi-naive loop (``semi_naive``): Spark frames here
+    (``SparkRounds``), numpy batches in the driver (``local.LocalStratum``)."""
+
+    def changed(self, relation: str, plans: list[Plan]) -> R:
+        """G over the round's head-row plans, then the rows that change the relation."""
+        ...
+
+    def advance(self, relation: str, new: R) -> int:
+        """The round's change made the relation's delta and merged into it; its rows."""
+        ...
+
+    def after_round(self, rounds: int) -> None:
+        """Housekeeping between rounds (compaction, the driver's size check)."""
+        ...
+
+
+def semi_naive(
+    run: StratumRun,
+    seeds: Mapping[str, list[Plan]],
+    steps: Mapping[str, Callable[[], list[Plan]]],
+    backend: RoundBackend[R],
+    rounds_done: int = 0,
+) -> tuple[int, bool]:
+    """The one semi-naive loop: round 1 derives ``seeds``, each later round the ``steps``
+    (the delta rules), until no relation changes or ``max_iterations`` rounds ran. Every
+    relation's derivation reads the previous round: all are derived, then all advance.
+    The rounds run (counting ``rounds_done`` another backend ran before), and whether the
+    cap stopped it with changes pending."""
+    plans, pending, rounds = dict(seeds), 1, rounds_done
+    while pending and rounds < run.max_iterations:
+        new = {r: backend.changed(r, plans[r]) for r in run.relations}
+        pending = sum(backend.advance(r, new[r]) for r in run.relations)
+        rounds += 1
+        backend.after_round(rounds)
+        run.round(RoundInfo(rounds, pending, None))
+        plans = {r: steps[r]() for r in run.relations}
+    return rounds, bool(pending)
+
+
+class SparkRounds:
+    """The semi-naive loop's Spark side: each round's change stored with the recent ones
+    in one job, the relations compacted every ``COMPACT_EVERY`` rounds."""
+
+    def __init__(self, run: StratumRun, growth: Mapping[str, Growth], grown: Grown) -> None:
+        self.run, self.growth, self.grown = run, growth, grown
+
+    def changed(self, relation: str, plans: list[Plan]) -> DataFrame:
+        derived = self.run.combine(relation, plans)
+        return self.growth[relation].new_rows(self.run, relation, derived)
+
+    def advance(self, relation: str, new: DataFrame) -> int:
+        return _advance(self.run, self.growth[relation], relation, new, self.grown)
+
+    def after_round(self, rounds: int) -> None:
+        if rounds % COMPACT_EVERY == 0:
+            _compact(self.run, self.grown)
+
+
 def continuation(
-    run: StratumRun, seeds: Mapping[str, list[Plan]], growth: Mapping[str, Growth]
+    run: StratumRun,
+    seeds: Mapping[str, list[Plan]],
+    growth: Mapping[str, Growth],
+    rounds_done: int = 0,
 ) -> Grown:
-    """Semi-naive rounds from the relations' current rows (empty when absent), round 1
-    deriving ``seeds``, until no relation changes or ``max_iterations`` rounds ran."""
+    """Semi-naive rounds on Spark from the relations' current rows (empty when absent),
+    the first deriving ``seeds`` (``semi_naive``; ``rounds_done``: rounds the driver ran)."""
     relations, full = run.relations, run.frames.full
     for relation in relations:
         full.setdefault(relation, run.frames.empty(relation))
     grown = Grown({r: full[r] for r in relations}, {r: [] for r in relations})
     grown.compacted = dict(grown.original)
-    plans, pending = dict(seeds), 1
-    while pending and grown.rounds < run.max_iterations:
-        # Every relation's derivation reads the previous round: build all, then update.
-        new = {r: growth[r].new_rows(run, r, run.combine(r, plans[r])) for r in relations}
-        pending = sum(_advance(run, growth[r], r, new[r], grown) for r in relations)
-        grown.rounds += 1
-        if grown.rounds % COMPACT_EVERY == 0:
-            _compact(run, grown)
-        run.round(RoundInfo(grown.rounds, pending, None))
-        plans = {r: growth[r].step(run, r) for r in relations}
+    steps = {r: partial(growth[r].step, run, r) for r in relations}
+    backend = SparkRounds(run, growth, grown)
+    grown.rounds, grown.capped = semi_naive(run, seeds, steps, backend, rounds_done)
     _compact(run, grown)
     for relation in relations:
         run.frames.delta.pop(relation, None)
-    grown.capped = bool(pending)
     return grown
 
 
@@ -206,6 +271,15 @@ def bootstrap_with(run: StratumRun, growth: Mapping[str, Growth]) -> Bootstrappe
     return Bootstrapped(grown.rounds, grown.capped)
 
 
+def resumed(run: StratumRun, growth: Mapping[str, Growth], rounds_done: int) -> Bootstrapped:
+    """A bootstrap the driver began (``local.LocalStratum``) continued on Spark: the
+    relations' rows and last deltas are in ``run.frames``; the next round derives the
+    growth's step from them."""
+    seeds = {r: growth[r].step(run, r) for r in run.relations}
+    grown = continuation(run, seeds, growth, rounds_done)
+    return Bootstrapped(grown.rounds, grown.capped)
+
+
 def update_with(ctx: UpdateContext, growth: Mapping[str, Growth]) -> Outcome:
     """The continuation from the current rows seeded by the inserted rows' delta rules."""
     grown = continuation(ctx, {r: ctx.inserted_rows(r) for r in ctx.relations}, growth)
@@ -220,10 +294,6 @@ def update_with(ctx: UpdateContext, growth: Mapping[str, Growth]) -> Outcome:
 
 
 SET = SetGrowth()
-
-
-def bootstrap_applies(run: StratumRun) -> bool:
-    return run.strategy in ("set", "mra") and all(e.aggregate is None for e in run.entries())
 
 
 def bootstrap(run: StratumRun) -> Bootstrapped:

@@ -77,7 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--csv", action="store_true", help="also write <relation>.csv files")
     _add_evaluation_arguments(parser)
-    parser.add_argument("--explain", action="store_true", help="print each stratum's plan and exit")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="evaluate, write nothing, and print for each stratum where it ran and why "
+        "(driver or Spark, MRA engine, shards: decided from the sizes of the relations it "
+        "reads, known once the earlier strata ran) and its plan",
+    )
     parser.add_argument(
         "--master", default=None, help="Spark master (default: [spark] master, local[2])"
     )
@@ -177,13 +183,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for diagnostic in report.diagnostics:  # warnings
         print(diagnostic.render(source), file=sys.stderr)
-    if args.explain:
-        from fixflow.operators.evaluate import program_plans
-        from fixflow.operators.plan import explain
-
-        for plan in program_plans(report, config.engine.max_iterations or None):
-            print(explain(plan))
-        return 0
     schemas = report.analysis.schemas
     program = report.analysis.program
     try:
@@ -224,6 +223,9 @@ def _evaluate_and_write(
         evaluation = evaluate_with_stats(report, inputs, spark, options)
     except EvaluationError as exc:
         return _error(str(exc))
+    if args.explain:
+        _explain(report, evaluation, options)
+        return EXIT_PARTIAL if evaluation.capped else 0
     _write_outputs(args, report, _Results(report, evaluation, inputs))
     _summarize(config, evaluation, options)
     printer = options.progress
@@ -241,6 +243,21 @@ def _evaluate_and_write(
         "Spark started" if on_demand.started else "Spark not started",
     )
     return EXIT_PARTIAL if evaluation.capped else 0
+
+
+def _explain(report: Report, evaluation: Evaluation, options: EvalOptions) -> None:
+    """Each stratum: where it ran and why (``placement.place``), what it cost, its plan."""
+    from fixflow.operators.evaluate import stratum_plans
+    from fixflow.operators.plan import explain
+
+    for stratum, stats in zip(report.strata, evaluation.stats, strict=True):
+        where = "not placed" if stats.placement is None else stats.placement.describe()
+        print(f"stratum {stats.stratum} ({', '.join(stats.relations)}, {stats.strategy}): {where}")
+        rounds = "1 round" if stats.rounds == 1 else f"{stats.rounds} rounds"
+        jobs = "1 Spark job" if stats.jobs == 1 else f"{stats.jobs} Spark jobs"
+        print(f"  {rounds}, {jobs}, {stats.seconds:.3f} s")
+        for plan in stratum_plans(report, stratum, options.max_iterations):
+            print(explain(plan, indent=1))
 
 
 def _residual(last: Progress | None) -> str:
