@@ -36,7 +36,7 @@ from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker.ast import TypeName
 from fixflow.operators.compiler import relation_struct, spark_type
-from fixflow.operators.engines.async_engine import (
+from fixflow.operators.engines.async_support import (
     _head_key_columns,
     _join_key_columns,
     _scan_of,

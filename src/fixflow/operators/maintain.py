@@ -43,9 +43,9 @@ from fixflow.operators.core import (
     extended,
     segments_full,
 )
-from fixflow.operators.engines import engine_for
 from fixflow.operators.engines.base import MraState
 from fixflow.operators.engines.kernels import Batch, anti_join, distinct_rows
+from fixflow.operators.engines.modes import engine_for
 from fixflow.operators.epoch import (
     Abandon,
     Delta,
