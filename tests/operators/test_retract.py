@@ -153,7 +153,7 @@ def test_arrow_batches_retract_in_the_driver_without_a_job(spark: SparkSession) 
     loaded = maintainer.load({"warc": _warc(facts)})
     assert [(s.strategy, s.note) for s in loaded.strata] == [("bootstrap", "in the driver")]
     # The witness of 16 is 15 (1 + 14 hops), not the direct edge (1, 15, 20.0)'s source.
-    witnessed = {tuple(r) for r in maintainer.witnessed["sp"].collect()}
+    witnessed = {tuple(r) for r in maintainer.carried.witnessed["sp"].collect()}
     assert (16, 15.0, 15) in witnessed and (1, 0.0, None) in witnessed
     steps = [([], [(14, 15, 1.0)]), ([(2, 9, 0.5)], [(3, 4, 1.0)]), ([], [(1, 2, 1.0)])]
     for number, (added, removed) in enumerate(steps):
