@@ -181,8 +181,8 @@ def test_a_large_input_changed_in_the_driver_stays_readable_on_spark(
     many epochs it holds the current facts: the stored rows it reads were not released, and
     crossing ``CHAIN_ROWS`` stores it again (an ever deeper chain of lazy rows replayed every
     epoch and, after a few hundred, overflowed the JVM's stack)."""
-    monkeypatch.setattr("fixflow.operators.maintain.HANDOVER_ROWS", 4)
-    monkeypatch.setattr("fixflow.operators.maintain.CHAIN_ROWS", 5)
+    monkeypatch.setattr("fixflow.operators.maintain.inputs.HANDOVER_ROWS", 4)
+    monkeypatch.setattr("fixflow.operators.maintain.inputs.CHAIN_ROWS", 5)
     report = report_of(SSSP)
     maintainer = Maintainer(report, spark, _options("driver"), switch_fraction=1e6)
     facts = [(i, i + 1, 1.0) for i in range(1, 40)] + [(1, 20, 30.0), (5, 25, 2.0)]
