@@ -15,6 +15,7 @@ from fixflow.operators.core import SEGMENTS, EvalOptions
 from fixflow.operators.epoch import Delta
 from fixflow.operators.evaluate import evaluate
 from fixflow.operators.maintain import Epoch, Maintainer
+from fixflow.operators.maintain.elastic import ElasticSwitch
 from fixflow.operators.materialize import checkpoint_rdds
 from reference.evaluator import evaluate as oracle
 
@@ -280,7 +281,7 @@ def test_naive_gcn_is_reevaluated(spark: SparkSession) -> None:
 
 def test_elastic_switch_bootstraps(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     # The deadline alone: with switch_fraction 0 the prediction would fire first.
-    monkeypatch.setattr(Maintainer, "_outgrown", lambda self, stratum, changed: "")
+    monkeypatch.setattr(ElasticSwitch, "outgrown", lambda self, stratum, changes: "")
     epochs = run_epochs(
         spark,
         SSSP,
