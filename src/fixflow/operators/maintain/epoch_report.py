@@ -47,6 +47,7 @@ class Epoch:
 
 
 def bootstrap_epoch(stats: StratumStats) -> StratumEpoch:
+    """A stratum's epoch that re-evaluated it (``evaluate.Bootstrap``'s statistics)."""
     note = "hit the iteration cap" if stats.capped else ("in the driver" if stats.local else "")
     return StratumEpoch(
         stats.stratum,
@@ -62,4 +63,5 @@ def bootstrap_epoch(stats: StratumStats) -> StratumEpoch:
 
 
 def unchanged_epoch(stratum: Stratum) -> StratumEpoch:
+    """A stratum's epoch that left it alone."""
     return StratumEpoch(stratum.index, stratum.relations, "unchanged")

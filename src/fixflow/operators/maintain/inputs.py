@@ -41,7 +41,7 @@ class Inputs:
         self.setting = setting
         self.spark, self.catalog = setting.spark, setting.catalog
         self.materializer, self.copies = setting.materializer, setting.copies
-        self.rows: dict[str, int] = {}
+        self.facts: dict[str, int] = {}
         """Per EDB relation, its number of facts."""
         self._changed_since: dict[str, ChangedSince] = {}
         """Per input relation stored lazily (``_changed_later``), its changes since the
@@ -52,7 +52,7 @@ class Inputs:
         are empty)."""
         frames = {}
         for user, rel in self.setting.loaded().items():
-            frames[rel], self.rows[rel] = self._loaded_input(rel, edb.get(user))
+            frames[rel], self.facts[rel] = self._loaded_input(rel, edb.get(user))
         return frames
 
     def change(
@@ -68,16 +68,16 @@ class Inputs:
         delta = self._edb_delta(relation, rows, inserts, deletes, net_counts)
         if delta.empty:
             return None
-        self.rows[relation] += delta.n_added - delta.n_removed
+        self.facts[relation] += delta.n_added - delta.n_removed
         return self._changed(relation, rows, delta)
 
     def changes_of(self, changed: Mapping[str, Delta]) -> list[EdbChange]:
         """(relation, facts changed, facts before the epoch) of each changed EDB input
         (a lower stratum's change is not counted: its size before is not known)."""
         return [
-            EdbChange(rel, d.n_added + d.n_removed, self.rows[rel] - d.n_added + d.n_removed)
+            EdbChange(rel, d.n_added + d.n_removed, self.facts[rel] - d.n_added + d.n_removed)
             for rel, d in changed.items()
-            if rel in self.rows
+            if rel in self.facts
         ]
 
     def _loaded_input(self, relation: str, given: Input | None) -> tuple[DataFrame, int]:

@@ -94,6 +94,7 @@ class Maintainer:
         return self.setting.result_frame(name, self.frames[name])
 
     def key_columns(self, relation: str) -> tuple[str, ...]:
+        """The columns identifying ``relation``'s result rows (``Setting.key_columns``)."""
         return self.setting.key_columns(relation)
 
     def load(

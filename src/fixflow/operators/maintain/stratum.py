@@ -167,7 +167,7 @@ class StratumUpdater:
 
     def _partitions(self) -> int:
         """As a bootstrap's rounds: partitions by input size (read outside the rounds)."""
-        total = sum(self.inputs.rows.values())
+        total = sum(self.inputs.facts.values())
         return partitions_for(self.spark, self.setting.options.partitions, total)
 
     def _adopt(
