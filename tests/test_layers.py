@@ -317,3 +317,62 @@ def test_cycles_are_found_and_reported_as_paths() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}, "f": {"a"}}
     assert cycles(graph) == [["a", "b", "c", "a"], ["e", "e"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+PACKAGE_ORDER = {
+    "fixflow.operators.engines": (
+        "program",
+        "base",
+        "blocks",
+        "kernels",
+        "shard_loop",
+        "sharding",
+        "sync",
+        "async_support",
+        "shard_map",
+        "stage_frame",
+        "async_prepare",
+        "async_rounds",
+        "async_engine",
+        "modes",
+    ),
+    "fixflow.operators.maintain": (
+        "setting",
+        "garbage",
+        "carried",
+        "elastic",
+        "inputs",
+        "publish",
+        "epoch_report",
+        "updates",
+        "stratum",
+        "maintainer",
+    ),
+}
+"""Inside these packages a module imports only the modules listed before it (so no cycle,
+imports inside functions included); the package ``__init__`` comes last."""
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_ORDER))
+def test_modules_import_in_package_order(package: str) -> None:
+    order = PACKAGE_ORDER[package]
+    directory = SRC.joinpath(*package.split("."))
+    on_disk = {p.stem for p in directory.glob("*.py")} - {"__init__"}
+    assert on_disk == set(order), "list every module of the package, once"
+    wrong = []
+    for position, stem in enumerate((*order, "__init__")):
+        allowed = {f"{package}.{m}" for m in order[:position]} | {package}
+        if stem == "__init__":
+            allowed = {f"{package}.{m}" for m in order}
+        for name in imports_of(directory / f"{stem}.py"):
+            module = _module_in(name, package)
+            if module is not None and module not in allowed:
+                wrong.append(f"{stem} imports {module}")
+    assert not wrong, wrong
+
+
+def _module_in(name: str, package: str) -> str | None:
+    """The module of ``package`` that import name ``name`` refers to, if any."""
+    if not within(name, package) or name == package:
+        return None
+    return ".".join(name.split(".")[: len(package.split(".")) + 1])

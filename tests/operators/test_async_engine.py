@@ -16,13 +16,10 @@ from pyspark.sql import DataFrame, SparkSession
 from fixflow.checker import load
 from fixflow.checker.ast import Attribute
 from fixflow.checker.model import Report
-from fixflow.operators.engines import async_engine
-from fixflow.operators.engines.async_engine import (
-    AsyncEngine,
-    OrderDependent,
-    ShardedEngine,
-    unsupported,
-)
+from fixflow.operators.engines import shard_map
+from fixflow.operators.engines.async_engine import AsyncEngine, ShardedEngine
+from fixflow.operators.engines.async_rounds import OrderDependent
+from fixflow.operators.engines.async_support import unsupported
 from fixflow.operators.engines.base import (
     BufferOptions,
     EngineEnv,
@@ -249,7 +246,7 @@ def test_automatic_shard_count_is_one_shard_until_the_auxiliary_rows_outgrow_it(
 ) -> None:
     """``shards = 0``: the auxiliary rows are counted while they are packed for one shard;
     more rows than one shard takes send the run down the sharded path, same result."""
-    monkeypatch.setattr(async_engine, "ROWS_PER_SHARD", rows_per_shard)
+    monkeypatch.setattr(shard_map, "ROWS_PER_SHARD", rows_per_shard)
     case = load_golden(PROGRAMS / name)
     report = _report(name)
     program = _program(report, relation)

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from fixflow.checker import load
 from fixflow.checker.model import Report, Stratum
-from fixflow.operators.engines.async_engine import unsupported
+from fixflow.operators.engines.async_support import unsupported
 from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.engines.kernels import Batch, Kernel, anti_join
 from fixflow.operators.engines.program import MraProgram

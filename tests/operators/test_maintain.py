@@ -15,6 +15,7 @@ from fixflow.operators.core import SEGMENTS, EvalOptions
 from fixflow.operators.epoch import Delta
 from fixflow.operators.evaluate import evaluate
 from fixflow.operators.maintain import Epoch, Maintainer
+from fixflow.operators.maintain.elastic import ElasticSwitch
 from fixflow.operators.materialize import checkpoint_rdds
 from reference.evaluator import evaluate as oracle
 
@@ -280,7 +281,7 @@ def test_naive_gcn_is_reevaluated(spark: SparkSession) -> None:
 
 def test_elastic_switch_bootstraps(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     # The deadline alone: with switch_fraction 0 the prediction would fire first.
-    monkeypatch.setattr(Maintainer, "_outgrown", lambda self, stratum, changed: "")
+    monkeypatch.setattr(ElasticSwitch, "outgrown", lambda self, stratum, changes: "")
     epochs = run_epochs(
         spark,
         SSSP,
@@ -314,7 +315,8 @@ def test_an_abandoned_update_sends_changes_as_large_to_a_bootstrap_for_a_while(
     maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     facts = {"warc": [(i, i + 1, 1.0) for i in range(1, 11)]}  # 10 facts
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
-    maintainer.bootstrap_seconds = dict.fromkeys(maintainer.bootstrap_seconds, 0.0)
+    elastic = maintainer.elastic
+    elastic.bootstrap_seconds = dict.fromkeys(elastic.bootstrap_seconds, 0.0)
     steps = [
         [(11, 12, 1.0), (12, 13, 1.0)],  # 2/10: abandoned (a zero budget)
         [(13, 14, 1.0), (14, 15, 1.0), (15, 16, 1.0)],  # 3/12 >= 2/10: the lesson
@@ -340,7 +342,7 @@ def test_an_abandoned_update_sends_changes_as_large_to_a_bootstrap_for_a_while(
         "update:mra-improve",
     ]
     assert "no smaller than one whose update was abandoned (20.00%" in epochs[1].strata[0].note
-    assert maintainer.lessons == {}
+    assert maintainer.elastic.lessons == {}
 
 
 def test_changes_are_relative_to_published(spark: SparkSession) -> None:
@@ -527,7 +529,8 @@ def test_a_one_to_one_copy_takes_the_inserted_rows_without_a_job(
     for relation, copied in [("copy", True), ("up", True), ("src", False), ("both", False)]:
         stratum = next(s for s in report.strata if relation in s.relations)
         delta = _one_row_delta(spark)
-        ctx = maintainer._context(stratum, 2, {"arc": delta.added}, {"arc": delta}, {}, 0.0)
+        old = {"arc": delta.added}
+        ctx = maintainer.strata.context(stratum, maintainer.frames, 2, old, {"arc": delta}, {}, 0.0)
         assert (copied_atom(ctx, relation) is not None) == copied, relation
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from fixflow.operators.maintain import Maintainer
+from fixflow.operators.maintain.elastic import ElasticSwitch
 
 from .test_maintain import Facts, program, run_epochs, strategies
 
@@ -171,7 +171,7 @@ def test_nonrecursive_count_and_sum_deletions(spark: SparkSession) -> None:
 def test_elastic_switch_abandons_dred(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the elastic switch sends a deletion to the bootstrap (here its deadline: with
     switch_fraction 0 its prediction would fire before the update starts)."""
-    monkeypatch.setattr(Maintainer, "_outgrown", lambda self, stratum, changed: "")
+    monkeypatch.setattr(ElasticSwitch, "outgrown", lambda self, stratum, changes: "")
     epochs = run_epochs(
         spark,
         program("nexus_reachability"),

@@ -153,7 +153,7 @@ def test_arrow_batches_retract_in_the_driver_without_a_job(spark: SparkSession) 
     loaded = maintainer.load({"warc": _warc(facts)})
     assert [(s.strategy, s.note) for s in loaded.strata] == [("bootstrap", "in the driver")]
     # The witness of 16 is 15 (1 + 14 hops), not the direct edge (1, 15, 20.0)'s source.
-    witnessed = {tuple(r) for r in maintainer.witnessed["sp"].collect()}
+    witnessed = {tuple(r) for r in maintainer.carried.witnessed["sp"].collect()}
     assert (16, 15.0, 15) in witnessed and (1, 0.0, None) in witnessed
     steps = [([], [(14, 15, 1.0)]), ([(2, 9, 0.5)], [(3, 4, 1.0)]), ([], [(1, 2, 1.0)])]
     for number, (added, removed) in enumerate(steps):
@@ -181,8 +181,8 @@ def test_a_large_input_changed_in_the_driver_stays_readable_on_spark(
     many epochs it holds the current facts: the stored rows it reads were not released, and
     crossing ``CHAIN_ROWS`` stores it again (an ever deeper chain of lazy rows replayed every
     epoch and, after a few hundred, overflowed the JVM's stack)."""
-    monkeypatch.setattr("fixflow.operators.maintain.HANDOVER_ROWS", 4)
-    monkeypatch.setattr("fixflow.operators.maintain.CHAIN_ROWS", 5)
+    monkeypatch.setattr("fixflow.operators.maintain.inputs.HANDOVER_ROWS", 4)
+    monkeypatch.setattr("fixflow.operators.maintain.inputs.CHAIN_ROWS", 5)
     report = report_of(SSSP)
     maintainer = Maintainer(report, spark, _options("driver"), switch_fraction=1e6)
     facts = [(i, i + 1, 1.0) for i in range(1, 40)] + [(1, 20, 30.0), (5, 25, 2.0)]

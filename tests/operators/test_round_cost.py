@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from fixflow.operators.engines import engine_for
+from fixflow.operators.engines.modes import engine_for
 from fixflow.operators.evaluate import Bootstrap, EvalOptions, Progress
 
 from .helpers import report_of

@@ -49,9 +49,9 @@ from fixflow.operators.core import (
     rule_rows,
     strategy_of,
 )
-from fixflow.operators.engines import UnknownEngine, engine_for
 from fixflow.operators.engines.base import MraEngine, MraState, RoundInfo
 from fixflow.operators.engines.kernels import Batch, distinct_rows
+from fixflow.operators.engines.modes import UnknownEngine, engine_for
 from fixflow.operators.local import (
     local_rows,
     run_locally,

@@ -45,7 +45,7 @@ from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import head_columns
 from fixflow.operators.core import StratumRun, combine_plan
-from fixflow.operators.engines.async_engine import order_dependence, stage_params
+from fixflow.operators.engines.async_support import order_dependence, stage_params
 from fixflow.operators.engines.base import EngineOptions, RoundInfo
 from fixflow.operators.engines.kernels import (
     NUMPY_TYPES,

@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker.ast import TypeName
-from fixflow.operators.engines.async_engine import (
+from fixflow.operators.engines.async_support import (
     _head_key_columns,
     _join_key_columns,
     _scan_of,

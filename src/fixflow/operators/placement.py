@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions, StratumView, combine_plan
 from fixflow.operators.engines import kernels
-from fixflow.operators.engines.async_engine import shard_keys
-from fixflow.operators.engines.async_engine import unsupported as stage_unsupported
+from fixflow.operators.engines.async_support import shard_keys
+from fixflow.operators.engines.async_support import unsupported as stage_unsupported
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.epoch import UpdateContext
 from fixflow.operators.plan import Plan, relations_read

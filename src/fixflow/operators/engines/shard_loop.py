@@ -441,7 +441,7 @@ class ShardLoop:
 
     def _observe_gain(self, deltas: np.ndarray, values: np.ndarray) -> None:
         """Track what decides whether the order of propagation may change a sum: deltas of
-        both signs, and an F′ that does not shrink them (see ``AsyncEngine._order_check``)."""
+        both signs, and an F′ that does not shrink them (see ``async_support.order_dependence``)."""
         mass = float(np.abs(deltas).sum())
         if mass > 0:
             self.gain = max(self.gain, float(np.abs(values).sum()) / mass)

@@ -159,7 +159,7 @@ class ResultCommits:
         assert entry.value_pos is not None, "MRA relations have an aggregated value"
         value = entry.attributes[entry.value_pos]
         schema = arrow_schema((*keys, value, replace(value, name="pending_delta")))
-        state = self.maintainer.carried.get(relation)
+        state = self.maintainer.carried.pending.get(relation)
         if state is None:
             return schema.empty_table()
         rows = state.pending_rows().toDF(*entry.names, "pending_delta")

@@ -1,0 +1,299 @@
+"""What an async run starts from: its auxiliary rows, assigned to shards, packed into
+blocks and stored partitioned by shard (``prepared``), and its first stage frame:
+seeds as message rows, current relation rows as state rows (``seed_candidates``,
+``messages``, ``state_rows``, ``indexed_start``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, Observation
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from fixflow.operators.engines import blocks
+from fixflow.operators.engines.async_support import (
+    _head_key_columns,
+    _join_key_columns,
+    aux_scan,
+    aux_types,
+    shard_keys,
+    unsupported,
+)
+from fixflow.operators.engines.base import EngineEnv
+from fixflow.operators.engines.kernels import KernelUnsupported
+from fixflow.operators.engines.program import MraProgram
+from fixflow.operators.engines.shard_loop import AUX, MESSAGE, STATE
+from fixflow.operators.engines.shard_map import ShardMap, assigned, shard_count, shard_labels
+from fixflow.operators.engines.stage_frame import (
+    AsyncRun,
+    Layout,
+    relation_rows,
+    witness_columns,
+)
+from fixflow.operators.materialize import Stored
+from fixflow.operators.plan import Plan, Version
+from fixflow.operators.spark_backend import SparkBackend, column_name, positional, spark_type
+
+
+def prepared(program: MraProgram, env: EngineEnv, shard_maps: dict[str, ShardMap]) -> AsyncRun:
+    """A run of ``program``: its auxiliary rows stored as blocks of their shards. The
+    shard assignment is the one in ``shard_maps`` (kept from the relation's bootstrap),
+    else computed and recorded there."""
+    reason = unsupported(program)
+    if reason is not None:
+        raise KernelUnsupported(reason)
+    backend = SparkBackend(env.spark, env.source)
+    aux = aux_tables(program, backend)
+    if program.g == "sum":
+        # A duplicate auxiliary row would count a contribution twice; min and max are
+        # idempotent, so they skip the shuffle that removing duplicates costs.
+        aux = [t.distinct() for t in aux]
+    witness = env.witness and program.g != "sum"
+    layout = Layout(program, witness, aux_types(program))
+    known = shard_maps.get(program.relation)
+    if (known.shards if known is not None else env.options.shards) <= 1:
+        run = _single_shard(program, env, layout, aux, shard_maps, counted=known is None)
+        if run is not None:
+            return run
+    return _sharded(program, env, layout, aux, shard_maps)
+
+
+def _single_shard(
+    program: MraProgram,
+    env: EngineEnv,
+    layout: Layout,
+    aux: list[DataFrame],
+    shard_maps: dict[str, ShardMap],
+    counted: bool,
+) -> AsyncRun | None:
+    """One shard needs neither an assignment nor a partitioning: the auxiliary rows
+    are packed and stored in one job, counted on the way when the shard count is
+    still to be chosen (None: they are too many for one shard)."""
+    single = ShardMap(1, shard_labels(1))
+    observations = [Observation() for _ in aux]
+    frames = _labelled_aux(program, layout, single, aux)
+    labelled = [
+        frame.observe(o, F.count(F.lit(1)).alias("n"))
+        for frame, o in zip(frames, observations, strict=True)
+    ]
+    stored = env.materializer.store(_packed(layout, labelled))
+    rows = sum(int(o.get.get("n") or 0) for o in observations)
+    if counted and shard_count(env, rows) > 1:
+        env.materializer.release(stored)
+        return None
+    shard_maps[program.relation] = single
+    return AsyncRun(program, env, layout, single, stored)
+
+
+def _sharded(
+    program: MraProgram,
+    env: EngineEnv,
+    layout: Layout,
+    aux: list[DataFrame],
+    shard_maps: dict[str, ShardMap],
+) -> AsyncRun:
+    """Several shards: the auxiliary rows are stored, assigned to shards by the graph
+    they form (at the bootstrap; kept for updates), then packed and stored
+    partitioned by shard."""
+    count = [F.count(F.lit(1)).alias("n")]
+    tables = [env.materializer.store(t, count) for t in aux]
+    frames = [t.frame for t in tables]
+    shard_map = shard_maps.get(program.relation)
+    if shard_map is None:
+        rows = sum(int(t.metric("n")) for t in tables)
+        shard_map = _shard_map(program, env, frames, shard_count(env, rows))
+        shard_maps[program.relation] = shard_map
+    labelled = _labelled_aux(program, layout, shard_map, frames)
+    stored = _partitioned(env, _packed(layout, labelled), shard_map)
+    for table in tables:
+        env.materializer.release(table)
+    return AsyncRun(program, env, layout, shard_map, stored)
+
+
+def _partitioned(env: EngineEnv, packed: DataFrame, shard_map: ShardMap) -> Stored:
+    """The packed auxiliary rows checkpointed hash-partitioned by shard: materialized,
+    then partitioned and materialized again (a checkpoint keeps the partitioning by
+    shard only when the plan it stores is a plain exchange; the second job moves a
+    few blocks)."""
+    stored = env.materializer.store(packed)
+    try:
+        return env.materializer.store(stored.frame.repartition(shard_map.shards, "shard"))
+    finally:
+        env.materializer.release(stored)
+
+
+def aux_tables(program: MraProgram, backend: SparkBackend) -> list[DataFrame]:
+    tables = []
+    for body in program.bodies:
+        assert body.aux_plan is not None
+        frame = backend.run(replace(body.aux_plan, distinct=False))
+        tables.append(frame.toDF(*(positional(i) for i in range(len(frame.columns)))))
+    return tables
+
+
+def _shard_map(program: MraProgram, env: EngineEnv, aux: list[DataFrame], shards: int) -> ShardMap:
+    shard_map = ShardMap(shards, shard_labels(shards))
+    if len(shard_keys(program)) != 1:
+        return shard_map
+    links = None
+    for i, (body, frame) in enumerate(zip(program.bodies, aux, strict=True)):
+        scan = aux_scan(body)
+        assert scan is not None
+        src = _join_key_columns(program, i, scan)
+        dst = _head_key_columns(program, body, scan)
+        assert src is not None and dst is not None
+        pairs = frame.select(
+            F.col(positional(src[0])).alias("src"), F.col(positional(dst[0])).alias("dst")
+        )
+        links = pairs if links is None else links.union(pairs)
+    return assigned(shard_map, links)
+
+
+def _labelled_aux(
+    program: MraProgram, layout: Layout, shard_map: ShardMap, aux: list[DataFrame]
+) -> list[DataFrame]:
+    """Each body's auxiliary rows ``shard, dshard, c0..``: labelled with their shard
+    and the shard of the key they lead to."""
+    out = []
+    for i, (body, frame) in enumerate(zip(program.bodies, aux, strict=True)):
+        scan = aux_scan(body)
+        assert scan is not None
+        src = [positional(p) for p in _join_key_columns(program, i, scan) or []]
+        dst = [positional(p) for p in _head_key_columns(program, body, scan) or []]
+        labelled = shard_map.label(frame, src, "shard")
+        labelled = shard_map.label(labelled, dst, "dshard")
+        types = zip(frame.columns, layout.aux_types[i], strict=True)
+        out.append(
+            labelled.select(
+                "shard",
+                F.col("dshard").cast("int"),
+                *(F.col(c).cast(spark_type(t)) for c, t in types),
+            )
+        )
+    return out
+
+
+def _packed(layout: Layout, labelled: list[DataFrame]) -> DataFrame:
+    """The labelled auxiliary rows as layout rows, one block per shard and
+    ``BLOCK_ROWS`` rows (the body's index in the block's metadata)."""
+    arrow_schema = arrow_schema_of(layout.schema)
+    parts = [
+        frame.mapInArrow(partial(blocks.pack, arrow_schema, AUX, {"body": str(i)}), layout.schema)
+        for i, frame in enumerate(labelled)
+    ]
+    union = parts[0]
+    for other in parts[1:]:
+        union = union.union(other)
+    return union
+
+
+def seed_candidates(
+    run: AsyncRun, plans: Sequence[Plan], backend: SparkBackend | None = None
+) -> DataFrame:
+    """The candidates ``k0.., v`` the ``plans`` derive (X⁰, C, or F′ over a frontier)."""
+    program = run.program
+    backend = backend or SparkBackend(run.env.spark, run.env.source)
+    frames = []
+    for plan in plans:
+        frame = backend.run(plan)
+        frames.append(
+            frame.select(
+                *(F.col(column_name(k)).alias(k) for k in program.keys),
+                F.col(column_name("v")).alias("v"),
+            )
+        )
+    if not frames:
+        schema = ", ".join(
+            [
+                f"{k} {spark_type(t).simpleString()}"
+                for k, t in zip(program.keys, program.key_types, strict=True)
+            ]
+            + [f"v {spark_type(program.value_type).simpleString()}"]
+        )
+        return run.env.spark.createDataFrame([], schema)
+    union = frames[0]
+    for other in frames[1:]:
+        union = union.union(other)
+    return union
+
+
+def indexed_start(run: AsyncRun) -> DataFrame:
+    """An iteration-indexed relation (PowerLog Program 2 → 2.b): the table holds X⁰ and
+    the first delta is G(C ∪ F′(X⁰)) minus X⁰ (sum, G⁻ = subtraction) or the
+    candidates themselves (min/max), derived once on Spark; then stages as usual."""
+    program, env = run.program, run.env
+    x0 = grouped(program, seed_candidates(run, program.init_plans))
+    frontier = relation_rows(program, x0.withColumnRenamed("v", "acc"), F.col("acc"), 0)
+    tables = dict(
+        zip(
+            (b.aux_name for b in program.bodies),
+            aux_tables(program, SparkBackend(env.spark, env.source)),
+            strict=True,
+        )
+    )
+
+    def source(relation: str, version: Version) -> DataFrame:
+        if version == "aux":
+            return tables[relation]
+        if version == "delta" and relation == program.relation:
+            return frontier
+        return env.source(relation, version)
+
+    backend = SparkBackend(env.spark, source)
+    plans = [b.plan for b in program.bodies]
+    first = grouped(
+        program,
+        seed_candidates(run, plans, backend).union(seed_candidates(run, program.constant_plans)),
+    )
+    if program.g == "sum":
+        old = x0.withColumnRenamed("v", "old")
+        first = first.join(old, list(program.keys), "full_outer").select(
+            *program.keys,
+            (F.coalesce(F.col("v"), F.lit(0)) - F.coalesce(F.col("old"), F.lit(0))).alias("v"),
+        )
+    return state_rows(run, frontier).union(messages(run, first))
+
+
+def messages(run: AsyncRun, candidates: DataFrame) -> DataFrame:
+    """Candidates ``k0.., v`` (and witnesses ``w0..`` when given) as message rows."""
+    labelled = run.shard_map.label(candidates, list(shard_keys(run.program)), "shard")
+    rows = labelled.select(
+        "shard",
+        F.lit(MESSAGE).alias("kind"),
+        *run.program.keys,
+        F.col("v").alias("acc"),
+        *witness_columns(run, candidates),
+    )
+    return run.layout.conform(rows)
+
+
+def state_rows(run: AsyncRun, rows: DataFrame) -> DataFrame:
+    """Relation rows (with their witnesses ``w0..`` when given) as state rows."""
+    spec = run.program.spec
+    named = rows.select(
+        *(
+            F.col(positional(p)).alias(k)
+            for k, p in zip(run.program.keys, spec.key_positions, strict=True)
+        ),
+        F.col(positional(spec.value_pos)).alias("acc"),
+        *witness_columns(run, rows),
+    )
+    labelled = run.shard_map.label(named, list(shard_keys(run.program)), "shard")
+    return run.layout.conform(labelled.withColumn("kind", F.lit(STATE)))
+
+
+def grouped(program: MraProgram, candidates: DataFrame) -> DataFrame:
+    """G over candidates ``k0.., v`` per key."""
+    g = {"min": F.min, "max": F.max, "sum": F.sum}[program.g]
+    return candidates.groupBy(*program.keys).agg(g("v").alias("v"))
+
+
+def arrow_schema_of(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema)
