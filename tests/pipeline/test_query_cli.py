@@ -242,6 +242,9 @@ def test_query_error_traceback_only_with_verbose(lakes: Lakes) -> None:
 
 
 NOT_ON_THE_QUERY_PATH = ("pyspark", "py4j", "kafka", "z3", "fixflow.operators")
+CONSTANTS_ONLY = ("fixflow.operators", "fixflow.operators.thresholds")
+"""Modules of the operators the configuration reads its defaults from: constants, no
+imports (``operators/thresholds.py``)."""
 LOADED_MODULES = (
     "import json, sys\n"
     "from fixflow.pipeline.cli import main\n"
@@ -259,7 +262,10 @@ def test_query_and_show_start_no_jvm(lakes: Lakes, command: list[str]) -> None:
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.splitlines()[-1])
     heavy = [
-        m for m in loaded if any(m == p or m.startswith(p + ".") for p in NOT_ON_THE_QUERY_PATH)
+        m
+        for m in loaded
+        if any(m == p or m.startswith(p + ".") for p in NOT_ON_THE_QUERY_PATH)
+        and m not in CONSTANTS_ONLY
     ]
     assert heavy == []
 
@@ -542,3 +548,16 @@ def test_one_line_drops_the_sql_excerpt_and_plan() -> None:
         "be found. Search path: [`system`.`builtin`]. SQLSTATE: "
         "42P01; line 1 pos 14;"
     )
+
+
+def test_the_thresholds_module_imports_nothing() -> None:
+    """What keeps ``CONSTANTS_ONLY`` light: the configuration imports it on every command."""
+    import ast as python_ast
+
+    source = (ROOT / "src" / "fixflow" / "operators" / "thresholds.py").read_text()
+    imports = [
+        node
+        for node in python_ast.walk(python_ast.parse(source))
+        if isinstance(node, python_ast.Import | python_ast.ImportFrom)
+    ]
+    assert imports == []
