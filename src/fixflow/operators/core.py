@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -33,6 +34,7 @@ from fixflow.checker.catalog import Catalog, RelationEntry, index_var
 from fixflow.checker.model import EvalClass, MraSpec, Report, Stratum
 from fixflow.operators.compiler import RuleCompiler, head_columns
 from fixflow.operators.engines.base import EngineEnv, EngineOptions, MraEngine, MraState, RoundInfo
+from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.materialize import Materializer, checkpoint_rdds, reading_checkpoints_of
 from fixflow.operators.plan import (
     Aggregate,
@@ -293,6 +295,14 @@ class StratumView:
         if len(self.stratum.relations) != 1:
             return None
         return self.report.mra.get(self.stratum.relations[0])
+
+    @cached_property
+    def mra_program(self) -> MraProgram:
+        """The stratum's one MRA relation compiled (``mra_spec`` must be known): compiled
+        once, as placement's rules and the driver's loop each read it."""
+        spec = self.mra_spec()
+        assert spec is not None, "an MRA program needs the stratum's MraSpec"
+        return MraProgram(spec, self.catalog.types)
 
     def rules(self, relation: str) -> list[ast.Rule]:
         return [r for r in self.stratum.rules if r.head.relation == relation]

@@ -230,7 +230,7 @@ class LocalStratum:
         """An MRA relation as the sharded engines run it, with one shard in the driver:
         the same round plans and local loop (``engines.shard_loop``), seeded by X⁰ and C,
         run to local quiescence (or the termination clause's local bound)."""
-        program = self.mra_program()
+        program = self.run.mra_program
         options = self.run.options.engine_options
         witness = self.run.options.witness and program.g in ("min", "max")
         aux = [self.aux_rows(program, body) for body in program.bodies]
@@ -262,11 +262,6 @@ class LocalStratum:
         }
         self.run.round(RoundInfo(1, 0, None, detail))
         return {program.relation: rows}, 1
-
-    def mra_program(self) -> MraProgram:
-        spec = self.run.mra_spec()
-        assert spec is not None, "placed in the driver as `mra` only with a spec"
-        return MraProgram(spec, self.run.catalog.types)
 
     def mra_loop(
         self,

@@ -128,7 +128,7 @@ def _engine_refusal(run: StratumView) -> str | None:
         return "the sync engine runs an `mra` stratum on Spark, a job a round"
     if options.shards > 1:
         return f"{options.shards} shards were asked for"
-    return stage_unsupported(_program(run))
+    return stage_unsupported(run.mra_program)
 
 
 def _kernel_refusal(run: StratumView) -> str | None:
@@ -169,7 +169,7 @@ def on_spark(run: StratumView, why: str) -> Placement:
         return Placement("spark", None, 1, why)
     options = run.options.engine_options
     if options.mode != "sync":
-        reason = stage_unsupported(_program(run))
+        reason = stage_unsupported(run.mra_program)
         if reason is not None:
             return Placement("spark", "sync", 1, f"{why}; on sync: {reason}")
     return Placement("spark", options.mode, options.shards, why)
@@ -244,17 +244,11 @@ def bootstrap_method(run: StratumView) -> str:
     return "naive"
 
 
-def _program(run: StratumView) -> MraProgram:
-    spec = run.mra_spec()
-    assert spec is not None, "bootstrap_method is `mra` only with a spec"
-    return MraProgram(spec, run.catalog.types)
-
-
 def driver_plans(run: StratumView) -> Iterator[Plan]:
     """Every plan the driver would run for ``run``'s stratum."""
     method = bootstrap_method(run)
     if method == "mra":
-        program = _program(run)
+        program = run.mra_program
         yield from (*program.init_plans, *program.constant_plans)
         yield from (b.aux_plan for b in program.bodies if b.aux_plan is not None)
         return
