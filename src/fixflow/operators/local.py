@@ -317,7 +317,6 @@ class DriverMra:
         self.program = program
         self.options = stratum.run.options.engine_options
         self.witness = stratum.run.options.witness and program.g in ("min", "max")
-        self.round_order = False
 
     def aux(self, body: RecursiveBody, distinct: bool) -> Batch:
         """All in the one shard (0)."""

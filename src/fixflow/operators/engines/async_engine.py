@@ -53,6 +53,7 @@ from fixflow.operators.engines.base import (
     MraState,
     OnRound,
 )
+from fixflow.operators.engines.kernels import KernelUnsupported
 from fixflow.operators.engines.mra_bootstrap import (
     OrderDependent,
     Stage,
@@ -112,36 +113,24 @@ class AsyncEngine:
         shards = SparkShards(self, program, env)
         try:
             with _planning(env):
-                count, capped = self._resumed(shards, rows, seed, max_rounds, on_round, carried)
+                run = shards.prepared(
+                    aux_sides(program, shards), program.relation in self.order_dependent
+                )
+                if isinstance(carried, AsyncState):
+                    base = carried.frame.where(F.col("kind") < AUX)
+                else:
+                    base = state_rows(run, rows)
+                shards.begin(run, base.union(messages(run, seed)))
+                try:
+                    count, capped = run_stages(program, shards, env.options, max_rounds, on_round)
+                finally:
+                    if isinstance(carried, AsyncState):
+                        carried.release()
         except OrderDependent as error:
             # The carried state summed in another order: evaluate the current inputs afresh.
             self.order_dependent[program.relation] = error.reason
             return self.bootstrap(program, env, max_rounds, on_round)
         return shards.outcome(count, capped)
-
-    def _resumed(
-        self,
-        shards: SparkShards,
-        rows: DataFrame,
-        seed: DataFrame,
-        max_rounds: int,
-        on_round: OnRound,
-        carried: object | None,
-    ) -> tuple[int, bool]:
-        program = shards.program
-        ordered = program.relation in self.order_dependent
-        run = shards.prepared(aux_sides(program, shards), ordered)
-        incoming = messages(run, seed)
-        try:
-            if isinstance(carried, AsyncState):
-                base = carried.frame.where(F.col("kind") < AUX)
-            else:
-                base = state_rows(run, rows)
-            shards.begin(run, base.union(incoming))
-            return run_stages(program, shards, run.env.options, max_rounds, on_round)
-        finally:
-            if isinstance(carried, AsyncState):
-                carried.release()
 
 
 class SparkShards:
@@ -149,11 +138,12 @@ class SparkShards:
     blocks per shard and a stage is one Spark job whose tasks each run a shard's loop."""
 
     def __init__(self, engine: AsyncEngine, program: MraProgram, env: EngineEnv) -> None:
+        reason = unsupported(program)
+        if reason is not None:
+            raise KernelUnsupported(reason)
         self.engine = engine
         self.program = program
         self.env = env
-        self.round_order = False
-        self.count = 0
 
     def aux(self, body: RecursiveBody, distinct: bool) -> DataFrame:
         frame = aux_frame(body, SparkBackend(self.env.spark, self.env.source))

@@ -21,10 +21,8 @@ from fixflow.operators.engines.async_support import (
     aux_scan,
     aux_types,
     shard_keys,
-    unsupported,
 )
 from fixflow.operators.engines.base import EngineEnv
-from fixflow.operators.engines.kernels import KernelUnsupported
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.engines.shard_loop import AUX, MESSAGE, STATE
 from fixflow.operators.engines.shard_map import ShardMap, assigned, shard_count, shard_labels
@@ -45,9 +43,6 @@ def prepared(
     """A run of ``program`` over its auxiliary sides ``aux`` (``mra_bootstrap.aux_sides``),
     stored as blocks of their shards. The shard assignment is the one in ``shard_maps``
     (kept from the relation's bootstrap), else computed and recorded there."""
-    reason = unsupported(program)
-    if reason is not None:
-        raise KernelUnsupported(reason)
     witness = env.witness and program.g != "sum"
     layout = Layout(program, witness, aux_types(program))
     known = shard_maps.get(program.relation)
