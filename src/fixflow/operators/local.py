@@ -233,18 +233,17 @@ class LocalStratum:
         with one shard in the driver (``DriverMra``)."""
         program = self.run.mra_program
         backend = DriverMra(self, program)
-        ran = bootstrap_on(
+        rounds, self.capped, _ = bootstrap_on(
             program, backend, backend.options, self.run.max_iterations, self.run.round
         )
-        self.capped = ran.capped
-        reached = witnessed_rows(program, ran.stages.loop.table)  # witnesses only if kept
+        reached = witnessed_rows(program, backend.loop.table)  # witnesses only if kept
         arity = len(program.types)
         rows = Batch(reached.n, {c: v for c, v in reached.cols.items() if int(c[1:]) < arity})
         self.full[program.relation] = rows
         if backend.witness:
             self.witnessed[program.relation] = reached
         self.check_size()
-        return {program.relation: rows}, ran.count
+        return {program.relation: rows}, rounds
 
     def new_rows(self, relation: str, plans: Sequence[Plan]) -> Batch:
         """The derived rows that are new: tuples not held yet (set; count/sum/mean, whose
@@ -330,7 +329,7 @@ class DriverMra:
     def seeds(self) -> Batch:
         return seed_candidates(self.program, self.stratum.sources)
 
-    def start(self, aux: list[Batch], seeds: Batch, round_order: bool) -> DriverMra:
+    def start(self, aux: list[Batch], seeds: Batch, round_order: bool) -> None:
         options = round_ordered(self.options) if round_order else self.options
         self.round_order = in_round_order(options, 1)
         self.params = stage_params(
@@ -339,7 +338,6 @@ class DriverMra:
         messages = seed_messages(self.program, seeds, self.witness)
         limit = self.stratum.limit
         self.loop = ShardLoop.in_driver(self.params, aux, messages, row_limit=limit)
-        return self
 
     def stage(self) -> Stage:
         loop = self.loop

@@ -92,13 +92,14 @@ class AsyncEngine:
         self, program: MraProgram, env: EngineEnv, max_rounds: int, on_round: OnRound
     ) -> MraOutcome:
         ordered = program.relation in self.order_dependent
+        shards = SparkShards(self, program, env)
         with _planning(env):
-            ran = bootstrap_on(
-                program, SparkShards(self, program, env), env.options, max_rounds, on_round, ordered
+            count, capped, why = bootstrap_on(
+                program, shards, env.options, max_rounds, on_round, ordered
             )
-        if ran.order_dependent is not None:
-            self.order_dependent[program.relation] = ran.order_dependent
-        return ran.stages.outcome(ran.count, ran.capped)
+        if why is not None:
+            self.order_dependent[program.relation] = why
+        return shards.outcome(count, capped)
 
     def resume(
         self,
@@ -153,11 +154,10 @@ class SparkShards:
         program = self.program
         return seed_candidates(program, self.env, [*program.init_plans, *program.constant_plans])
 
-    def start(self, aux: list[DataFrame], seeds: DataFrame, round_order: bool) -> SparkShards:
+    def start(self, aux: list[DataFrame], seeds: DataFrame, round_order: bool) -> None:
         self.engine.shard_maps.pop(self.program.relation, None)
         run = self.prepared(aux, round_order)
         self.begin(run, indexed_start(run, aux) if self.program.indexed else messages(run, seeds))
-        return self
 
     def prepared(self, aux: list[DataFrame], round_order: bool) -> AsyncRun:
         env = self.env

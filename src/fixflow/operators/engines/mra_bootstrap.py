@@ -13,7 +13,7 @@ the driver (``local.DriverMra``) numpy batches, one shard's loop, a stage one ru
 Not shared, for structural reasons: how a backend shards and starts (the driver has one
 shard: no assignment, labels or blocks; only Spark runs an iteration-indexed start, as
 ``placement.place`` keeps indexed relations there) and how each reads its rows back (a
-stage frame, the loop's table): the caller reads ``Ran.stages``.
+stage frame, the loop's table): the caller reads its backend.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from fixflow.checker import ast
 from fixflow.operators.engines.async_support import UNBOUNDED, order_dependence
@@ -70,11 +70,9 @@ class Stages(Protocol):
         ...
 
 
-S = TypeVar("S", bound=Stages)
-S_co = TypeVar("S_co", bound=Stages, covariant=True)
+class MraBackend(Stages, Protocol[R]):
+    """Where the rows live; after ``start``, the run's stages and their state."""
 
-
-class MraBackend(Protocol[R, S_co]):
     def aux(self, body: RecursiveBody, distinct: bool) -> R:
         """The body's auxiliary side, positional columns ``c0..``."""
         ...
@@ -83,23 +81,12 @@ class MraBackend(Protocol[R, S_co]):
         """X⁰ and C's candidates ``k0.., v``."""
         ...
 
-    def start(self, aux: list[R], seeds: R, round_order: bool) -> S_co:
+    def start(self, aux: list[R], seeds: R, round_order: bool) -> None:
         """The shards' loops, assigned afresh (``round_order``: one shard, no priority)."""
         ...
 
 
-@dataclass(frozen=True)
-class Ran(Generic[S]):
-    """The last run: its stages, how many, whether the cap stopped them, and why it ran
-    again in round order (None: it did not)."""
-
-    stages: S
-    count: int
-    capped: bool
-    order_dependent: str | None = None
-
-
-def aux_sides(program: MraProgram, backend: MraBackend[R, Stages]) -> list[R]:
+def aux_sides(program: MraProgram, backend: MraBackend[R]) -> list[R]:
     """Distinct for sums, where a duplicate would count a contribution twice; min and max
     are idempotent and skip what removing duplicates costs (a shuffle on Spark)."""
     return [backend.aux(body, distinct=program.g == "sum") for body in program.bodies]
@@ -107,22 +94,23 @@ def aux_sides(program: MraProgram, backend: MraBackend[R, Stages]) -> list[R]:
 
 def bootstrap_on(
     program: MraProgram,
-    backend: MraBackend[R, S],
+    backend: MraBackend[R],
     options: EngineOptions,
     max_stages: int,
     on_round: OnRound,
     round_order: bool = False,
-) -> Ran[S]:
-    """The bootstrap, once for both backends (``round_order``: known to need it)."""
+) -> tuple[int, bool, str | None]:
+    """The bootstrap, once for both backends (``round_order``: known to need it): the
+    last run's stages, whether the cap stopped them, and why it ran again in round order
+    (None: it did not); ``backend`` holds the last run's state."""
     aux, seeds = aux_sides(program, backend), backend.seeds()
-    stages = backend.start(aux, seeds, round_order)
+    backend.start(aux, seeds, round_order)
     try:
-        return Ran(stages, *run_stages(program, stages, options, max_stages, on_round))
+        return (*run_stages(program, backend, options, max_stages, on_round), None)
     except OrderDependent as error:
         log.info("%s: again in round order: %s", program.relation, error.reason)
-        stages = backend.start(aux, seeds, round_order=True)
-        count, capped = run_stages(program, stages, options, max_stages, on_round)
-        return Ran(stages, count, capped, error.reason)
+        backend.start(aux, seeds, round_order=True)
+        return (*run_stages(program, backend, options, max_stages, on_round), error.reason)
 
 
 def run_stages(
