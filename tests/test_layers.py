@@ -329,6 +329,7 @@ PACKAGE_ORDER = {
         "sharding",
         "sync",
         "async_support",
+        "mra_bootstrap",
         "shard_map",
         "stage_frame",
         "async_prepare",

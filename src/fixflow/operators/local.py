@@ -11,8 +11,9 @@ already in the driver, ``Bootstrap`` runs it here instead, over numpy batches
 - non-recursive strata: G over every body, once; ``set`` strata (recursion without
   aggregates) and ``aggregate-seminaive`` strata (non-linear and mutual recursion): the
   one semi-naive loop, new = derived − all, or the groups whose value changes; ``mra``
-  strata on the ``async`` or ``hybrid`` engine with one shard: that engine's shard loop
-  (``ShardLoop.in_driver``), seeded and fed by the kernels, as a Spark task would run it.
+  strata on the ``async`` or ``hybrid`` engine with one shard: that engine's bootstrap
+  (``engines.mra_bootstrap``) over ``DriverMra``, one shard's loop (``ShardLoop.in_driver``)
+  seeded and fed by the kernels, as a Spark task would run it.
   Which strata run here is ``placement.place``'s decision, made before the stratum runs;
   a stratum that grows past the limit raises ``placement.Outgrown``: a semi-naive loop
   continues on Spark from the round it reached, an ``mra`` one restarts there;
@@ -29,7 +30,6 @@ on every example program).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -45,8 +45,7 @@ from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import head_columns
 from fixflow.operators.core import StratumRun, combine_plan
-from fixflow.operators.engines.async_support import order_dependence, stage_params
-from fixflow.operators.engines.base import EngineOptions, RoundInfo
+from fixflow.operators.engines.async_support import stage_params
 from fixflow.operators.engines.kernels import (
     NUMPY_TYPES,
     Batch,
@@ -56,10 +55,15 @@ from fixflow.operators.engines.kernels import (
     anti_join,
     concat,
 )
+from fixflow.operators.engines.mra_bootstrap import (
+    Stage,
+    bootstrap_on,
+    in_round_order,
+    round_ordered,
+)
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
 from fixflow.operators.engines.shard_loop import (
     DESTINATION,
-    LOCAL_ITERATION_CAP,
     LocalTable,
     ShardLoop,
     valid_candidates,
@@ -71,8 +75,6 @@ from fixflow.operators.spark_backend import relation_struct
 from fixflow.operators.strategies import naive
 from fixflow.operators.strategies.aggregate_seminaive import growth_for
 from fixflow.operators.strategies.seminaive import exit_rules, semi_naive
-
-log = logging.getLogger(__name__)
 
 ARROW_TYPES: dict[TypeName, pa.DataType] = {
     "number": pa.int64(),
@@ -227,77 +229,21 @@ class LocalStratum:
             raise Outgrown(str(error), Reached(self.full, self.delta, rounds)) from None
 
     def mra(self) -> tuple[dict[str, Batch], int]:
-        """An MRA relation as the sharded engines run it, with one shard in the driver:
-        the same round plans and local loop (``engines.shard_loop``), seeded by X⁰ and C,
-        run to local quiescence (or the termination clause's local bound)."""
+        """An MRA relation as the sharded engines bootstrap it (``engines.mra_bootstrap``),
+        with one shard in the driver (``DriverMra``)."""
         program = self.run.mra_program
-        options = self.run.options.engine_options
-        witness = self.run.options.witness and program.g in ("min", "max")
-        aux = [self.aux_rows(program, body) for body in program.bodies]
-        seeds = seed_messages(program, seed_candidates(program, self.sources), witness)
-        loop, iterations, capped = self.mra_loop(program, options, aux, seeds, witness)
-        reason = order_dependence(program.g, loop.gain, loop.negative)
-        if reason is not None and options.priority:
-            # Another order, another sum: round order, as the engine does.
-            log.info("%s: in round order: %s", program.relation, reason)
-            loop, iterations, capped = self.mra_loop(
-                program, replace(options, priority=False), aux, seeds, witness
-            )
-        self.capped = capped
-        keys, values = loop.relation_rows()
-        rows = Batch(len(values))
-        for key, pos in zip(keys, program.spec.key_positions, strict=True):
-            rows.cols[f"c{pos}"] = key
-        rows.cols[f"c{program.spec.value_pos}"] = values
+        backend = DriverMra(self, program)
+        rounds, self.capped, _ = bootstrap_on(
+            program, backend, backend.options, self.run.max_iterations, self.run.round
+        )
+        reached = witnessed_rows(program, backend.loop.table)  # witnesses only if kept
+        arity = len(program.types)
+        rows = Batch(reached.n, {c: v for c, v in reached.cols.items() if int(c[1:]) < arity})
         self.full[program.relation] = rows
-        if witness:
-            self.witnessed[program.relation] = witnessed_rows(program, loop.table)
+        if backend.witness:
+            self.witnessed[program.relation] = reached
         self.check_size()
-        beta = float(options.buffer.initial)  # what a hybrid stage on Spark reports
-        detail = {
-            "local_iterations": float(iterations),
-            "beta_min": beta,
-            "beta_max": beta,
-            "propagated": float(loop.propagated),
-        }
-        self.run.round(RoundInfo(1, 0, None, detail))
-        return {program.relation: rows}, 1
-
-    def mra_loop(
-        self,
-        program: MraProgram,
-        options: EngineOptions,
-        aux: list[Batch],
-        seeds: pa.Table,
-        witness: bool = False,
-    ) -> tuple[ShardLoop, int, bool]:
-        """The shard's loop run until nothing is pending, at most ``max_iterations`` times
-        (a run of the loop is a stage of the engine); whether the cap stopped it."""
-        params = stage_params(program, options, witness=witness, shards=1, hybrid=True)
-        loop = ShardLoop.in_driver(params, aux, seeds, row_limit=self.limit)
-        for _ in range(self.run.max_iterations):
-            loop.run()  # to quiescence, the clause's local bound, the row limit or the guard
-            if len(loop.table) > self.limit:
-                raise Outgrown(f"it grew past {self.limit} rows")
-            if not loop.has_pending:
-                return loop, loop.iterations, False
-            bound = params.local_bound
-            if bound is not None and loop.table.local_measure() < bound:
-                return loop, loop.iterations, False  # the termination clause holds
-            if loop.iterations >= LOCAL_ITERATION_CAP:
-                # Its guard: a run would do nothing more; Spark's stages each have their own.
-                raise Outgrown(f"{LOCAL_ITERATION_CAP} local iterations without converging")
-        return loop, loop.iterations, True  # the stratum's cap, counted in stages as on Spark
-
-    def aux_rows(self, program: MraProgram, body: RecursiveBody) -> Batch:
-        """A body's auxiliary side in columns ``c0..``, all in the one shard (0); distinct
-        for sums, where a duplicate would count a contribution twice."""
-        assert body.aux_plan is not None
-        plan = replace(body.aux_plan, distinct=program.g == "sum")
-        batch = Kernel(plan).run(self.sources(plan))
-        out = Batch(batch.n, {f"c{i}": batch.cols[n] for i, (n, _) in enumerate(plan.schema)})
-        out.cols[DESTINATION] = np.zeros(batch.n, dtype=np.int32)
-        return out
+        return {program.relation: rows}, rounds
 
     def new_rows(self, relation: str, plans: Sequence[Plan]) -> Batch:
         """The derived rows that are new: tuples not held yet (set; count/sum/mean, whose
@@ -358,6 +304,61 @@ class LocalStratum:
         held = sum(self.full[r].n for r in self.run.relations)
         if held > self.limit:
             raise Outgrown(f"it grew past {self.limit} rows")
+
+
+class DriverMra:
+    """``mra_bootstrap.MraBackend`` in the driver: numpy batches and one shard's loop
+    (``ShardLoop.in_driver``) as a Spark task would run it; a stage is one run of the loop
+    (to local quiescence or the clause's local bound), stopped by the row limit."""
+
+    def __init__(self, stratum: LocalStratum, program: MraProgram) -> None:
+        self.stratum = stratum
+        self.program = program
+        self.options = stratum.run.options.engine_options
+        self.witness = stratum.run.options.witness and program.g in ("min", "max")
+
+    def aux(self, body: RecursiveBody, distinct: bool) -> Batch:
+        """All in the one shard (0)."""
+        assert body.aux_plan is not None
+        plan = replace(body.aux_plan, distinct=distinct)
+        batch = Kernel(plan).run(self.stratum.sources(plan))
+        out = Batch(batch.n, {f"c{i}": batch.cols[n] for i, (n, _) in enumerate(plan.schema)})
+        out.cols[DESTINATION] = np.zeros(batch.n, dtype=np.int32)
+        return out
+
+    def seeds(self) -> Batch:
+        return seed_candidates(self.program, self.stratum.sources)
+
+    def start(self, aux: list[Batch], seeds: Batch, round_order: bool) -> None:
+        options = round_ordered(self.options) if round_order else self.options
+        self.round_order = in_round_order(options, 1)
+        self.params = stage_params(
+            self.program, options, witness=self.witness, shards=1, hybrid=True
+        )
+        messages = seed_messages(self.program, seeds, self.witness)
+        limit = self.stratum.limit
+        self.loop = ShardLoop.in_driver(self.params, aux, messages, row_limit=limit)
+
+    def stage(self) -> Stage:
+        loop = self.loop
+        loop.iterations = loop.propagated = 0  # a stage's own guard and counts, as a task's
+        loop.run()  # to quiescence, the clause's local bound, the row limit or the guard
+        if len(loop.table) > self.stratum.limit:
+            raise Outgrown(f"it grew past {self.stratum.limit} rows")
+        table, clause = loop.table, self.program.spec.termination
+        change = np.abs(table.delta[table.pending]).astype(np.float64)
+        measure = None if clause is None else _measure(clause.func, change)
+        beta = float(self.options.buffer.initial)  # what a hybrid stage on Spark reports
+        detail = {
+            "local_iterations": float(loop.iterations),
+            "beta_min": beta,
+            "beta_max": beta,
+            "propagated": float(loop.propagated),
+        }
+        return Stage(int(table.pending.sum()), measure, detail, loop.gain, loop.negative)
+
+    def end(self, abandoned: bool) -> None:
+        """Nothing to free: the loop's arrays go with it."""
 
 
 class DriverNaive:
@@ -485,8 +486,9 @@ def seed_messages(program: MraProgram, seeds: Batch, witness: bool) -> pa.Table:
 
 
 def witnessed_rows(program: MraProgram, table: LocalTable) -> Batch:
-    """A witnessed loop's reached keys as relation rows (``c0..``) followed by their
-    witness (``c<arity>..``, valid where a recursive atom gave the value)."""
+    """A loop's reached keys as relation rows (``c0..``) followed, when the loop keeps
+    witnesses, by their witness (``c<arity>..``, valid where a recursive atom gave the
+    value)."""
     spec, keep = program.spec, np.flatnonzero(table.present)
     arity = len(program.types)
     rows = Batch(len(keep))

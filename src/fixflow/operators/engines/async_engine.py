@@ -19,6 +19,10 @@ Modes: ``async`` flushes buffers by PowerLog's adaptive β rule and τ; ``hybrid
 shard run to local quiescence before exchanging (synchronous between shards, asynchronous
 inside). Both run a stratum whose plans do not compile to kernels on the sync engine and
 say why.
+
+The bootstrap's algorithm (auxiliary sides, seeds, stages to quiescence, the clause or the
+cap, the round-order retry) is ``engines.mra_bootstrap``'s, shared with the driver; this
+module is its Spark backend (``SparkShards``), and resumes run the same stages.
 """
 
 from __future__ import annotations
@@ -40,34 +44,33 @@ from fixflow.operators.engines.async_prepare import (
     seed_candidates,
     state_rows,
 )
-from fixflow.operators.engines.async_rounds import (
-    OrderDependent,
-    clause_due,
-    in_round_order,
-    observed,
-    stage_metrics,
-)
-from fixflow.operators.engines.async_support import (
-    UNBOUNDED,
-    order_dependence,
-    stage_params,
-    unsupported,
-)
+from fixflow.operators.engines.async_rounds import observed, stage_metrics
+from fixflow.operators.engines.async_support import stage_params, unsupported
 from fixflow.operators.engines.base import (
     EngineEnv,
     MraEngine,
     MraOutcome,
     MraState,
     OnRound,
-    RoundInfo,
 )
-from fixflow.operators.engines.program import MraProgram
-from fixflow.operators.engines.shard_loop import AUX, StageParams, run_stage
+from fixflow.operators.engines.kernels import KernelUnsupported
+from fixflow.operators.engines.mra_bootstrap import (
+    OrderDependent,
+    Stage,
+    aux_sides,
+    bootstrap_on,
+    in_round_order,
+    round_ordered,
+    run_stages,
+)
+from fixflow.operators.engines.program import MraProgram, RecursiveBody, aux_frame
+from fixflow.operators.engines.shard_loop import AUX, run_stage
 from fixflow.operators.engines.shard_map import ShardMap
 from fixflow.operators.engines.stage_frame import AsyncRun, AsyncState
 from fixflow.operators.engines.sync import SyncEngine
 from fixflow.operators.materialize import Stored
-from fixflow.operators.rounds import clause_holds, session_conf
+from fixflow.operators.rounds import session_conf
+from fixflow.operators.spark_backend import SparkBackend
 
 log = logging.getLogger(__name__)
 
@@ -80,19 +83,23 @@ class AsyncEngine:
         self.name = "hybrid" if hybrid else "async"
         self.shard_maps: dict[str, ShardMap] = {}
         """Per relation, the assignment computed at its bootstrap (kept for updates)."""
+        self.order_dependent: dict[str, str] = {}
+        """Relations run in round order (``mra_bootstrap.OrderDependent``), with why."""
 
     # ------------------------------------------------------------ MraEngine
 
     def bootstrap(
         self, program: MraProgram, env: EngineEnv, max_rounds: int, on_round: OnRound
     ) -> MraOutcome:
-        self.shard_maps.pop(program.relation, None)
+        ordered = program.relation in self.order_dependent
+        shards = SparkShards(self, program, env)
         with _planning(env):
-            run = prepared(program, env, self.shard_maps)
-            if program.indexed:
-                return self._stages(run, indexed_start(run), max_rounds, on_round)
-            seeds = seed_candidates(run, [*program.init_plans, *program.constant_plans])
-            return self._stages(run, messages(run, seeds), max_rounds, on_round)
+            count, capped, why = bootstrap_on(
+                program, shards, env.options, max_rounds, on_round, ordered
+            )
+        if why is not None:
+            self.order_dependent[program.relation] = why
+        return shards.outcome(count, capped)
 
     def resume(
         self,
@@ -104,35 +111,94 @@ class AsyncEngine:
         on_round: OnRound,
         carried: object | None = None,
     ) -> MraOutcome:
-        with _planning(env):
-            run = prepared(program, env, self.shard_maps)
-            incoming = messages(run, seed)
-            if isinstance(carried, AsyncState):
-                base = carried.frame.where(F.col("kind") < AUX)
-            else:
-                base = state_rows(run, rows)
-            try:
-                return self._stages(run, base.union(incoming), max_rounds, on_round)
-            finally:
+        shards = SparkShards(self, program, env)
+        try:
+            with _planning(env):
+                run = shards.prepared(
+                    aux_sides(program, shards), program.relation in self.order_dependent
+                )
                 if isinstance(carried, AsyncState):
-                    carried.release()
+                    base = carried.frame.where(F.col("kind") < AUX)
+                else:
+                    base = state_rows(run, rows)
+                shards.begin(run, base.union(messages(run, seed)))
+                try:
+                    count, capped = run_stages(program, shards, env.options, max_rounds, on_round)
+                finally:
+                    if isinstance(carried, AsyncState):
+                        carried.release()
+        except OrderDependent as error:
+            # The carried state summed in another order: evaluate the current inputs afresh.
+            self.order_dependent[program.relation] = error.reason
+            return self.bootstrap(program, env, max_rounds, on_round)
+        return shards.outcome(count, capped)
 
-    # ------------------------------------------------------------ stages
 
-    def _params(self, run: AsyncRun) -> StageParams:
-        return stage_params(
+class SparkShards:
+    """``mra_bootstrap.MraBackend`` on Spark: frames; the auxiliary rows are packed into
+    blocks per shard and a stage is one Spark job whose tasks each run a shard's loop."""
+
+    def __init__(self, engine: AsyncEngine, program: MraProgram, env: EngineEnv) -> None:
+        reason = unsupported(program)
+        if reason is not None:
+            raise KernelUnsupported(reason)
+        self.engine = engine
+        self.program = program
+        self.env = env
+
+    def aux(self, body: RecursiveBody, distinct: bool) -> DataFrame:
+        frame = aux_frame(body, SparkBackend(self.env.spark, self.env.source))
+        return frame.distinct() if distinct else frame
+
+    def seeds(self) -> DataFrame:
+        program = self.program
+        return seed_candidates(program, self.env, [*program.init_plans, *program.constant_plans])
+
+    def start(self, aux: list[DataFrame], seeds: DataFrame, round_order: bool) -> None:
+        self.engine.shard_maps.pop(self.program.relation, None)
+        run = self.prepared(aux, round_order)
+        self.begin(run, indexed_start(run, aux) if self.program.indexed else messages(run, seeds))
+
+    def prepared(self, aux: list[DataFrame], round_order: bool) -> AsyncRun:
+        env = self.env
+        if round_order:
+            env = replace(env, options=round_ordered(env.options))
+        return prepared(self.program, env, self.engine.shard_maps, aux)
+
+    def begin(self, run: AsyncRun, frame: DataFrame) -> None:
+        """Stages over ``run`` from ``frame``, its first stage frame."""
+        self.run, self.count, self.started = run, 0, time.monotonic()
+        self.round_order = in_round_order(run.env.options, run.shard_map.shards)
+        self.stored = Stored(frame)
+        if run.shard_map.shards > 1:
+            # Materialized first: a shard column the optimizer could fold to a constant
+            # would not partition like the auxiliary rows.
+            self.stored = run.env.materializer.store(frame)
+            frame = self.stored.frame.repartition(run.shard_map.shards, "shard")
+        self.frame = frame
+
+    def stage(self) -> Stage:
+        run = self.run
+        stored = self._stage(self.frame)
+        run.env.materializer.release(self.stored)
+        self.stored, self.count = stored, self.count + 1
+        pending, measure, detail = observed(run, stored, self.engine.hybrid)
+        self.frame = stored.frame.where(F.col("kind") < AUX)
+        self.pending = pending
+        return Stage(pending, measure, detail, run.gain, run.negative)
+
+    def _stage(self, frame: DataFrame) -> Stored:
+        run = self.run
+        layout = run.layout
+        params = stage_params(
             run.program,
             run.env.options,
-            witness=run.layout.witness,
+            witness=layout.witness,
             shards=run.shard_map.shards,
-            hybrid=self.hybrid,
+            hybrid=self.engine.hybrid,
             beta=run.beta,
         )
-
-    def _stage(self, run: AsyncRun, frame: DataFrame) -> Stored:
-        layout = run.layout
-        arrow_schema = arrow_schema_of(layout.schema)
-        kernel = partial(run_stage, self._params(run), arrow_schema)
+        kernel = partial(run_stage, params, arrow_schema_of(layout.schema))
         union = frame.union(run.aux.frame)
         if run.shard_map.shards == 1:
             # One task reads everything: no exchange, before the stage or after it.
@@ -144,60 +210,27 @@ class AsyncEngine:
         out = out.repartition(run.shard_map.shards, "shard")
         return run.env.materializer.store(out, stage_metrics(run.program))
 
-    def _stages(
-        self, run: AsyncRun, frame: DataFrame, max_rounds: int, on_round: OnRound
-    ) -> MraOutcome:
-        program, env = run.program, run.env
-        started, last_check = time.monotonic(), -UNBOUNDED
-        stage, capped = 0, False
-        stored = Stored(frame)
-        if run.shard_map.shards > 1:
-            # Materialized first: a shard column the optimizer could fold to a constant
-            # would not partition like the auxiliary rows.
-            stored = env.materializer.store(frame)
-            frame = stored.frame.repartition(run.shard_map.shards, "shard")
-        try:
-            while True:
-                stage += 1
-                new = self._stage(run, frame)
-                env.materializer.release(stored)
-                stored = new
-                pending, measure, detail = observed(run, stored, self.hybrid)
-                on_round(RoundInfo(stage, pending, measure, detail))
-                reason = None
-                if not in_round_order(run):
-                    reason = order_dependence(program.g, run.gain, run.negative)
-                if reason is not None:
-                    env.materializer.release(stored)
-                    raise OrderDependent(program.relation, reason)
-                if pending == 0:
-                    break
-                if program.spec.termination is not None and clause_due(env, last_check):
-                    last_check = time.monotonic()
-                    if measure is not None and clause_holds(program.spec.termination, measure):
-                        break
-                if stage >= max_rounds:
-                    # The clause may not have been consulted this stage (check_interval_ms):
-                    # a stage that meets it converged, whatever the cap.
-                    clause = program.spec.termination
-                    capped = not (
-                        clause is not None and measure is not None and clause_holds(clause, measure)
-                    )
-                    break
-                frame = stored.frame.where(F.col("kind") < AUX)
-        finally:
-            env.materializer.release(run.aux)
+    def end(self, abandoned: bool) -> None:
+        run = self.run
+        run.env.materializer.release(run.aux)
+        if abandoned:
+            run.env.materializer.release(self.stored)
         log.info(
             "%s: %d stage(s), %.2f s, %s shards (%s, cut %s)",
-            program.relation,
-            stage,
-            time.monotonic() - started,
+            run.program.relation,
+            self.count,
+            time.monotonic() - self.started,
             run.shard_map.shards,
             run.shard_map.method,
             run.shard_map.cut,
         )
-        state = AsyncState(stored, program, run.shard_map, run.layout, pending, stage, env)
-        return MraOutcome(state.rows(), stage, capped, state)
+
+    def outcome(self, stages: int, capped: bool) -> MraOutcome:
+        run = self.run
+        state = AsyncState(
+            self.stored, run.program, run.shard_map, run.layout, self.pending, stages, run.env
+        )
+        return MraOutcome(state.rows(), stages, capped, state)
 
 
 def _planning(env: EngineEnv) -> AbstractContextManager[None]:
@@ -210,9 +243,9 @@ def _planning(env: EngineEnv) -> AbstractContextManager[None]:
 class ShardedEngine:
     """``[engine] mode = "async"`` or ``"hybrid"``: the async engine for every MRA relation
     whose round plans compile to kernels, the sync engine for the others. A sum whose value
-    could depend on the order of propagation (``OrderDependent``) is run again in round
-    order: one shard, no priority. The choice and its reason are logged once per relation
-    and kept in ``choices``."""
+    could depend on the order of propagation runs in round order (one shard, no priority:
+    ``mra_bootstrap``). The choice and its reason are logged once per relation and kept in
+    ``choices``."""
 
     def __init__(self, hybrid: bool) -> None:
         self.sharded = AsyncEngine(hybrid)
@@ -220,12 +253,12 @@ class ShardedEngine:
         self.name = self.sharded.name
         self.choices: dict[str, tuple[str, str]] = {}
         """Per relation: (engine that runs it, why)."""
-        self.order_dependent: dict[str, str] = {}
-        """Relations the async engine runs in round order (``OrderDependent``), with why."""
 
     def _engine(self, program: MraProgram) -> MraEngine:
+        """The engine for ``program``, the choice logged when it changes (also after a
+        run: it may have gone to round order)."""
         reason = unsupported(program)
-        ordered = self.order_dependent.get(program.relation)
+        ordered = self.sharded.order_dependent.get(program.relation)
         if reason:
             choice = (self.sync.name, reason)
         elif ordered:
@@ -238,20 +271,12 @@ class ShardedEngine:
             log.log(level, "%s runs on the %s engine: %s", program.relation, *choice)
         return self.sync if reason else self.sharded
 
-    def _env(self, program: MraProgram, env: EngineEnv) -> EngineEnv:
-        if program.relation not in self.order_dependent:
-            return env
-        return replace(env, options=replace(env.options, shards=1, priority=False))
-
     def bootstrap(
         self, program: MraProgram, env: EngineEnv, max_rounds: int, on_round: OnRound
     ) -> MraOutcome:
-        engine = self._engine(program)
-        try:
-            return engine.bootstrap(program, self._env(program, env), max_rounds, on_round)
-        except OrderDependent as error:
-            self.order_dependent[program.relation] = error.reason
-            return self.bootstrap(program, env, max_rounds, on_round)
+        outcome = self._engine(program).bootstrap(program, env, max_rounds, on_round)
+        self._engine(program)
+        return outcome
 
     def resume(
         self,
@@ -264,11 +289,6 @@ class ShardedEngine:
         carried: MraState | None = None,
     ) -> MraOutcome:
         engine = self._engine(program)
-        try:
-            return engine.resume(
-                program, self._env(program, env), rows, seed, max_rounds, on_round, carried
-            )
-        except OrderDependent as error:
-            # The carried state summed in another order: evaluate the current inputs afresh.
-            self.order_dependent[program.relation] = error.reason
-            return self.bootstrap(program, env, max_rounds, on_round)
+        outcome = engine.resume(program, env, rows, seed, max_rounds, on_round, carried)
+        self._engine(program)
+        return outcome

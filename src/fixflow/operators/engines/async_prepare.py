@@ -1,13 +1,12 @@
-"""What an async run starts from: its auxiliary rows, assigned to shards, packed into
-blocks and stored partitioned by shard (``prepared``), and its first stage frame:
-seeds as message rows, current relation rows as state rows (``seed_candidates``,
-``messages``, ``state_rows``, ``indexed_start``).
+"""What an async run starts from on Spark: its auxiliary rows (``mra_bootstrap.aux_sides``),
+assigned to shards, packed into blocks and stored partitioned by shard (``prepared``), and
+its first stage frame: seeds as message rows, current relation rows as state rows
+(``seed_candidates``, ``messages``, ``state_rows``, ``indexed_start``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from functools import partial
 
 import pyarrow as pa
@@ -22,10 +21,8 @@ from fixflow.operators.engines.async_support import (
     aux_scan,
     aux_types,
     shard_keys,
-    unsupported,
 )
 from fixflow.operators.engines.base import EngineEnv
-from fixflow.operators.engines.kernels import KernelUnsupported
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.engines.shard_loop import AUX, MESSAGE, STATE
 from fixflow.operators.engines.shard_map import ShardMap, assigned, shard_count, shard_labels
@@ -40,19 +37,12 @@ from fixflow.operators.plan import Plan, Version
 from fixflow.operators.spark_backend import SparkBackend, column_name, positional, spark_type
 
 
-def prepared(program: MraProgram, env: EngineEnv, shard_maps: dict[str, ShardMap]) -> AsyncRun:
-    """A run of ``program``: its auxiliary rows stored as blocks of their shards. The
-    shard assignment is the one in ``shard_maps`` (kept from the relation's bootstrap),
-    else computed and recorded there."""
-    reason = unsupported(program)
-    if reason is not None:
-        raise KernelUnsupported(reason)
-    backend = SparkBackend(env.spark, env.source)
-    aux = aux_tables(program, backend)
-    if program.g == "sum":
-        # A duplicate auxiliary row would count a contribution twice; min and max are
-        # idempotent, so they skip the shuffle that removing duplicates costs.
-        aux = [t.distinct() for t in aux]
+def prepared(
+    program: MraProgram, env: EngineEnv, shard_maps: dict[str, ShardMap], aux: list[DataFrame]
+) -> AsyncRun:
+    """A run of ``program`` over its auxiliary sides ``aux`` (``mra_bootstrap.aux_sides``),
+    stored as blocks of their shards. The shard assignment is the one in ``shard_maps``
+    (kept from the relation's bootstrap), else computed and recorded there."""
     witness = env.witness and program.g != "sum"
     layout = Layout(program, witness, aux_types(program))
     known = shard_maps.get(program.relation)
@@ -127,15 +117,6 @@ def _partitioned(env: EngineEnv, packed: DataFrame, shard_map: ShardMap) -> Stor
         env.materializer.release(stored)
 
 
-def aux_tables(program: MraProgram, backend: SparkBackend) -> list[DataFrame]:
-    tables = []
-    for body in program.bodies:
-        assert body.aux_plan is not None
-        frame = backend.run(replace(body.aux_plan, distinct=False))
-        tables.append(frame.toDF(*(positional(i) for i in range(len(frame.columns)))))
-    return tables
-
-
 def _shard_map(program: MraProgram, env: EngineEnv, aux: list[DataFrame], shards: int) -> ShardMap:
     shard_map = ShardMap(shards, shard_labels(shards))
     if len(shard_keys(program)) != 1:
@@ -193,11 +174,10 @@ def _packed(layout: Layout, labelled: list[DataFrame]) -> DataFrame:
 
 
 def seed_candidates(
-    run: AsyncRun, plans: Sequence[Plan], backend: SparkBackend | None = None
+    program: MraProgram, env: EngineEnv, plans: Sequence[Plan], backend: SparkBackend | None = None
 ) -> DataFrame:
     """The candidates ``k0.., v`` the ``plans`` derive (X⁰, C, or F′ over a frontier)."""
-    program = run.program
-    backend = backend or SparkBackend(run.env.spark, run.env.source)
+    backend = backend or SparkBackend(env.spark, env.source)
     frames = []
     for plan in plans:
         frame = backend.run(plan)
@@ -215,27 +195,22 @@ def seed_candidates(
             ]
             + [f"v {spark_type(program.value_type).simpleString()}"]
         )
-        return run.env.spark.createDataFrame([], schema)
+        return env.spark.createDataFrame([], schema)
     union = frames[0]
     for other in frames[1:]:
         union = union.union(other)
     return union
 
 
-def indexed_start(run: AsyncRun) -> DataFrame:
+def indexed_start(run: AsyncRun, aux: list[DataFrame]) -> DataFrame:
     """An iteration-indexed relation (PowerLog Program 2 → 2.b): the table holds X⁰ and
     the first delta is G(C ∪ F′(X⁰)) minus X⁰ (sum, G⁻ = subtraction) or the
-    candidates themselves (min/max), derived once on Spark; then stages as usual."""
+    candidates themselves (min/max), derived once on Spark over the auxiliary sides
+    ``aux``; then stages as usual."""
     program, env = run.program, run.env
-    x0 = grouped(program, seed_candidates(run, program.init_plans))
+    x0 = grouped(program, seed_candidates(program, env, program.init_plans))
     frontier = relation_rows(program, x0.withColumnRenamed("v", "acc"), F.col("acc"), 0)
-    tables = dict(
-        zip(
-            (b.aux_name for b in program.bodies),
-            aux_tables(program, SparkBackend(env.spark, env.source)),
-            strict=True,
-        )
-    )
+    tables = dict(zip((b.aux_name for b in program.bodies), aux, strict=True))
 
     def source(relation: str, version: Version) -> DataFrame:
         if version == "aux":
@@ -248,7 +223,9 @@ def indexed_start(run: AsyncRun) -> DataFrame:
     plans = [b.plan for b in program.bodies]
     first = grouped(
         program,
-        seed_candidates(run, plans, backend).union(seed_candidates(run, program.constant_plans)),
+        seed_candidates(program, env, plans, backend).union(
+            seed_candidates(program, env, program.constant_plans)
+        ),
     )
     if program.g == "sum":
         old = x0.withColumnRenamed("v", "old")

@@ -1,34 +1,23 @@
 """The driver's bookkeeping between the async engine's stages: what a stage reports
 (``stage_metrics``, read back by ``observed``), PowerLog's adaptive β per buffer
 (``adapted``), and the watch for sums whose value could depend on the order of
-propagation (``OrderDependent``).
+propagation (``observe_signs``; ``mra_bootstrap`` acts on it).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from fixflow.operators.engines import blocks
-from fixflow.operators.engines.base import EngineEnv
 from fixflow.operators.engines.blocks import BLOB
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.engines.shard_loop import MESSAGE, STATE, STATS
 from fixflow.operators.engines.stage_frame import AsyncRun
 from fixflow.operators.materialize import Stored
 from fixflow.operators.rounds import measure_column
-
-
-class OrderDependent(Exception):
-    """A sum whose value may depend on the order deltas are propagated in."""
-
-    def __init__(self, relation: str, reason: str) -> None:
-        super().__init__(f"{relation}: {reason}")
-        self.relation = relation
-        self.reason = reason
 
 
 def stage_metrics(program: MraProgram) -> list[Column]:
@@ -99,15 +88,3 @@ def observe_signs(run: AsyncRun, stats: list[dict[str, Any]]) -> None:
     for gain, negative in per_shard.values():
         run.gain = max(run.gain, gain)
         run.negative += negative
-
-
-def in_round_order(run: AsyncRun) -> bool:
-    """One shard without priority scheduling: every local iteration propagates every
-    pending delta and merges what it derived afterwards, which is a synchronous round, so
-    the series is summed in the order rounds sum it."""
-    return run.shard_map.shards == 1 and not run.env.options.priority
-
-
-def clause_due(env: EngineEnv, last_check: float) -> bool:
-    """The termination clause is consulted at most every ``check_interval_ms``."""
-    return (time.monotonic() - last_check) * 1000.0 >= env.options.check_interval_ms

@@ -414,6 +414,7 @@ class ShardLoop:
         p, rows = self.params, self.messages
         if not len(rows):
             return
+        self.messages = rows.slice(0, 0)  # merged once: a later run (the driver's) adds none
         keys = [_numpy(rows, f"k{j}", t) for j, t in enumerate(p.key_types)]
         self.table.merge(keys, _numpy(rows, "acc", p.value_type), _row_witness(rows, p))
 
@@ -475,11 +476,6 @@ class ShardLoop:
         )
 
     # ------------------------------------------------------------ output
-
-    def relation_rows(self) -> tuple[list[np.ndarray], np.ndarray]:
-        """The keys reached and their values (keys reserved but never reached left out)."""
-        keep = np.flatnonzero(self.table.present)
-        return [c[keep] for c in self.table.columns], self.table.acc[keep]
 
     @property
     def has_pending(self) -> bool:
