@@ -142,3 +142,17 @@ def _read_all(servers: str, topic: str) -> int:
         return seen
     finally:
         consumer.close()
+
+
+def test_store_ports_never_land_on_another_servers_grpc_port() -> None:
+    """The durable store's four servers each take a port and its gRPC port (+10000); a
+    candidate that is another server's gRPC port (or whose gRPC port is another's port) is
+    skipped, as in the CI run where the volume server got the master's gRPC port."""
+    from fixflow.pipeline.broker.store import _distinct_pairs
+
+    candidates = iter([40649, 50649, 30649, 40649, 41000, 42000, 43000])
+    ports = _distinct_pairs(candidates, 4, lambda port: True)
+    assert ports == [40649, 41000, 42000, 43000]  # 50649 and 30649 overlap 40649's pair
+    claimed = ports + [port + 10000 for port in ports]
+    assert len(set(claimed)) == len(claimed)
+    assert _distinct_pairs(iter([40000, 41000]), 2, lambda port: port != 50000) == [41000]

@@ -26,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -193,11 +194,24 @@ def _ensure_bucket(
 
 def _free_port_pairs(count: int) -> list[int]:
     """``count`` ports that are free, each with its gRPC port (+10000) free too."""
+    return _distinct_pairs(iter(_free_port, None), count, _free)
+
+
+def _distinct_pairs(
+    candidates: Iterator[int], count: int, free: Callable[[int], bool]
+) -> list[int]:
+    """The first ``count`` candidates whose pair (port, port + 10000) is free and shares no
+    port with a pair already taken: one server's HTTP port must not be another's gRPC port
+    (a volume server on the master's gRPC port dies at start with "address in use")."""
     found: list[int] = []
-    while len(found) < count:
-        port = _free_port()
-        if port + GRPC_OFFSET < 65536 and _free(port + GRPC_OFFSET) and port not in found:
+    claimed: set[int] = set()
+    for port in candidates:
+        pair = {port, port + GRPC_OFFSET}
+        if port + GRPC_OFFSET < 65536 and not pair & claimed and free(port + GRPC_OFFSET):
             found.append(port)
+            claimed |= pair
+            if len(found) == count:
+                break
     return found
 
 
