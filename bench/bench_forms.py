@@ -1,7 +1,8 @@
 """Program forms: one program in the spellings users write, `fixflow eval` of each (whole
 process) beside its best spelling, on road grids and R-MAT graphs with permuted ids.
 
-    .venv/bin/python bench/bench_forms.py --graphs grid_100k rmat_100k rmat_1m --repeats 3
+    .venv/bin/python bench/bench_forms.py --graphs grid_100k rmat_100k rmat_1m grid_1m
+    .venv/bin/python bench/bench_forms.py --cases      # the recursion classes, on their graphs
 
 Spellings (every program reads ``edge(src, dst, w)``; the undirected ones use each edge
 both ways):
@@ -10,15 +11,30 @@ both ways):
   holding both directions, then PowerLog's one-direction CC over it);
 - ``sssp`` (undirected): the same three spellings, the second aggregating an expression
   (``min[dy + w]``);
-- ``pagerank`` (directed, ``{sum[Δr] < 0.001}``): ``semicolon`` (the constant as an
-  alternative, PowerLog's Program 2b) and ``two_rules`` (the constant as a rule of its own).
+- ``pagerank`` (directed): ``semicolon`` (the constant as an alternative, PowerLog's
+  Program 2b, ``{sum[Δr] < 0.001}``), ``two_rules`` (the constant as a rule of its own, the
+  same clause) and ``no_clause`` (no termination clause: it runs to its float fixpoint);
+- ``katz`` (directed, β = half the inverse spectral radius, rounded down; no clause):
+  ``semicolon`` and ``two_rules``.
+
+The cases (``--cases``) are the recursion classes other than linear single-relation MRA,
+each on the graph its acceptance names, in two spellings:
+- ``even_odd`` on ``grid_10k``: shortest even- and odd-hop walks by mutual recursion of
+  two relations (``mutual``) or one relation indexed by the parity (``parity``);
+- ``apsp`` on ``grid_400``: all-pairs shortest paths of at least one edge, ``path ⋈ path``
+  (``non_linear``) or ``path ⋈ edge`` (``linear``);
+- ``tc`` on ``dag_3k`` (a seeded sparse 3,000-node DAG): transitive closure, ``tc ⋈ tc``
+  (``non_linear``) or ``tc ⋈ edge`` (``linear``).
 
 Per run: the wall time of the whole ``fixflow eval`` process (Python start, reading the
-facts, evaluating, writing Delta) and the engine's time (``evaluated in`` of ``-v``), the
-median over ``--repeats``, the ratio to the best spelling of the same program on the same
-graph, and whether the results are right: CC and SSSP against scipy, PageRank against the
-program's other spelling (max absolute difference). Machine load is reported before and
-after. Each spelling's ``fixflow check`` class is printed beside it.
+facts, evaluating, writing the results) and the engine's time (``evaluated in`` of ``-v``),
+the median over ``--repeats``, the ratio to the best spelling of the same program on the
+same graph, and whether the results are right against an independent oracle: CC and SSSP
+against scipy (exact), PageRank and Katz against a power iteration run to 1e-13 (the
+largest relative error; the spellings with a clause stop early by design), even/odd
+against scipy Dijkstra on the parity product graph, APSP against scipy Dijkstra (the
+diagonal is the shortest cycle), TC against scipy's reachability. Each spelling's
+``fixflow check`` class is printed beside it; machine load before and after.
 """
 
 from __future__ import annotations
@@ -33,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +57,8 @@ import numpy as np
 from benchlib import log, machine, write_report
 from graphs import Graph, build
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, dijkstra
+from scipy.sparse.csgraph import connected_components, dijkstra, shortest_path
+from scipy.sparse.linalg import eigs
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = """\
@@ -55,10 +73,18 @@ PAGERANK = HEADER + (
     ".decl deg(x: number, d: number)\n.decl rank(x: number, r: float)\n.output rank\n"
     "deg(X, count[Y]) :- edge(X, Y, _).\n"
 )
+PAGERANK_STEP = "rank(Y, ry), edge(Y, X, _), deg(Y, d), r = 0.85 * ry / d"
+KATZ = HEADER + ".decl katz(x: number, k: float)\n.output katz\n"
 LINK = (
     ".decl link(x: number, y: number, w: float)\n"
     "link(X, Y, w) :- edge(X, Y, w).\nlink(Y, X, w) :- edge(X, Y, w).\n"
 )
+EVEN_ODD = HEADER + (
+    ".decl even(node: number, dist: float)\n.decl odd(node: number, dist: float)\n"
+    ".output even\n.output odd\n"
+)
+APSP = HEADER + ".decl path(src: number, dst: number, d: float)\n.output path\n"
+TC = HEADER + ".decl tc(src: number, dst: number)\n.output tc\n"
 
 PROGRAMS: dict[str, dict[str, str]] = {
     "cc": {
@@ -83,17 +109,62 @@ PROGRAMS: dict[str, dict[str, str]] = {
     },
     "pagerank": {
         "semicolon": PAGERANK
-        + "rank(X, sum[r]) :- edge(X, _, _), r = 0.15 ;"
-        + " rank(Y, ry), edge(Y, X, _), deg(Y, d), r = 0.85 * ry / d {sum[Δr] < 0.001}.\n",
+        + f"rank(X, sum[r]) :- edge(X, _, _), r = 0.15 ; {PAGERANK_STEP} {{sum[Δr] < 0.001}}.\n",
         "two_rules": PAGERANK
         + "rank(X, sum[r]) :- edge(X, _, _), r = 0.15.\n"
-        + "rank(X, sum[r]) :- rank(Y, ry), edge(Y, X, _), deg(Y, d), r = 0.85 * ry / d"
-        + " {sum[Δr] < 0.001}.\n",
+        + f"rank(X, sum[r]) :- {PAGERANK_STEP} {{sum[Δr] < 0.001}}.\n",
+        "no_clause": PAGERANK + f"rank(X, sum[r]) :- edge(X, _, _), r = 0.15 ; {PAGERANK_STEP}.\n",
+    },
+    "katz": {
+        "semicolon": KATZ
+        + "katz(X, sum[k]) :- edge(X, _, _), k = 1.0 ;"
+        + " katz(Y, ky), edge(Y, X, _), k = {beta} * ky.\n",
+        "two_rules": KATZ
+        + "katz(X, sum[k]) :- edge(X, _, _), k = 1.0.\n"
+        + "katz(X, sum[k]) :- katz(Y, ky), edge(Y, X, _), k = {beta} * ky.\n",
+    },
+    "even_odd": {
+        "mutual": EVEN_ODD
+        + "even(X, d) :- X = {source}, d = 0.0.\n"
+        + "odd(Y, min[d]) :- even(X, dx), edge(X, Y, w), d = dx + w.\n"
+        + "even(Y, min[d]) :- odd(X, dx), edge(X, Y, w), d = dx + w.\n",
+        "parity": EVEN_ODD
+        + ".decl walk(node: number, parity: number, dist: float)\n"
+        + "walk(X, 0, d) :- X = {source}, d = 0.0.\n"
+        + "walk(Y, q, min[d]) :- walk(X, p, dx), edge(X, Y, w), q = 1 - p, d = dx + w.\n"
+        + "even(X, d) :- walk(X, 0, d).\nodd(X, d) :- walk(X, 1, d).\n",
+    },
+    "apsp": {
+        "non_linear": APSP
+        + "path(X, Y, min[d]) :- edge(X, Y, d).\n"
+        + "path(X, Y, min[d]) :- path(X, Z, d1), path(Z, Y, d2), d = d1 + d2.\n",
+        "linear": APSP
+        + "path(X, Y, min[d]) :- edge(X, Y, d) ; path(X, Z, d1), edge(Z, Y, w), d = d1 + w.\n",
+    },
+    "tc": {
+        "non_linear": TC + "tc(X, Y) :- edge(X, Y, _).\ntc(X, Y) :- tc(X, Z), tc(Z, Y).\n",
+        "linear": TC + "tc(X, Y) :- edge(X, Y, _).\ntc(X, Y) :- tc(X, Z), edge(Z, Y, _).\n",
     },
 }
-"""Every program's spellings (``{source}`` is the SSSP source of the graph)."""
+"""Every program's spellings (``{source}``: the SSSP source; ``{beta}``: Katz's β)."""
 
+CASES = {"even_odd": "grid_10k", "apsp": "grid_400", "tc": "dag_3k"}
+"""The recursion classes beyond single-relation MRA, each on its acceptance graph."""
+OUTPUTS = {
+    "cc": ("cc",),
+    "sssp": ("sp",),
+    "pagerank": ("rank",),
+    "katz": ("katz",),
+    "even_odd": ("even", "odd"),
+    "apsp": ("path",),
+    "tc": ("tc",),
+}
+LIMITS = ("pagerank", "katz")
+"""Programs whose value is a limit: checked by relative error, not for equality."""
+LIMIT_TOLERANCE = 1e-6
 ENGINE_TIME = re.compile(r"evaluated in ([0-9.]+) s")
+Result = dict[tuple, float]
+"""(relation, key columns...) -> value (1.0 for a relation without a value column)."""
 
 
 @dataclass
@@ -118,22 +189,70 @@ class Row:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", nargs="+", default=["grid_100k", "rmat_100k", "rmat_1m"])
-    parser.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=list(PROGRAMS))
+    parser.add_argument(
+        "--programs", nargs="+", default=["cc", "sssp", "pagerank", "katz"], choices=list(PROGRAMS)
+    )
+    parser.add_argument(
+        "--cases", action="store_true", help="run the CASES (each on its own graph) instead"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per eval")
     parser.add_argument("--markdown", action="store_true", help="report to stdout")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "FORMS_RESULTS.md")
     args = parser.parse_args()
+    plan = list(CASES.items()) if args.cases else planned(args.graphs, args.programs)
     load_before = os.getloadavg()
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="fixflow-forms-") as scratch:
-        for name in args.graphs:
-            graph = build(name)
-            facts = Path(scratch) / name
+        for graph_name, programs in grouped(plan):
+            graph = dag(graph_name) if graph_name.startswith("dag_") else build(graph_name)
+            facts = Path(scratch) / graph_name
             write_facts(graph, facts)
-            for program in args.programs:
+            for program in programs:
                 rows += run_program(program, graph, facts, Path(scratch), args)
     write_report(report(rows, load_before, os.getloadavg(), args), args)
+
+
+def planned(graphs: list[str], programs: list[str]) -> list[tuple[str, str]]:
+    return [(program, graph) for graph in graphs for program in programs]
+
+
+def grouped(plan: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """(program, graph) pairs as graph -> programs, in the plan's order (each graph built once)."""
+    by_graph: dict[str, list[str]] = {}
+    for program, graph in plan:
+        by_graph.setdefault(graph, []).append(program)
+    return list(by_graph.items())
+
+
+def dag(name: str, seed: int = 42) -> Graph:
+    """A seeded sparse DAG of ``dag_<nodes>`` nodes: each node links to a Poisson(1.2)
+    number of nodes among the next 100 ids (at 3k nodes: 3,379 edges, 152k TC pairs);
+    ids permuted like the benchmark graphs."""
+    nodes = int(name.split("_")[1].replace("k", "000"))
+    rng = np.random.default_rng(seed)
+    fan = rng.poisson(1.2, size=nodes)
+    src = np.repeat(np.arange(nodes), fan)
+    dst = src + rng.integers(1, 101, size=len(src))
+    keep = dst < nodes
+    pairs = np.unique(np.column_stack([src[keep], dst[keep]]), axis=0)
+    perm = rng.permutation(nodes)
+    empty = np.empty(0, dtype=np.int64)
+    return Graph(
+        name=name,
+        nodes=nodes,
+        src=perm[pairs[:, 0]],
+        dst=perm[pairs[:, 1]],
+        weight=np.ones(len(pairs)),
+        source=int(perm[0]),
+        insert_src=empty,
+        insert_dst=empty,
+        insert_weight=np.empty(0),
+        delete_src=empty,
+        delete_dst=empty,
+        delete_weight=np.empty(0),
+        meta={"name": name, "nodes": nodes, "edges": len(pairs), "seed": seed},
+    )
 
 
 def write_facts(graph: Graph, directory: Path) -> None:
@@ -146,10 +265,11 @@ def run_program(
     program: str, graph: Graph, facts: Path, scratch: Path, args: argparse.Namespace
 ) -> list[Row]:
     rows: list[Row] = []
-    results: dict[str, dict[int, float]] = {}
+    results: dict[str, Result] = {}
+    beta = katz_beta(graph) if program == "katz" else 0.0
     for spelling, text in PROGRAMS[program].items():
         path = scratch / f"{program}_{spelling}.dl"
-        path.write_text(text.replace("{source}", str(graph.source)))
+        path.write_text(text.replace("{source}", str(graph.source)).replace("{beta}", f"{beta}"))
         row = Row(program, spelling, graph.name, eval_class(path))
         for repeat in range(args.repeats):
             out = scratch / f"out_{program}_{spelling}_{graph.name}_{repeat}"
@@ -158,8 +278,13 @@ def run_program(
             results[spelling] = read_result(out, program)
         log(f"{graph.name} {program} {spelling}: {row.walls} s whole, {row.engines} s engine")
         rows.append(row)
+    expected = ORACLES[program](graph, beta)
     for row in rows:
-        row.check = check(program, graph, results.get(row.spelling), results)
+        if row.spelling in results:
+            clause = "{sum[" in PROGRAMS[program][row.spelling]
+            row.check = check(program, results[row.spelling], expected, clause)
+        elif not row.check:
+            row.check = "no result"
     return rows
 
 
@@ -192,61 +317,165 @@ def timed_eval(path: Path, facts: Path, out: Path, row: Row, timeout: float) -> 
     if done.returncode != 0:
         row.check = f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
         return False
-    found = ENGINE_TIME.search(done.stderr)
-    if found:
-        row.engines.append(float(found.group(1)))
+    row.engines.append(sum(float(t) for t in ENGINE_TIME.findall(done.stderr)))
     return True
 
 
-def read_result(out: Path, program: str) -> dict[int, float]:
-    relation = {"cc": "cc", "sssp": "sp", "pagerank": "rank"}[program]
-    with (out / f"{relation}.csv").open() as handle:
-        rows = list(csv.reader(handle))[1:]
-    return {int(key): float(value) for key, value in rows}
+def read_result(out: Path, program: str) -> Result:
+    """Every output relation's rows: the key columns as ints, the last column as the value
+    (a relation of keys only, like ``tc``, maps each row to 1.0)."""
+    result: Result = {}
+    for relation in OUTPUTS[program]:
+        with (out / f"{relation}.csv").open() as handle:
+            reader = csv.reader(handle)
+            next(reader)
+            for row in reader:
+                keys = row if program == "tc" else row[:-1]
+                value = 1.0 if program == "tc" else float(row[-1])
+                result[(relation, *(int(k) for k in keys))] = value
+    return result
 
 
-def check(
-    program: str,
-    graph: Graph,
-    got: dict[int, float] | None,
-    results: dict[str, dict[int, float]],
-) -> str:
-    if got is None:
-        return "no result"
-    if program == "pagerank":
-        others = [r for r in results.values() if r is not got]
-        if not others:
-            return "no other spelling to compare"
-        worst = max(max(abs(got[k] - o.get(k, np.inf)) for k in got) for o in others)
-        return f"max abs difference to the other spelling {worst:.2g}"
-    expected = cc_oracle(graph) if program == "cc" else sssp_oracle(graph)
-    return "exact (scipy)" if got == expected else "WRONG (scipy differs)"
+def check(program: str, got: Result, expected: Result, clause: bool) -> str:
+    if got.keys() != expected.keys():
+        missing, extra = len(expected.keys() - got.keys()), len(got.keys() - expected.keys())
+        return f"WRONG: {missing} rows missing, {extra} extra"
+    if program not in LIMITS:
+        wrong = sum(1 for k, v in expected.items() if got[k] != v)
+        return "exact" if not wrong else f"WRONG: {wrong} values differ"
+    worst = max(abs(got[k] - v) / abs(v) for k, v in expected.items())
+    verdict = "within" if worst <= LIMIT_TOLERANCE else "outside"
+    stop = "; stopped by its clause" if clause else ""
+    return f"rel. error {worst:.1e} ({verdict} {LIMIT_TOLERANCE:g}{stop})"
 
 
 def undirected(graph: Graph) -> csr_matrix:
-    n = graph.nodes
     src = np.concatenate([graph.src, graph.dst])
     dst = np.concatenate([graph.dst, graph.src])
     weight = np.concatenate([graph.weight, graph.weight])
-    order = np.lexsort((weight, dst, src))  # csr sums duplicates: keep each pair's lightest
+    return lightest(src, dst, weight, graph.nodes)
+
+
+def lightest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n: int) -> csr_matrix:
+    """The adjacency matrix keeping each pair's lightest edge (csr would sum duplicates)."""
+    order = np.lexsort((weight, dst, src))
     src, dst, weight = src[order], dst[order], weight[order]
     first = np.ones(len(src), dtype=bool)
     first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
     return csr_matrix((weight[first], (src[first], dst[first])), shape=(n, n))
 
 
-def cc_oracle(graph: Graph) -> dict[int, float]:
+def directed(graph: Graph) -> csr_matrix:
+    return lightest(graph.src, graph.dst, graph.weight, graph.nodes)
+
+
+def present(graph: Graph) -> np.ndarray:
+    return np.unique(np.concatenate([graph.src, graph.dst]))
+
+
+def cc_oracle(graph: Graph, _beta: float) -> Result:
     _, labels = connected_components(undirected(graph), directed=False)
-    nodes = np.unique(np.concatenate([graph.src, graph.dst]))
     smallest: dict[int, int] = {}
-    for node in nodes:
+    for node in present(graph):
         smallest.setdefault(int(labels[node]), int(node))
-    return {int(node): float(smallest[int(labels[node])]) for node in nodes}
+    return {("cc", int(v)): float(smallest[int(labels[v])]) for v in present(graph)}
 
 
-def sssp_oracle(graph: Graph) -> dict[int, float]:
+def sssp_oracle(graph: Graph, _beta: float) -> Result:
     distances = dijkstra(undirected(graph), directed=True, indices=graph.source)
-    return {int(v): float(d) for v, d in enumerate(distances) if np.isfinite(d)}
+    return {("sp", v): float(d) for v, d in enumerate(distances) if np.isfinite(d)}
+
+
+def power_iteration(base: np.ndarray, step: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """x = base + step(x), iterated from base until no value moves by more than 1e-13."""
+    x = base.copy()
+    while True:
+        following = base + step(x)
+        if np.max(np.abs(following - x)) <= 1e-13:
+            return following
+        x = following
+
+
+def has_out_edge(graph: Graph) -> np.ndarray:
+    return np.bincount(graph.src, minlength=graph.nodes) > 0
+
+
+def pagerank_oracle(graph: Graph, _beta: float) -> Result:
+    """rank = 0.15 on every node with an out-edge + 0.85 Σ rank(y)/deg(y) over in-edges."""
+    adjacency = (directed(graph) > 0).astype(np.float64)
+    degree = np.asarray(adjacency.sum(axis=1)).ravel()
+    spread = adjacency.T.tocsr()
+    inverse = np.divide(1.0, degree, out=np.zeros_like(degree), where=degree > 0)
+    rank = power_iteration(0.15 * has_out_edge(graph), lambda r: spread @ (0.85 * r * inverse))
+    return {("rank", int(v)): float(rank[v]) for v in present(graph)}
+
+
+def katz_beta(graph: Graph) -> float:
+    """Half the inverse spectral radius of the adjacency matrix, to two significant digits
+    rounded down (the sum then contracts by about one half a round)."""
+    adjacency = (directed(graph) > 0).astype(np.float64)
+    radius = float(np.abs(eigs(adjacency, k=1, which="LM", return_eigenvectors=False, tol=1e-4)[0]))
+    beta = 0.5 / radius
+    scale = 10.0 ** (np.floor(np.log10(beta)) - 1)
+    return float(np.floor(beta / scale) * scale)
+
+
+def katz_oracle(graph: Graph, beta: float) -> Result:
+    """katz = 1 on every node with an out-edge + β Σ katz(y) over in-edges."""
+    spread = (directed(graph) > 0).astype(np.float64).T.tocsr()
+    katz = power_iteration(has_out_edge(graph).astype(np.float64), lambda k: beta * (spread @ k))
+    return {("katz", int(v)): float(katz[v]) for v in present(graph)}
+
+
+def even_odd_oracle(graph: Graph, _beta: float) -> Result:
+    """Dijkstra over the parity product graph: (v, p) -> (w, 1 - p), node (v, p) = v + p·n."""
+    n = graph.nodes
+    src = np.concatenate([graph.src, graph.src + n])
+    dst = np.concatenate([graph.dst + n, graph.dst])
+    product = lightest(src, dst, np.concatenate([graph.weight, graph.weight]), 2 * n)
+    distances = dijkstra(product, directed=True, indices=graph.source)
+    result: Result = {}
+    for node, distance in enumerate(distances):
+        if np.isfinite(distance):
+            result[("even" if node < n else "odd", node % n)] = float(distance)
+    return result
+
+
+def apsp_oracle(graph: Graph, _beta: float) -> Result:
+    """Shortest paths of at least one edge: Dijkstra off the diagonal, the shortest cycle
+    through x (an edge x -> z, then back) on it."""
+    matrix = directed(graph)
+    distances = dijkstra(matrix, directed=True)
+    result: Result = {}
+    for x, y in zip(*np.nonzero(np.isfinite(distances)), strict=True):
+        if x != y:
+            result[("path", int(x), int(y))] = float(distances[x, y])
+    coo = matrix.tocoo()
+    for x, z, w in zip(coo.row, coo.col, coo.data, strict=True):
+        back = 0.0 if z == x else distances[z, x]
+        if np.isfinite(back):
+            key = ("path", int(x), int(x))
+            result[key] = min(result.get(key, np.inf), float(w + back))
+    return result
+
+
+def tc_oracle(graph: Graph, _beta: float) -> Result:
+    """Pairs joined by a path of at least one edge (scipy's unweighted shortest paths)."""
+    hops = shortest_path(directed(graph), directed=True, unweighted=True)
+    reach = np.isfinite(hops)
+    np.fill_diagonal(reach, False)  # a DAG has no cycles: no node reaches itself
+    return {("tc", int(x), int(y)): 1.0 for x, y in zip(*np.nonzero(reach), strict=True)}
+
+
+ORACLES: dict[str, Callable[[Graph, float], Result]] = {
+    "cc": cc_oracle,
+    "sssp": sssp_oracle,
+    "pagerank": pagerank_oracle,
+    "katz": katz_oracle,
+    "even_odd": even_odd_oracle,
+    "apsp": apsp_oracle,
+    "tc": tc_oracle,
+}
 
 
 def report(
