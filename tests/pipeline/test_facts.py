@@ -9,7 +9,15 @@ import pyarrow as pa
 import pytest
 
 from fixflow.checker.ast import Attribute
-from fixflow.pipeline.lake.facts import FactsError, input_path, load_inputs, read_rows, read_table
+from fixflow.pipeline.lake.delta import rows_to_arrow
+from fixflow.pipeline.lake.facts import (
+    FactsError,
+    input_path,
+    load_inputs,
+    numeric_table,
+    read_rows,
+    read_table,
+)
 
 EDGE = (Attribute("src", "number"), Attribute("dst", "number"), Attribute("w", "float"))
 NAME = (Attribute("id", "number"), Attribute("label", "symbol"))
@@ -129,3 +137,62 @@ def test_a_program_without_inputs_needs_no_facts_directory(tmp_path: Path) -> No
     assert load_inputs(tmp_path / "missing", {}) == {}
     with pytest.raises(FactsError, match="facts directory does not exist"):
         load_inputs(tmp_path / "missing", {"edge": (Attribute("x", "number"),)})
+
+
+UNSIGNED_EDGE = (Attribute("src", "number", declared="unsigned"), Attribute("w", "float"))
+LENIENT = {
+    "plain": "1\t2\t0.5\n2\t3\t1e-3\n",
+    "blank lines, no final newline": "\n1\t2\t0.5\n\n\n2\t3\t4",
+    "spaces around numbers": " 1\t2 \t 0.5 \n",
+    "signs and underscores": "+1\t-2\t1_0.5\n1_000\t2\t+.5\n",
+    "CRLF line ends": "1\t2\t0.5\r\n2\t3\t1.5\r\n",
+    "a bare carriage return": "1\t2\t0.5\r2\t3\t1.5\n",
+    "a byte-order mark": "\ufeff1\t2\t0.5\n",
+    "a whitespace-only line": "1\t2\t0.5\n \t \n2\t3\t1.5\n",
+    "too many fields": "1\t2\t0.5\t9\n",
+    "a missing field": "1\t2\n",
+    "an empty field": "1\t\t0.5\n",
+    "not a number": "1\tx\t0.5\n",
+    "infinity": "1\t2\tinf\n",
+    "nan": "1\t2\tnan\n",
+    "an int64 overflow": "9223372036854775808\t2\t0.5\n",
+}
+
+
+@pytest.mark.parametrize("content", LENIENT.values(), ids=LENIENT.keys())
+def test_arrow_reads_numeric_facts_exactly_as_the_row_reader(tmp_path: Path, content: str) -> None:
+    """``read_table`` parses a numeric ``.facts`` file with Arrow; whatever the content, it
+    gives the row reader's table or the row reader's error."""
+    path = tmp_path / "edge.facts"
+    path.write_bytes(content.encode("utf-8"))
+    try:
+        expected: pa.Table | str = rows_to_arrow(read_rows(path, EDGE), EDGE)
+    except (FactsError, OverflowError, pa.ArrowInvalid) as exc:
+        expected = f"{type(exc).__name__}: {exc}"
+    try:
+        got: pa.Table | str = read_table(path, EDGE)
+    except (FactsError, OverflowError, pa.ArrowInvalid) as exc:
+        got = f"{type(exc).__name__}: {exc}"
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        assert isinstance(got, pa.Table) and got.equals(expected)
+
+
+def test_a_plain_numeric_file_is_parsed_by_arrow(tmp_path: Path) -> None:
+    path = tmp_path / "edge.facts"
+    path.write_text("1\t2\t0.5\n\n2\t3\t1e-3\n")
+    table = numeric_table(path, EDGE)
+    assert table is not None and table.to_pylist() == [
+        {"src": 1, "dst": 2, "w": 0.5},
+        {"src": 2, "dst": 3, "w": 0.001},
+    ]
+    assert numeric_table(path, NAME) is None
+
+
+def test_a_negative_unsigned_value_is_the_row_readers_error(tmp_path: Path) -> None:
+    path = tmp_path / "edge.facts"
+    path.write_text("1\t0.5\n-1\t0.5\n")
+    assert numeric_table(path, UNSIGNED_EDGE) is None
+    with pytest.raises(FactsError, match=r"edge.facts:2: column `src` is unsigned"):
+        read_table(path, UNSIGNED_EDGE)

@@ -20,10 +20,17 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.kafka.messages import is_one_symbol
-from fixflow.pipeline.lake.delta import declared_rows, nullary_table, rows_to_arrow
+from fixflow.pipeline.lake.delta import (
+    arrow_schema,
+    declared_rows,
+    nullary_table,
+    rows_to_arrow,
+)
 
 log = logging.getLogger(__name__)
 
@@ -179,12 +186,65 @@ def _header_order(
 def read_table(
     path: Path, attributes: Sequence[Attribute], delimiter: str | None = None
 ) -> pa.Table:
-    """One facts file as a pyarrow table with the declared schema."""
+    """One facts file as a pyarrow table with the declared schema: a numeric ``.facts``
+    file through Arrow's CSV parser (``numeric_table``), any other file, and any file
+    Arrow does not take as it is, through ``read_rows``."""
+    table = numeric_table(path, attributes) if delimiter is None else None
+    if table is not None:
+        log.info("read %d facts from %s", table.num_rows, path)
+        return table
     rows = read_rows(path, attributes, delimiter)
     log.info("read %d facts from %s", len(rows), path)
     if not attributes:  # no columns: the row count alone says whether it holds
         return declared_rows(nullary_table(bool(rows)), attributes)
     return rows_to_arrow(rows, attributes)
+
+
+NUMERIC = {"number": pa.int64(), "unsigned": pa.int64(), "float": pa.float64()}
+"""The declared types ``numeric_table`` parses with Arrow."""
+
+
+def numeric_table(path: Path, attributes: Sequence[Attribute]) -> pa.Table | None:
+    """A ``.facts`` file of number/unsigned/float columns parsed by Arrow's CSV reader
+    (C++; 1M edges in ~0.4 s against ~9 s for ``read_rows``, which converts field by
+    field in Python and made a third of a 1M-edge ``fixflow eval``). None whenever the
+    result could differ from ``read_rows``'s or the file is malformed: then ``read_rows``
+    reads it and, for a malformed file, names the line. Arrow is strict where Python's
+    ``int``/``float`` are lenient (spaces, ``+``, ``_``), so what it accepts the row reader
+    reads the same; a ``\r`` (Arrow ends a line at a bare one), a byte-order mark, gzip,
+    a non-finite float and an unsigned value out of range go to the row reader."""
+    if not attributes or _is_csv(path) or any(a.type not in NUMERIC for a in attributes):
+        return None
+    data = path.read_bytes()
+    if data[:2] == GZIP_MAGIC or data[:3] == b"\xef\xbb\xbf" or b"\r" in data:
+        return None
+    names = [f"c{i}" for i in range(len(attributes))]
+    try:
+        parsed = pa_csv.read_csv(
+            pa.BufferReader(data),
+            read_options=pa_csv.ReadOptions(column_names=names),
+            parse_options=pa_csv.ParseOptions(
+                delimiter="\t", quote_char=False, escape_char=False, ignore_empty_lines=True
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                column_types={n: NUMERIC[a.type] for n, a in zip(names, attributes, strict=True)},
+                null_values=[],
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None  # malformed or lenient syntax: the row reader decides, line by line
+    columns = [parsed.column(n) for n in names]
+    if not all(_in_domain(c, a) for c, a in zip(columns, attributes, strict=True)):
+        return None
+    return pa.table(columns, schema=arrow_schema(attributes))
+
+
+def _in_domain(column: pa.ChunkedArray, attribute: Attribute) -> bool:
+    if attribute.type == "float":
+        return column.null_count == 0 and bool(pc.all(pc.is_finite(column)).as_py() is not False)
+    if attribute.declared == "unsigned":
+        return len(column) == 0 or pc.min(column).as_py() >= 0
+    return True
 
 
 def load_inputs(
