@@ -6,7 +6,8 @@ iteration index; rows sorted) and meta.toml (tolerance, how the expected values 
 computed). Expected values come from networkx, numpy closed forms and hand computation in
 this directory; never from fixflow or the reference evaluator.
 
-Run: .venv/bin/python tests/programs/_tools/make_goldens.py
+Run: .venv/bin/python tests/programs/_tools/make_goldens.py [name ...]
+(with names, only those goldens are rewritten, and not the demo facts)
 """
 
 from __future__ import annotations
@@ -459,6 +460,101 @@ def _dcd_pagerank() -> Golden:
     )
 
 
+# ---------------------------------------------------------------- float fixpoints (issue #33)
+
+
+def float_fixpoint(linear: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, int]:
+    """The accumulated (MRA) iteration of x = base + M x in float64, simulated in numpy, as
+    a sum without a termination clause runs it: acc and the pending delta both receive each
+    incoming delta; a pending delta is propagated (M @ Δ) only while acc + Δ != acc, and
+    the run ends when none is. Returns acc and the number of propagation rounds. (Only the
+    tolerance's margin is read from it; the expected values are the exact solve.)"""
+    acc = np.zeros(len(base))
+    delta = np.zeros(len(base))
+    incoming = base.copy()
+    for n in range(1, 100_000):
+        acc += incoming
+        delta += incoming
+        pending = (delta != 0) & (acc + delta != acc)
+        if not pending.any():
+            return acc, n
+        incoming = linear @ np.where(pending, delta, 0.0)
+        delta = np.where(pending, 0.0, delta)
+    raise RuntimeError("no float fixpoint")
+
+
+FLOAT_FIXPOINT_TOLERANCE = 1e-9
+
+
+def float_fixpoint_golden(
+    relation: str,
+    header: tuple[str, ...],
+    linear: np.ndarray,
+    base: np.ndarray,
+    how: str,
+) -> Golden:
+    """A golden for a sum recursion without a termination clause, on the "web" graph: the
+    expected values are the exact limit (numpy solve of (I - M) x = base); the run stops at
+    its float fixpoint, within a few ulps of it, so the tolerance is tight."""
+    exact = np.linalg.solve(np.eye(len(base)) - linear, base)
+    stopped, rounds = float_fixpoint(linear, base)
+    err = float(np.abs(stopped - exact).max())
+    # the simulated float fixpoint must be far inside the tolerance: a stop by a clause-like
+    # bound (1e-6 in sum) would not be
+    assert err < FLOAT_FIXPOINT_TOLERANCE / 1000, (relation, err)
+    # what a stop by a clause {sum[Δ] < 1e-6} would leave (naive iteration from 0)
+    early, _ = power_iteration(lambda x: base + linear @ x, np.zeros(len(base)), 1e-6)
+    early_err = float(np.abs(early - exact).max())
+    assert early_err > FLOAT_FIXPOINT_TOLERANCE, (relation, early_err)
+    rows = [(v, float(x)) for v, x in zip(U_NODES, exact, strict=True)]
+    how += (
+        " No termination clause: the run stops at its float fixpoint (no pending delta"
+        " changes any accumulated value in float64, acc + delta == acc), which the numpy"
+        f" simulation of the accumulated iteration reaches after {rounds} propagation rounds,"
+        f" {err:.1e} from the exact limit. Tolerance {FLOAT_FIXPOINT_TOLERANCE:g}: tight,"
+        " far above float rounding, and below what stopping early would leave (naive"
+        f" iteration stopped by a clause sum[delta] < 1e-6 is {early_err:.1e} off), so an"
+        " engine that stops short of the float fixpoint fails."
+    )
+    return Golden(
+        {"edge": U_EDGES, "node": [(v,) for v in U_NODES]},
+        {relation: (header, rows)},
+        FLOAT_FIXPOINT_TOLERANCE,
+        how,
+    )
+
+
+@golden("pagerank_float_fixpoint")
+def _pagerank_float_fixpoint() -> Golden:
+    return float_fixpoint_golden(
+        "rank",
+        ("node", "r"),
+        pagerank_matrix(U_EDGES, U_NODES),
+        np.full(len(U_NODES), 0.15),
+        "numpy solve of r = 0.15 + 0.85 A^T D^-1 r (the PageRank limit).",
+    )
+
+
+KATZ_BETA = 0.2  # 1/lambda_max of the "web" graph is 0.618 (checked below)
+
+
+@golden("katz_float_fixpoint")
+def _katz_float_fixpoint() -> Golden:
+    index = {v: k for k, v in enumerate(U_NODES)}
+    a = np.zeros((len(U_NODES), len(U_NODES)))
+    for x, y in U_EDGES:
+        a[index[y], index[x]] += 1.0
+    assert KATZ_BETA * max(abs(np.linalg.eigvals(a))) < 1
+    return float_fixpoint_golden(
+        "katz",
+        ("node", "k"),
+        KATZ_BETA * a,
+        np.ones(len(U_NODES)),
+        f"numpy solve of k = 1 + {KATZ_BETA} A^T k (Katz centrality; beta = {KATZ_BETA} <"
+        f" 1/lambda_max = {1 / max(abs(np.linalg.eigvals(a))):.3f}, numpy eigenvalues).",
+    )
+
+
 # ---------------------------------------------------------------- Katz, Adsorption, Jacobi
 
 
@@ -872,13 +968,20 @@ def write_demo_facts() -> None:
             (target / f"{rel}.facts").write_text(text)
 
 
-def main() -> None:
-    write_demo_facts()
+def main(names: list[str]) -> None:
+    """Write every golden and the demo facts, or only the goldens named on the command line
+    (the others' last digits may differ with the numpy/LAPACK build that solves them)."""
+    unknown = sorted(set(names) - set(GOLDENS))
+    if unknown:
+        raise SystemExit(f"no golden named {unknown}")
+    if not names:
+        write_demo_facts()
     missing = sorted(p.stem for p in EXAMPLES.glob("*.dl") if p.stem not in GOLDENS)
-    for name, g in sorted(GOLDENS.items()):
-        write(name, g)
-    print(f"wrote {len(GOLDENS)} goldens; examples without a golden: {missing}")
+    chosen = sorted(names or GOLDENS)
+    for name in chosen:
+        write(name, GOLDENS[name])
+    print(f"wrote {len(chosen)} goldens; examples without a golden: {missing}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
