@@ -356,7 +356,10 @@ def _mra_or_naive(analysis: Analysis, stratum: Stratum, checks: list[_RuleCheck]
     spec = _mra_spec(analysis, stratum, check_)
     reason = f"linear `{func}` recursion; Properties 1 and 2 hold: MRA evaluation"
     if spec.converges_to_limit:
-        reason += "; converges to a limit: runs to the termination clause or the iteration cap"
+        reason += (
+            "; converges to a limit: runs to the termination clause, else to its float "
+            "fixpoint (no pending delta changes a value in float64) or the iteration cap"
+        )
     if check_.properties["convergence"] == "unknown":
         reason += "; convergence not proven: termination relies on the clause / iteration cap"
     return _Outcome("mra", reason, checks, {spec.relation: spec})
