@@ -180,7 +180,9 @@ class LocalTable:
         g = self.params.g
         if g != "sum" and len(keys) > 1:
             ranked = values if g == "min" else -values
-            order = _object_order(sort_key, ranked)
+            # By the key columns, then rank: numpy's lexsort, not a sort of tuples in
+            # Python (21.7 of 30 s of even/odd walks keyed (node, parity) on 1M edges).
+            order = np.lexsort((ranked, *reversed(keys)))
         else:
             order = np.argsort(sort_key)
         ordered = sort_key[order]
@@ -275,11 +277,6 @@ def _firsts(
 ) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray]]:
     """One candidate per key: the keys and witnesses of ``rows``, with G's ``values``."""
     return [k[rows] for k in keys], values, [w[rows] for w in wits]
-
-
-def _object_order(sort_key: np.ndarray, ranked: np.ndarray) -> np.ndarray:
-    """Order by (key, rank) for keys that are Python objects (tuples, strings)."""
-    return np.array(sorted(range(len(sort_key)), key=lambda i: (sort_key[i], ranked[i])))
 
 
 # ---------------------------------------------------------------- one shard
