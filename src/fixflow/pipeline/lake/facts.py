@@ -27,6 +27,7 @@ from fixflow.checker.ast import Attribute
 from fixflow.pipeline.kafka.messages import is_one_symbol
 from fixflow.pipeline.lake.delta import (
     arrow_schema,
+    arrow_type,
     declared_rows,
     nullary_table,
     rows_to_arrow,
@@ -200,8 +201,8 @@ def read_table(
     return rows_to_arrow(rows, attributes)
 
 
-NUMERIC = {"number": pa.int64(), "unsigned": pa.int64(), "float": pa.float64()}
-"""The declared types ``numeric_table`` parses with Arrow."""
+NUMERIC = ("number", "float")
+"""The base types ``numeric_table`` parses with Arrow (``unsigned`` is stored as ``number``)."""
 
 
 def numeric_table(path: Path, attributes: Sequence[Attribute]) -> pa.Table | None:
@@ -227,7 +228,9 @@ def numeric_table(path: Path, attributes: Sequence[Attribute]) -> pa.Table | Non
                 delimiter="\t", quote_char=False, escape_char=False, ignore_empty_lines=True
             ),
             convert_options=pa_csv.ConvertOptions(
-                column_types={n: NUMERIC[a.type] for n, a in zip(names, attributes, strict=True)},
+                column_types={
+                    n: arrow_type(a.type) for n, a in zip(names, attributes, strict=True)
+                },
                 null_values=[],
             ),
         )
@@ -240,10 +243,11 @@ def numeric_table(path: Path, attributes: Sequence[Attribute]) -> pa.Table | Non
 
 
 def _in_domain(column: pa.ChunkedArray, attribute: Attribute) -> bool:
+    """Finite floats, non-negative unsigned values (an empty column's ``all`` is null)."""
     if attribute.type == "float":
-        return column.null_count == 0 and bool(pc.all(pc.is_finite(column)).as_py() is not False)
+        return pc.all(pc.is_finite(column)).as_py() is not False
     if attribute.declared == "unsigned":
-        return len(column) == 0 or pc.min(column).as_py() >= 0
+        return pc.all(pc.greater_equal(column, 0)).as_py() is not False
     return True
 
 
