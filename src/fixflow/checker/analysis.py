@@ -1,7 +1,8 @@
 """Semantic analysis: ``analyze(program) -> Analysis`` runs the passes in order —
 declarations (``checker.declarations``), rules: arity, safety, types, iteration-index
-shapes (``checker.rule_checks``), input/output roles (``checker.declarations``), strata
-and structural classes (``checker.stratification``).
+shapes (``checker.rule_checks``), mutual recursion tagged as one relation
+(``checker.mutual``), input/output roles (``checker.declarations``), strata and structural
+classes (``checker.stratification``).
 
 It collects every diagnostic it can in one run; the strata are computed even when there
 are errors, so that later errors can still be found.
@@ -21,6 +22,7 @@ from fixflow.checker.declarations import (
 )
 from fixflow.checker.diagnostics import Diagnostic
 from fixflow.checker.model import Analysis
+from fixflow.checker.mutual import tag_mutual_recursion
 from fixflow.checker.rule_checks import check_rules
 from fixflow.checker.stratification import (
     check_aggregates_in_recursion,
@@ -41,6 +43,12 @@ def analyze(program: Program, source: str | None = None) -> Analysis:
     check_rules(analyzer)
     # Types are checked: `as(x, T)` is `x` from here on, for the strata and the engine.
     program = analyzer.program = without_casts(program)
+    tagged: dict[str, tuple[str, ...]] = {}
+    if not any(d.severity == "error" for d in analyzer.diagnostics):
+        # Mutual recursion of alike aggregated relations becomes one relation; its rules
+        # were checked above as the user wrote them.
+        program, tagged = tag_mutual_recursion(program, analyzer.schemas, analyzer.inputs)
+        analyzer.program = program
     loaded, bridges = split_inputs(analyzer)
     rules = program.rules + bridges
     defined = frozenset(r.head.relation for r in rules)
@@ -64,6 +72,7 @@ def analyze(program: Program, source: str | None = None) -> Analysis:
         strata=strata,
         diagnostics=tuple(diagnostics),
         loaded=loaded,
+        tagged=tagged,
     )
 
 

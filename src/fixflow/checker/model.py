@@ -68,6 +68,9 @@ class Analysis:
     EDB relation its facts are loaded into: itself, or for a relation that is also defined
     by rules or facts a hidden relation that one more rule unions into it (Soufflé's
     semantics: loaded and derived facts together)."""
+    tagged: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Every relation that holds mutually recursive relations tagged by which one a row
+    belongs to (``checker.mutual``) → those relations, in tag order."""
 
     @property
     def errors(self) -> tuple[Diagnostic, ...]:

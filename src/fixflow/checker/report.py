@@ -6,6 +6,7 @@ from fixflow.checker.ast import Declaration, Program, Rule
 from fixflow.checker.diagnostics import Diagnostic
 from fixflow.checker.hints import stratum_hints
 from fixflow.checker.model import PROPERTY_NAMES, Report, RuleVerdict, Stratum
+from fixflow.checker.mutual import tagged_title
 from fixflow.checker.printer import pretty
 from fixflow.checker.subaggregates import is_hidden
 from fixflow.checker.unions import merged_lines
@@ -41,6 +42,12 @@ def _stratum_json(stratum: Stratum, report: Report) -> dict[str, object]:
         # they are listed by where the aggregate was written.
         "relations": [r for r in stratum.relations if not is_hidden(r)],
         "body_aggregates": list(dict.fromkeys(_aggregate_position(stratum, r) for r in hidden)),
+        # A tagged relation (checker.mutual) → the user's relations it holds, by tag.
+        "tagged": {
+            r: list(report.analysis.tagged[r])
+            for r in stratum.relations
+            if r in report.analysis.tagged
+        },
         "recursive": stratum.recursive,
         "class": stratum.eval_class,
         "reason": stratum.reason,
@@ -70,7 +77,7 @@ def human(report: Report) -> str:
     file = report.analysis.program.file
     lines = [f"{file}: {len(report.strata)} strata, {len(report.verdicts)} recursive rules"]
     for stratum in report.strata:
-        lines += ["", _stratum_title(stratum)]
+        lines += ["", _stratum_title(stratum, report.analysis.tagged)]
         if not stratum.recursive:
             continue
         lines.append(f"  class: {stratum.eval_class} — {stratum.reason}")
@@ -85,9 +92,14 @@ def human(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _stratum_title(stratum: Stratum) -> str:
+def _stratum_title(stratum: Stratum, tagged: dict[str, tuple[str, ...]]) -> str:
     kind = "recursive" if stratum.recursive else "non-recursive"
-    names = ", ".join(_shown_name(stratum, relation) for relation in stratum.relations)
+    names = ", ".join(
+        tagged_title(relation, tagged[relation])
+        if relation in tagged
+        else _shown_name(stratum, relation)
+        for relation in stratum.relations
+    )
     return f"stratum {stratum.index} ({kind}): {names}"
 
 
