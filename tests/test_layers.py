@@ -325,6 +325,7 @@ PACKAGE_ORDER = {
         "base",
         "blocks",
         "kernels",
+        "key_groups",
         "shard_loop",
         "sharding",
         "sync",

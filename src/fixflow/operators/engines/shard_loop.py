@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from fixflow.operators.engines.blocks import BLOB, by_shard, decode, encode, layout_rows
 from fixflow.operators.engines.kernels import Batch, Kernel, concat
+from fixflow.operators.engines.key_groups import distinct_rows, group_starts
 from fixflow.operators.plan import Plan
 
 STATE, MESSAGE, AUX, STATS = 0, 1, 2, 3
@@ -148,7 +149,7 @@ class LocalTable:
         instead of inserting (an insert moves every array: O(keys) per iteration)."""
         if not len(keys[0]):
             return
-        first = _distinct_rows(keys)
+        first = distinct_rows(keys)
         keys = [k[first] for k in keys]
         unique = self._sort_key(keys)
         pos = np.searchsorted(self.sort_key, unique)
@@ -163,6 +164,14 @@ class LocalTable:
         pending. Returns how many keys became pending."""
         if len(values) == 0:
             return 0
+        if self.params.g == "sum" and len(keys) == 1 and self.acc.dtype.kind == "f":
+            pos = np.searchsorted(self.sort_key, keys[0])
+            if (pos < len(self)).all() and (self.sort_key[pos] == keys[0]).all():
+                # Every key in place (reserved): sums by position in one pass, not a sort
+                # of the candidates (PageRank on 1M edges: 12.7 of 21 s).
+                sums = np.bincount(pos, weights=values, minlength=len(self))
+                hit = np.flatnonzero(np.bincount(pos, minlength=len(self)))
+                return self._update_existing(hit, sums[hit], [])
         keys, values, wits = self.combined(keys, values, wits)
         sort_key = self._sort_key(keys)
         pos = np.searchsorted(self.sort_key, sort_key)
@@ -182,7 +191,7 @@ class LocalTable:
         # (21.7 of 30 s of even/odd walks keyed (node, parity) on 1M edges).
         ranked = (values if g == "min" else -values,) if g != "sum" else ()
         order = np.lexsort((*ranked, *reversed(keys))) if len(keys) > 1 else np.argsort(keys[0])
-        starts = _group_starts([k[order] for k in keys])
+        starts = group_starts([k[order] for k in keys])
         ordered_values = values[order]
         if g == "sum":
             return _firsts(keys, wits, order[starts], np.add.reduceat(ordered_values, starts))
@@ -584,17 +593,3 @@ def run_stage(
         loop = ShardLoop(params, label, mine)
         seconds, iterations = loop.run()
         yield from loop.emit(seconds, iterations, schema).to_batches()
-
-
-def _distinct_rows(keys: list[np.ndarray]) -> np.ndarray:
-    """One row per distinct key, in key order (lexsort: 10 s less than np.unique of tuples)."""
-    order = np.lexsort(tuple(reversed(keys)))
-    return order[_group_starts([k[order] for k in keys])]
-
-
-def _group_starts(ordered: list[np.ndarray]) -> np.ndarray:
-    """Where each run of equal keys starts, in key columns sorted together."""
-    change = np.arange(len(ordered[0])) == 0
-    for column in ordered:
-        change[1:] |= column[1:] != column[:-1]
-    return np.flatnonzero(change)
