@@ -361,3 +361,16 @@ def test_the_async_engine_reports_its_stage_cap(tmp_path: Path) -> None:
     assert "async engine, 2 stages" in result.stderr
     [entry] = _partial(out / "rank") or [None]
     assert entry is not None and (entry["cap"], entry["rounds"]) == (2, 2)
+
+
+def test_explain_names_the_relations_a_tagged_stratum_holds() -> None:
+    """Mutual recursion runs as one tagged relation (checker.mutual): ``--explain`` says
+    which of the user's relations it holds, by tag (in the driver: no JVM)."""
+    golden = Path(__file__).resolve().parent.parent / "programs" / "sssp_even_odd"
+    done = fixflow(golden / "program.dl", "-F", golden / "facts", "--explain")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("stratum 0 (_mutual_even_odd, mra): driver")
+    assert (
+        lines[1] == "  even, odd — one relation `_mutual_even_odd`, rows tagged 0 = even, 1 = odd"
+    )

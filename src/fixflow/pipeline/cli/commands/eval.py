@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from fixflow.checker.ast import Attribute
+from fixflow.checker.mutual import tagged_title
 from fixflow.pipeline.cli.commands.progress import RoundPrinter, engine_figures
 from fixflow.pipeline.config import (
     Config,
@@ -253,6 +254,9 @@ def _explain(report: Report, evaluation: Evaluation, options: EvalOptions) -> No
     for stratum, stats in zip(report.strata, evaluation.stats, strict=True):
         where = "not placed" if stats.placement is None else stats.placement.describe()
         print(f"stratum {stats.stratum} ({', '.join(stats.relations)}, {stats.strategy}): {where}")
+        for relation in stratum.relations:
+            if relation in report.analysis.tagged:
+                print(f"  {tagged_title(relation, report.analysis.tagged[relation])}")
         rounds = "1 round" if stats.rounds == 1 else f"{stats.rounds} rounds"
         jobs = "1 Spark job" if stats.jobs == 1 else f"{stats.jobs} Spark jobs"
         print(f"  {rounds}, {jobs}, {stats.seconds:.3f} s")
