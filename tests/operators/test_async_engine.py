@@ -162,8 +162,17 @@ def _inputs_and_expected(
     frames = edb_frames(spark, report, typed)
     index = program.spec.index_pos  # the reference drops an iteration index
     attributes = [a for i, a in enumerate(schemas[program.relation]) if i != index]
-    declared = [_typed(row, attributes) for row in rows[program.relation]]
+    declared = [_typed(row, attributes) for row in _reference_rows(report, rows, program.relation)]
     return frames, _keyed(declared, _declared_value_pos(program))
+
+
+def _reference_rows(report: Report, rows: dict[str, set[tuple]], relation: str) -> set[tuple]:
+    """The reference's rows of ``relation``; of a relation the checker tagged (mutual
+    recursion, ``checker.mutual``), the rows of the relations it holds, tagged as it does."""
+    members = report.analysis.tagged.get(relation)
+    if members is None:
+        return rows[relation]
+    return {(tag, *row) for tag, member in enumerate(members) for row in rows[member]}
 
 
 def _lower_relations(report: Report, relation: str) -> list[str]:
