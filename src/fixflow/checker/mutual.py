@@ -147,7 +147,9 @@ def _tagged(
     assert aggregate is not None, "only components with one head aggregate are tagged"
     items: list[Item] = []
     for item in program.items:
-        items.append(_tagged_rule(item, name, tags) if _defines(item, tags) else item)
+        if isinstance(item, Rule) and item.head.relation in tags:
+            item = _tagged_rule(item, name, tags)
+        items.append(item)
         if isinstance(item, Declaration) and item.relation == members[-1]:
             items.append(Declaration(name, schemas[name], item.span))
             arity = len(first)
@@ -155,13 +157,8 @@ def _tagged(
     return Program(tuple(items), program.file)
 
 
-def _defines(item: Item, tags: Mapping[str, int]) -> bool:
-    return isinstance(item, Rule) and item.head.relation in tags
-
-
-def _tagged_rule(rule: Item, name: str, tags: Mapping[str, int]) -> Rule:
+def _tagged_rule(rule: Rule, name: str, tags: Mapping[str, int]) -> Rule:
     """A member's rule deriving rows tagged by its relation, its reads of members tagged."""
-    assert isinstance(rule, Rule)
     rule = _retagged_reads(rule, name, tags)
     tag = Comparison("=", TAG, NumberLit(tags[rule.head.relation]), rule.head.span)
     bodies = tuple(Body((*b.literals, tag), b.span) for b in rule.bodies)
