@@ -189,8 +189,11 @@ class LocalTable:
         g = self.params.g
         # By the key columns (then rank): numpy's lexsort, not a sort of tuples in Python
         # (21.7 of 30 s of even/odd walks keyed (node, parity) on 1M edges).
-        ranked = (values if g == "min" else -values,) if g != "sum" else ()
-        order = np.lexsort((*ranked, *reversed(keys))) if len(keys) > 1 else np.argsort(keys[0])
+        if len(keys) > 1:
+            ranked = (values if g == "min" else -values,) if g != "sum" else ()
+            order = np.lexsort((*ranked, *reversed(keys)))
+        else:
+            order = np.argsort(keys[0])
         starts = group_starts([k[order] for k in keys])
         ordered_values = values[order]
         if g == "sum":
