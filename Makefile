@@ -24,8 +24,8 @@ constraints: install
 	@touch $(STAMP)
 
 lint: install
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 typecheck: install
 	$(BIN)/mypy src

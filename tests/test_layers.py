@@ -30,6 +30,7 @@ PIPELINE_TIERS: tuple[tuple[str, ...], ...] = (
     ("kafka",),  # message values, the Kafka source (offsets, records, reads), librdkafka
     ("lake",),  # Delta tables, the program lake, result reading, fact files for eval
     ("publish", "stream"),  # files → Kafka; Kafka → ingest → maintenance → Delta
+    ("api",),  # the Python API: programs over a user's own DataFrames (fixflow.Program)
     ("cli",),  # the command line and its commands
 )
 """The sub-packages of pipeline/ in data-flow order: a module imports from its own

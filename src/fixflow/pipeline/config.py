@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import tomllib
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,14 @@ def parse_config(text: str, source: str = "<string>", base: Config | None = None
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{source}: not valid TOML: {error}") from error
+    return config_from_mapping(document, source, base)
+
+
+def config_from_mapping(
+    document: Mapping[str, Any], source: str = "<mapping>", base: Config | None = None
+) -> Config:
+    """Settings from sections as a TOML file would hold them (``{"engine": {"mode":
+    "sync"}}``), validated as a file is."""
     unknown = sorted(set(document) - set(SECTIONS))
     if unknown:
         raise ConfigError(

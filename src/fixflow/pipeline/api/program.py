@@ -1,0 +1,160 @@
+"""``fixflow.Program``: a Datalog program evaluated over a user's own DataFrames.
+
+The same checker and engine as ``fixflow eval``, on the caller's SparkSession: Fixflow
+creates no session, changes none of its settings for longer than a run (the round settings
+``operators.rounds.session_conf`` sets are restored), and needs none that only
+``pipeline.spark.make_session`` applies. Strata whose inputs are small run in the driver
+(``placement.place``, ``[engine] local_rows``); their results become DataFrames of the
+caller's session.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+
+from fixflow.checker import CheckError, load
+from fixflow.checker.ast import Attribute
+from fixflow.checker.model import Report
+from fixflow.operators.core import EvalOptions, EvaluationError
+from fixflow.operators.evaluate import Evaluation, evaluate_with_stats, partial_relations
+from fixflow.pipeline import jvm_lookups
+from fixflow.pipeline.api.errors import FixflowError, ProgramError
+from fixflow.pipeline.api.inputs import conform, null_error, unknown_inputs
+from fixflow.pipeline.api.report import CheckReport, check_report
+from fixflow.pipeline.config import Config, ConfigError, config_from_mapping, load_config
+from fixflow.pipeline.engine_settings import engine_options
+
+log = logging.getLogger(__name__)
+
+Settings = Config | Mapping[str, Mapping[str, Any]] | str | os.PathLike[str] | None
+"""How a call is configured: a ``fixflow.toml``-style file's path, its sections as a mapping
+(``{"engine": {"mode": "sync"}}``), a ``Config``, or None for the defaults. ``evaluate``
+reads ``[engine]`` and ``[buffer]``, as ``fixflow eval --conf`` does."""
+
+
+class Results(dict[str, DataFrame]):
+    """The ``.output`` relations of an evaluation, by name, with their declared columns."""
+
+    def __init__(self, frames: Mapping[str, DataFrame], partial: Mapping[str, str]) -> None:
+        super().__init__(frames)
+        self.partial = dict(partial)
+        """Relation → why its rows are partial (a round cap stopped a stratum it reads
+        before it converged); empty when every result is the program's."""
+
+
+@dataclass(frozen=True)
+class Program:
+    """A checked Datalog program. Build it with ``from_file`` or ``from_text``."""
+
+    name: str
+    """The file the program came from (``from_file``) or the name given to ``from_text``:
+    what error messages start with."""
+    text: str
+    report: Report
+    """The checker's full report (strata, catalog, verdicts): for tools built on Fixflow."""
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Program:
+        """Read and check the program in ``path``; ``ProgramError`` if it cannot be read or
+        does not check."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as error:
+            raise ProgramError(f"{os.fspath(path)}: {error.strerror or error}") from None
+        return cls.from_text(text, name=os.fspath(path))
+
+    @classmethod
+    def from_text(cls, text: str, name: str = "<program>") -> Program:
+        """Check the program ``text``; ``name`` is the file name its errors cite."""
+        try:
+            report = load(text, name)
+        except CheckError as error:
+            raise ProgramError.from_diagnostics(error.diagnostics, text) from None
+        return cls(name, text, report)
+
+    @property
+    def inputs(self) -> dict[str, tuple[Attribute, ...]]:
+        """Each ``.input`` relation and its declared attributes."""
+        schemas = self.report.analysis.schemas
+        return {r: schemas[r] for r in self.report.analysis.program.inputs}
+
+    @property
+    def outputs(self) -> dict[str, tuple[Attribute, ...]]:
+        """Each ``.output`` relation and its result columns (an iteration index dropped)."""
+        catalog = self.report.catalog
+        return {r: catalog[r].result for r in self.report.analysis.program.outputs}
+
+    def check(self) -> CheckReport:
+        """Strata, evaluation classes and the MRA conditions of every recursive rule, with
+        counterexamples: what ``fixflow check --json`` prints."""
+        return check_report(self.report)
+
+    def evaluate(
+        self, spark: SparkSession, settings: Settings = None, /, **inputs: DataFrame
+    ) -> Results:
+        """Evaluate the program over ``inputs`` (one DataFrame per ``.input`` relation, by
+        relation name) on ``spark``: the ``.output`` relations as DataFrames of ``spark``.
+
+        An input's columns are taken by name, else by position; their types must hold the
+        declared ones (``InputError`` otherwise, also for a null value)."""
+        unknown_inputs(inputs, list(self.inputs), self.name)
+        edb = {r: conform(r, self.inputs[r], frame) for r, frame in inputs.items()}
+        options = self._options(settings)
+        jvm_lookups.install()  # py4j's lookups remembered: speed only (pipeline.jvm_lookups)
+        try:
+            evaluation = evaluate_with_stats(self.report, edb, spark, options)
+        except EvaluationError as error:
+            raise FixflowError(f"{self.name}: {error}") from None
+        except (PySparkException, Py4JJavaError) as error:
+            found = null_error(error)
+            if found is None:
+                raise
+            raise found from None
+        return self._results(evaluation, edb)
+
+    def _options(self, settings: Settings) -> EvalOptions:
+        config = _config(settings)
+        return EvalOptions(
+            max_iterations=config.engine.max_iterations or None,  # 0: the default rule
+            engine_options=engine_options(config),
+            local_rows=config.engine.local_rows,
+        )
+
+    def _results(self, evaluation: Evaluation, edb: Mapping[str, DataFrame]) -> Results:
+        capped = [s.stratum for s in evaluation.capped]
+        partial = partial_relations(self.report, capped)
+        frames = {}
+        for relation in self.report.analysis.program.outputs:
+            if relation in evaluation.relations:
+                frames[relation] = evaluation.relations[relation]
+            else:  # an .output that only holds its input's facts
+                frames[relation] = edb[relation].distinct()
+        why = {
+            relation: f"stratum {', '.join(map(str, sorted(strata)))} stopped at its "
+            "iteration cap before converging"
+            for relation, strata in partial.items()
+            if relation in frames
+        }
+        for relation, reason in why.items():
+            log.warning("%s: `%s` is partial: %s", self.name, relation, reason)
+        return Results(frames, why)
+
+
+def _config(settings: Settings) -> Config:
+    try:
+        if settings is None or isinstance(settings, Config):
+            return settings or load_config(None)
+        if isinstance(settings, Mapping):
+            return config_from_mapping({k: dict(v) for k, v in settings.items()}, "settings")
+        return load_config(Path(settings))
+    except ConfigError as error:
+        raise FixflowError(str(error)) from None
