@@ -53,22 +53,40 @@ NULL_MARKER = "fixflow-input-null:"
 def conform(relation: str, attributes: Sequence[Attribute], frame: DataFrame) -> DataFrame:
     """``frame`` in the declared columns of ``relation``: named, ordered and typed as
     declared, each value checked not null when Spark reads it."""
+    nullable = {f.name: f.nullable for f in frame_of(relation, frame).schema.fields}
+    return frame.select(
+        *(
+            _not_null(relation, attribute, typed, nullable[name])
+            for attribute, name, typed in typed_columns(relation, attributes, frame)
+        )
+    )
+
+
+def frame_of(relation: str, frame: object) -> DataFrame:
+    """``frame``, if it is a DataFrame."""
     if not isinstance(frame, DataFrame):
         raise InputError(f"input `{relation}` is a {type(frame).__name__}, not a Spark DataFrame")
+    return frame
+
+
+def typed_columns(
+    relation: str, attributes: Sequence[Attribute], frame: DataFrame
+) -> list[tuple[Attribute, str, Column]]:
+    """Per declared attribute: the frame's column for it (``_columns``) and that column
+    cast to the declared type, once its Spark type is checked to hold that type."""
     chosen = _columns(relation, attributes, frame)
     types = dict(frame.dtypes)
-    fields = {f.name: f for f in frame.schema.fields}
-    selected = []
+    fields = {f.name: f.dataType for f in frame.schema.fields}
+    typed = []
     for attribute, column in zip(attributes, chosen, strict=True):
-        data_type = fields[column].dataType
-        if not isinstance(data_type, ACCEPTED[attribute.type]):
+        if not isinstance(fields[column], ACCEPTED[attribute.type]):
             raise InputError(
                 f"input `{relation}`: column `{column}` is {types[column]}, declared "
                 f"`{attribute.name}: {attribute.type}` (a Spark "
                 f"{SPARK_NAMES[attribute.type]}): cast it before evaluating"
             )
-        selected.append(_typed(relation, attribute, frame[column], fields[column].nullable))
-    return frame.select(*selected)
+        typed.append((attribute, column, frame[column].cast(spark_type(attribute.type))))
+    return typed
 
 
 def _columns(relation: str, attributes: Sequence[Attribute], frame: DataFrame) -> list[str]:
@@ -86,16 +104,12 @@ def _columns(relation: str, attributes: Sequence[Attribute], frame: DataFrame) -
     )
 
 
-def _typed(relation: str, attribute: Attribute, column: Column, nullable: bool) -> Column:
-    typed = column.cast(spark_type(attribute.type))
+def _not_null(relation: str, attribute: Attribute, typed: Column, nullable: bool) -> Column:
     if nullable:
         message = f"{NULL_MARKER} input `{relation}` has a null in column `{attribute.name}`"
-        typed = F.coalesce(typed, F.raise_error(F.lit(message)).cast(typed_name(attribute)))
+        failed = F.raise_error(F.lit(message)).cast(SPARK_NAMES[attribute.type])
+        typed = F.coalesce(typed, failed)
     return typed.alias(attribute.name)
-
-
-def typed_name(attribute: Attribute) -> str:
-    return SPARK_NAMES[attribute.type]
 
 
 def null_error(error: BaseException) -> InputError | None:
@@ -109,8 +123,11 @@ def null_error(error: BaseException) -> InputError | None:
     return InputError(line[: end + 1] + ": drop or fill the nulls before evaluating")
 
 
-def unknown_inputs(given: Mapping[str, object], declared: Sequence[str], file: str) -> None:
-    """Every given input is an ``.input`` relation and every ``.input`` relation is given."""
+def unknown_inputs(
+    given: Mapping[str, object], declared: Sequence[str], file: str, every: bool = True
+) -> None:
+    """Every given input is an ``.input`` relation and, with ``every``, every ``.input``
+    relation is given."""
     unknown = sorted(set(given) - set(declared))
     if unknown:
         raise InputError(
@@ -118,7 +135,7 @@ def unknown_inputs(given: Mapping[str, object], declared: Sequence[str], file: s
             f"(its inputs: {', '.join(declared) or 'none'})"
         )
     missing = [r for r in declared if r not in given]
-    if missing:
+    if missing and every:
         raise InputError(
             f"{file} reads .input relation{'s' if len(missing) > 1 else ''} "
             f"{', '.join(f'`{r}`' for r in missing)}: pass "

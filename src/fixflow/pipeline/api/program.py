@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from fixflow.checker import CheckError, load
 from fixflow.checker.ast import Attribute
@@ -27,10 +28,18 @@ from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions, EvaluationError
 from fixflow.operators.evaluate import Evaluation, evaluate_with_stats, partial_relations
 from fixflow.pipeline import jvm_lookups
+from fixflow.pipeline.api import stream
 from fixflow.pipeline.api.errors import FixflowError, ProgramError
 from fixflow.pipeline.api.inputs import conform, null_error, unknown_inputs
 from fixflow.pipeline.api.report import CheckReport, check_report
-from fixflow.pipeline.config import Config, ConfigError, config_from_mapping, load_config
+from fixflow.pipeline.config import (
+    Config,
+    ConfigError,
+    MetricsConfig,
+    config_from_mapping,
+    default_config,
+    load_config,
+)
 from fixflow.pipeline.engine_settings import engine_options
 
 log = logging.getLogger(__name__)
@@ -121,6 +130,38 @@ class Program:
             raise found from None
         return self._results(evaluation, edb)
 
+    def stream(
+        self,
+        spark: SparkSession,
+        settings: Settings = None,
+        /,
+        *,
+        lake: str | os.PathLike[str],
+        name: str | None = None,
+        trigger: str | None = None,
+        **inputs: DataFrame,
+    ) -> StreamingQuery:
+        """Keep the program's results up to date over streaming DataFrames (one per
+        ``.input`` relation it streams, by relation name; an optional ``op`` column says
+        ``insert`` (the default) or ``delete``): the running ``StreamingQuery``.
+
+        Results, EDB, dead letters and the stream's checkpoint live under
+        ``<lake>/<name>`` (``name`` defaults to the program file's stem), as `fixflow run`
+        lays them out; a query started again on the same lake and name continues where the
+        last one stopped. ``trigger``: ``"available_now"`` (process what is there, then
+        stop), a processing-time interval such as ``"5 seconds"``, or None for
+        ``[stream] trigger_ms``."""
+        unknown_inputs(inputs, list(self.inputs), self.name, every=False)
+        config = _config(settings)
+        config = replace(config, lake=replace(config.lake, path=os.fspath(lake)))
+        stem = name or Path(self.name).stem
+        if not stem or "/" in stem or stem.startswith("."):
+            raise FixflowError(f"name {stem!r}: give a directory name for the program's lake")
+        jvm_lookups.install()
+        return stream.start(
+            spark, config, (self.name, self.text), stem, trigger, inputs, self.inputs
+        )
+
     def _options(self, settings: Settings) -> EvalOptions:
         config = _config(settings)
         return EvalOptions(
@@ -149,12 +190,18 @@ class Program:
         return Results(frames, why)
 
 
+API_DEFAULTS = replace(default_config(), metrics=replace(MetricsConfig(), enabled=False))
+"""The settings of a call that gives none: `fixflow run`'s, except that a library call
+serves no metrics endpoint unless ``[metrics] enabled`` is set."""
+
+
 def _config(settings: Settings) -> Config:
     try:
         if settings is None or isinstance(settings, Config):
-            return settings or load_config(None)
+            return settings or API_DEFAULTS
         if isinstance(settings, Mapping):
-            return config_from_mapping({k: dict(v) for k, v in settings.items()}, "settings")
-        return load_config(Path(settings))
+            document = {k: dict(v) for k, v in settings.items()}
+            return config_from_mapping(document, "settings", API_DEFAULTS)
+        return load_config(Path(settings), API_DEFAULTS)
     except ConfigError as error:
         raise FixflowError(str(error)) from None

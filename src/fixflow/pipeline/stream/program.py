@@ -101,14 +101,21 @@ class ProgramStream:
         metrics: Metrics | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
         on_round: Callable[[Progress], None] | None = None,
+        *,
+        text: str | None = None,
+        name: str | None = None,
     ) -> None:
+        """``text``: the program, when it is not read from ``program_file`` (then only its
+        name in messages); ``name``: the program's directory in the lake (default: the
+        file's stem)."""
         self.spark = spark
         self.config = config
         self.program_file = Path(program_file)
-        text = self.program_file.read_text(encoding="utf-8")
+        if text is None:
+            text = self.program_file.read_text(encoding="utf-8")
         self.report: Report = load(text, str(program_file))
         self.program = self.report.analysis.program
-        self.lake = ProgramLake.for_program(config.lake.path, self.program_file)
+        self.lake = ProgramLake(config.lake.path, name or self.program_file.stem)
         record_program(self.lake, text)  # `fixflow publish` reads its declarations there
         self.metrics = metrics
         if metrics is not None:
