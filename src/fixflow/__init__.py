@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fixflow.pipeline.api import (
         CheckReport,
+        Explanation,
         FixflowError,
         InputError,
         Message,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckReport",
+    "Explanation",
     "FixflowError",
     "InputError",
     "Message",

@@ -6,6 +6,10 @@ reason; a second run on the same lake continues from the checkpoint."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +78,64 @@ def test_inserts_then_deletes_from_files(spark: SparkSession, tmp_path: Path) ->
     letters = DeltaTable(str(lake / "roads" / "dead_letter")).to_pyarrow_table().to_pylist()
     assert len(letters) == 1
     assert "upsert" in str(letters[0])
+
+    remaining = {
+        (a, b): c
+        for a, b, c, keep_it in zip(*(x.tolist() for x in (src, dst, w, keep)), strict=True)
+        if keep_it
+    }
+    far = max(after, key=lambda node: (after[node], node))
+    printed = explain_cli(lake, far)
+    assert_chain(printed, remaining, source, far, after[far])
+    assert str(program.explain("sssp", far, lake=lake, name="roads")).splitlines() == printed
+    unreachable = next(n for n in range(10**6) if n not in after)
+    with pytest.raises(fixflow.FixflowError, match=f"`sssp` has no row with node = {unreachable}$"):
+        program.explain("sssp", unreachable, lake=lake, name="roads")
+    with pytest.raises(fixflow.FixflowError, match="`sssp` is keyed by 1 column"):
+        program.explain("sssp", 1, 2, lake=lake, name="roads")
+
+
+def explain_cli(lake: Path, node: int) -> list[str]:
+    """``fixflow explain sssp NODE`` as a user runs it: a whole process."""
+    command = [sys.executable, "-m", "fixflow.pipeline.cli", "explain", "sssp", str(node)]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*command, "--lake", str(lake), "--program", "roads"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started <= 5.0, "explain must answer within 5 s"
+    return done.stdout.splitlines()
+
+
+NUMBER = r"([\d.e+-]+)"
+LINE = re.compile(
+    rf"^sssp\((\d+), {NUMBER}\)  <-  sssp\((\d+), {NUMBER}\), edge\((\d+), (\d+), {NUMBER}\)$"
+)
+
+
+def assert_chain(
+    lines: list[str], edges: dict[tuple[int, int], float], source: int, node: int, dist: float
+) -> None:
+    """From ``node`` back to the seed ``source``: each step an edge that exists, the
+    distances adding up along the chain."""
+    assert lines[-1] == f"sssp({source}, 0.0)  <-  source({source})"
+    expect, total = node, 0.0
+    for line in lines[:-1]:
+        found = LINE.match(line)
+        assert found, line
+        y, dy, x, dx, a, b, weight = found.groups()
+        assert int(y) == expect and int(b) == expect  # the edge ends at the fact's node
+        assert int(a) == int(x)  # and starts at the premise's
+        assert edges[(int(a), int(b))] == pytest.approx(float(weight))
+        assert float(dy) == pytest.approx(float(dx) + float(weight))
+        total += float(weight)
+        expect = int(x)
+    assert expect == source
+    assert total == pytest.approx(dist)
 
 
 def test_stream_inputs_must_be_streams_of_the_programs_inputs(

@@ -50,12 +50,11 @@ from fixflow.operators.core import (
     strategy_of,
 )
 from fixflow.operators.engines.base import MraEngine, MraState, RoundInfo
-from fixflow.operators.engines.kernels import Batch, distinct_rows
+from fixflow.operators.engines.kernels import Batch, distinct_rows, table_rows
 from fixflow.operators.engines.modes import UnknownEngine, engine_for
 from fixflow.operators.local import (
     local_rows,
     run_locally,
-    table_rows,
     to_frame,
     to_table,
 )

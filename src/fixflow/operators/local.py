@@ -47,6 +47,7 @@ from fixflow.operators.compiler import head_columns
 from fixflow.operators.core import StratumRun, combine_plan
 from fixflow.operators.engines.async_support import stage_params
 from fixflow.operators.engines.kernels import (
+    ARROW_TYPES,
     NUMPY_TYPES,
     Batch,
     JoinIndex,
@@ -75,13 +76,6 @@ from fixflow.operators.spark_backend import relation_struct
 from fixflow.operators.strategies import naive
 from fixflow.operators.strategies.aggregate_seminaive import growth_for
 from fixflow.operators.strategies.seminaive import exit_rules, semi_naive
-
-ARROW_TYPES: dict[TypeName, pa.DataType] = {
-    "number": pa.int64(),
-    "float": pa.float64(),
-    "symbol": pa.string(),
-}
-
 
 Fetch = Callable[[str], Batch | None]
 """A relation's rows in the driver (collected from Spark if need be); None when it holds
@@ -114,19 +108,6 @@ def local_rows(frame: DataFrame, limit: int) -> Batch | None:
 
 
 SPARK_TYPES: dict[str, TypeName] = {"bigint": "number", "double": "float", "string": "symbol"}
-
-
-def table_rows(table: pa.Table, types: Sequence[TypeName]) -> Batch:
-    """An Arrow table's columns (by position, cast to ``types``) as a batch, ``c0..``."""
-    batch = Batch(table.num_rows)
-    for i, (column, type_) in enumerate(zip(table.columns, types, strict=True)):
-        column = column.cast(ARROW_TYPES[type_])
-        if column.null_count:
-            batch.valid[f"c{i}"] = column.is_valid().to_numpy(zero_copy_only=False)
-            column = column.fill_null("" if type_ == "symbol" else 0)
-        values = column.to_numpy(zero_copy_only=False)
-        batch.cols[f"c{i}"] = values.astype(NUMPY_TYPES[type_], copy=False)
-    return batch
 
 
 def _type_of(spark_type: str) -> TypeName:

@@ -49,6 +49,7 @@ from fixflow.operators.engines.kernels import (
     Kernel,
     anti_join,
     concat,
+    table_rows,
 )
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
 from fixflow.operators.engines.shard_loop import (
@@ -63,7 +64,6 @@ from fixflow.operators.local import (
     local_rows,
     seed_candidates,
     seed_messages,
-    table_rows,
     to_frame,
     to_table,
     witnessed_rows,

@@ -21,12 +21,14 @@ operations on whole columns, never Python ``eval``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from fixflow.checker.ast import TypeName
 from fixflow.operators.plan import (
     Aggregate,
     AntiJoin,
@@ -86,6 +88,26 @@ def concat(batches: list[Batch]) -> Batch:
     masked = {k for b in batches for k in b.valid}
     valid = {k: np.concatenate([b.mask(k) for b in batches]) for k in masked}
     return Batch(sum(b.n for b in batches), cols, valid)
+
+
+ARROW_TYPES: dict[TypeName, pa.DataType] = {
+    "number": pa.int64(),
+    "float": pa.float64(),
+    "symbol": pa.string(),
+}
+
+
+def table_rows(table: pa.Table, types: Sequence[TypeName]) -> Batch:
+    """An Arrow table's columns (by position, cast to ``types``) as a batch, ``c0..``."""
+    batch = Batch(table.num_rows)
+    for i, (column, type_) in enumerate(zip(table.columns, types, strict=True)):
+        column = column.cast(ARROW_TYPES[type_])
+        if column.null_count:
+            batch.valid[f"c{i}"] = column.is_valid().to_numpy(zero_copy_only=False)
+            column = column.fill_null("" if type_ == "symbol" else 0)
+        values = column.to_numpy(zero_copy_only=False)
+        batch.cols[f"c{i}"] = values.astype(NUMPY_TYPES[type_], copy=False)
+    return batch
 
 
 class KernelUnsupported(Exception):

@@ -20,10 +20,10 @@ from fixflow.operators.core import (
     extended,
     segments_full,
 )
-from fixflow.operators.engines.kernels import Batch, distinct_rows
+from fixflow.operators.engines.kernels import Batch, distinct_rows, table_rows
 from fixflow.operators.epoch import Delta, stored_delta
 from fixflow.operators.evaluate import Input
-from fixflow.operators.local import empty_rows, table_rows, to_frame
+from fixflow.operators.local import empty_rows, to_frame
 from fixflow.operators.local_update import ChangedSince
 from fixflow.operators.maintain.elastic import EdbChange
 from fixflow.operators.maintain.setting import Setting

@@ -9,9 +9,11 @@ it with examples a test runs.
 from fixflow.pipeline.api.errors import FixflowError, InputError, ProgramError
 from fixflow.pipeline.api.program import Program, Results
 from fixflow.pipeline.api.report import CheckReport, Message, RuleVerdict, StratumInfo
+from fixflow.pipeline.lake.explain import Explanation
 
 __all__ = [
     "CheckReport",
+    "Explanation",
     "FixflowError",
     "InputError",
     "Message",

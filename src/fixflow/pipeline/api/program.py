@@ -41,6 +41,8 @@ from fixflow.pipeline.config import (
     load_config,
 )
 from fixflow.pipeline.engine_settings import engine_options
+from fixflow.pipeline.lake.explain import ExplainFailed, Explanation, explain_row
+from fixflow.pipeline.lake.lakehouse import ProgramLake
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +163,24 @@ class Program:
         return stream.start(
             spark, config, (self.name, self.text), stem, trigger, inputs, self.inputs
         )
+
+    def explain(
+        self,
+        relation: str,
+        *key: str | int | float,
+        lake: str | os.PathLike[str],
+        name: str | None = None,
+    ) -> Explanation:
+        """Why the row of ``relation`` with ``key`` (its columns but an aggregated value)
+        holds in the lake a ``stream`` of this program keeps: one derivation, ``str()`` of
+        it a line per derived fact, ``fact  <-  premises``, down to input facts."""
+        stem = name or Path(self.name).stem
+        try:
+            return explain_row(
+                self.report, self.text, ProgramLake(os.fspath(lake), stem), relation, key
+            )
+        except ExplainFailed as error:
+            raise FixflowError(str(error)) from None
 
     def _options(self, settings: Settings) -> EvalOptions:
         config = _config(settings)

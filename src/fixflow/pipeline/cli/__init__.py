@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "publish": "publish facts from a CSV/TSV file to Kafka",
     "query": "run SQL over the result tables",
     "show": "print a result relation",
+    "explain": "print the derivation of one result row, down to the input facts",
     "broker": "start/stop/status of the embedded development Kafka broker",
     "demo": "the main job on the embedded default, end to end",
 }

@@ -1,0 +1,49 @@
+"""`fixflow explain RELATION KEY... [--lake DIR] [--program STEM] [--conf FILE]`.
+
+Prints why one result row holds: one derivation, a line per derived fact in Datalog syntax,
+``fact  <-  premises`` down to input facts and seeds (``pipeline.lake.explain``). KEY gives
+the row's key columns (every column but an aggregated value), in declared order. Reads the
+lake with delta-rs: no JVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_args
+
+HELP = "print the derivation of one result row, down to the input facts"
+PREFIX = "fixflow explain"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("relation", metavar="RELATION", help="an .output relation")
+    parser.add_argument(
+        "key", nargs="+", metavar="KEY", help="the row's key columns, in declared order"
+    )
+    parser.add_argument(
+        "--lake", metavar="DIR", default=None, help="the lake (default: [lake] path)"
+    )
+    parser.add_argument(
+        "--program",
+        metavar="STEM",
+        default=None,
+        help="the program's directory in the lake (sssp for sssp.dl); needed when several "
+        "programs have results of RELATION",
+    )
+    add_conf_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fixflow.pipeline.lake.explain import ExplainFailed, explain_in_lake
+
+    try:
+        config = config_from_args(args)
+        lake = args.lake or config.lake.path
+        explanation = explain_in_lake(lake, args.program, args.relation, args.key)
+    except (ConfigError, ExplainFailed) as error:
+        print(f"{PREFIX}: {error}", file=sys.stderr)
+        return 1
+    print(explanation)
+    return 0
