@@ -4,6 +4,8 @@ schema, CSV files with a header, and one-line errors without tracebacks."""
 from __future__ import annotations
 
 import csv
+import json
+import re
 import subprocess
 import sys
 import time
@@ -291,8 +293,6 @@ one(1).
 
 def _partial(table: Path) -> list[dict] | None:
     """The ``fixflow.partial`` entry of the table's last commit (None without one)."""
-    import json
-
     [last] = DeltaTable(str(table)).history(limit=1)
     raw = last.get("fixflow.partial")
     return None if raw is None else json.loads(raw)
@@ -374,3 +374,37 @@ def test_explain_names_the_relations_a_tagged_stratum_holds() -> None:
     assert (
         lines[1] == "  even, odd — one relation `_mutual_even_odd`, rows tagged 0 = even, 1 = odd"
     )
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize(
+    ("program", "clause", "line"),
+    [
+        (
+            "powerlog_p2b_pagerank.dl",
+            "{sum[Δry] < 1e-06}",
+            r"residual: termination measure [\d.e-]+ at this commit \(clause \{sum",
+        ),
+        ("pagerank_float_fixpoint.dl", None, "residual: no termination clause: it ran to its"),
+    ],
+)
+def test_a_sum_result_commit_records_its_residual(
+    tmp_path: Path, program: str, clause: str | None, line: str
+) -> None:
+    """`fixflow eval` of PageRank (in the driver: no JVM) records the termination measure
+    of the last round and the clause in the `rank` table's commit; `fixflow show` says it.
+    Without a clause the entry says the stratum ran to its float fixpoint."""
+    out = tmp_path / "out"
+    done = fixflow(EXAMPLES / program, "-F", EXAMPLES / "facts" / "web", "-D", out)
+    assert done.returncode == 0, done.stderr
+    [last] = DeltaTable(str(out / "rank")).history(limit=1)
+    entry = json.loads(last["fixflow.residual"])
+    assert entry["clause"] == clause
+    if clause is None:
+        assert entry["measure"] is None
+    else:
+        assert 0 <= entry["measure"] < 1e-6
+    shown = _show("rank", out)
+    assert re.search(line, shown.stdout), shown.stdout

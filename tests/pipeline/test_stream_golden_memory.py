@@ -106,3 +106,32 @@ def test_a_capped_stream_commits_partial_results(spark: Any, tmp_path: Path) -> 
     assert (entry["relations"], entry["cap"], entry["rounds"]) == (["n"], 3, 3)
     [other] = DeltaTable(stream.lake.results("one")).history(limit=1)
     assert "fixflow.partial" not in other
+
+
+PAGERANK = Path(__file__).resolve().parents[2] / "examples" / "powerlog_p2b_pagerank.dl"
+
+
+def test_a_sum_commit_records_its_residual(spark: Any, tmp_path: Path) -> None:
+    """A `sum` MRA relation's result commit records the termination measure its stratum
+    reached and the clause it met (`fixflow.residual`), the `fixflow_residual` gauge holds
+    the same measure, and `fixflow show`'s commit lines say it; a min relation's commit has
+    no residual."""
+    from fixflow.pipeline.lake.results import CommitInfo
+    from fixflow.pipeline.stream.metrics import Metrics
+
+    metrics = Metrics()
+    stream = ProgramStream(spark, memory_config(tmp_path / "lake"), PAGERANK, metrics)
+    edges = [(1, 2), (1, 3), (2, 3), (3, 1), (4, 3)]
+    nodes = [(n,) for n in range(1, 5)]
+    ThroughMemory()(stream, step_messages({"edge": edges, "node": nodes}, {}))
+    [last] = DeltaTable(stream.lake.results("rank")).history(limit=1)
+    entry = json.loads(last["fixflow.residual"])
+    assert entry["clause"] == "{sum[Δry] < 1e-06}"
+    assert 0 <= entry["measure"] < 1e-6
+    gauge = metrics.registry.get_sample_value("fixflow_residual", {"relation": "rank"})
+    assert gauge == entry["measure"]
+    info = CommitInfo(1, None, None, {"residual": last["fixflow.residual"]})
+    assert info.describe()[-1] == (
+        f"residual: termination measure {entry['measure']:.3g} at this commit "
+        "(clause {sum[Δry] < 1e-06})"
+    )

@@ -26,6 +26,8 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from fixflow.checker.model import Report
+from fixflow.checker.printer import pretty
 from fixflow.pipeline.lake.datafusion_sql import create_schema, read_delta, register
 from fixflow.pipeline.lake.lakehouse import (
     ProgramLake,
@@ -244,6 +246,44 @@ def partial_metadata(
     return {PARTIAL: json.dumps(entries)} if entries else {}
 
 
+RESIDUAL = "fixflow.residual"
+"""A ``sum`` MRA relation's accuracy at the commit: the termination measure over its last
+round's deltas and the clause it was checked against (JSON)."""
+
+
+def residual_metadata(measure: float | None, clause: str | None) -> dict[str, str]:
+    """The ``RESIDUAL`` entry; none when a clause's measure was not taken (a relation
+    without a clause runs to its float fixpoint, where no pending delta changes a value:
+    its entry needs no measure)."""
+    if measure is None and clause is not None:
+        return {}
+    return {RESIDUAL: json.dumps({"measure": measure, "clause": clause})}
+
+
+def residual_entry(
+    report: Report, relation: str, measure: float | None, converged: bool = True
+) -> dict[str, str]:
+    """The ``RESIDUAL`` commit entry of a ``sum`` MRA relation; none for any other, nor
+    for one an iteration cap stopped (not ``converged``) without a measure."""
+    spec = report.mra.get(relation)
+    if spec is None or spec.aggregate != "sum" or (measure is None and not converged):
+        return {}
+    clause = None if spec.termination is None else pretty(spec.termination)
+    return residual_metadata(measure, clause)
+
+
+def describe_residual(raw: str) -> str:
+    try:
+        entry = json.loads(raw)
+        measure, clause = entry["measure"], entry["clause"]
+        if measure is None:
+            return "residual: no termination clause: it ran to its float fixpoint"
+        clause = clause or "none"
+        return f"residual: termination measure {measure:.3g} at this commit (clause {clause})"
+    except (ValueError, TypeError, KeyError):
+        return f"residual: {raw}"
+
+
 def describe_partial(raw: str) -> list[str]:
     """One line per capped stratum of a ``PARTIAL`` entry (anything else as it is)."""
     try:
@@ -278,7 +318,9 @@ class CommitInfo:
             lines.append("provisional: async consistency, results may still change")
         if self.partial:
             lines.extend(describe_partial(self.fixflow["partial"]))
-        shown = {"batch_id", "query_id", "offsets", "provisional", "partial"}
+        if "residual" in self.fixflow:
+            lines.append(describe_residual(self.fixflow["residual"]))
+        shown = {"batch_id", "query_id", "offsets", "provisional", "partial", "residual"}
         lines.extend(
             f"{key} {value}" for key, value in sorted(self.fixflow.items()) if key not in shown
         )

@@ -9,6 +9,7 @@ holds the pending deltas of each MRA relation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pyarrow as pa
@@ -29,7 +30,7 @@ from fixflow.pipeline.lake.lakehouse import (
     overwrite_rows,
     table_rows,
 )
-from fixflow.pipeline.lake.results import partial_metadata
+from fixflow.pipeline.lake.results import PARTIAL, partial_metadata, residual_entry
 
 
 class ResultCommits:
@@ -67,8 +68,15 @@ class ResultCommits:
         (a nullary relation's: ``delta.table_schema``)."""
         return table_schema(self.report.catalog[relation].result)
 
-    def commit_epoch(self, epoch: Epoch, commit: BatchCommit | None) -> dict[str, int]:
-        """Commit an epoch's changed result rows (and, async, the pending deltas)."""
+    def commit_epoch(
+        self,
+        epoch: Epoch,
+        commit: BatchCommit | None,
+        residuals: Mapping[str, float] | None = None,
+    ) -> dict[str, int]:
+        """Commit an epoch's changed result rows (and, async, the pending deltas);
+        ``residuals``: the termination measure each relation's stratum reached in the epoch
+        (a ``sum`` MRA relation's commit records it, ``results.RESIDUAL``)."""
         changed = {}
         metadata = self._metadata(epoch)
         partial = partial_relations(self.report, (s.stratum for s in epoch.partial))
@@ -91,7 +99,11 @@ class ResultCommits:
                 upserts,
                 deletes,
                 commit,
-                self._with_partial(metadata, epoch, partial.get(relation, frozenset())),
+                self._with_residual(
+                    self._with_partial(metadata, epoch, partial.get(relation, frozenset())),
+                    relation,
+                    residuals or {},
+                ),
                 new_rows=new_rows,
             )
             if merged is not None:
@@ -139,6 +151,13 @@ class ResultCommits:
         entries = partial_metadata(
             (s.stratum, s.relations, s.cap, s.rounds) for s in epoch.partial if s.stratum in capped
         )
+        return {**(metadata or {}), **entries} or None
+
+    def _with_residual(
+        self, metadata: dict[str, str] | None, relation: str, residuals: Mapping[str, float]
+    ) -> dict[str, str] | None:
+        converged = metadata is None or PARTIAL not in metadata
+        entries = residual_entry(self.report, relation, residuals.get(relation), converged)
         return {**(metadata or {}), **entries} or None
 
     def _flag_unchanged(self, relation: str, epoch: Epoch) -> bool:

@@ -141,6 +141,9 @@ class ProgramStream:
         )
         self.lock = threading.Lock()
         """Held by each batch (``BatchPipeline``) and by ``converge`` between batches."""
+        self.residuals: dict[str, float] = {}
+        """The termination measure each relation's stratum reached in the running epoch
+        (a ``sum`` relation's result commit records it)."""
         self._last_batch = -1
         self.loaded = False
         self.beta = config.stream.max_records_per_trigger
@@ -159,6 +162,7 @@ class ProgramStream:
         changes = result.changes.items()
         # Arrow tables: the Maintainer makes them local relations and, when it keeps copies
         # in the driver (``[engine] local_rows``), holds their rows without collecting.
+        self.residuals.clear()
         inserts = {r: c.inserts for r, c in changes if c.inserts.num_rows}
         deletes = {r: c.deletes for r, c in changes if c.deletes.num_rows}
         with result.phases.timed("maintain"):
@@ -167,7 +171,9 @@ class ProgramStream:
                 loaded, inserts = self._load_before(result, inserts, deletes)
             epoch = self._epoch(result, loaded, inserts, deletes)
         with result.phases.timed("results"):
-            changed_rows = self.results.commit_epoch(epoch, result.commit) if epoch else {}
+            changed_rows = (
+                self.results.commit_epoch(epoch, result.commit, self.residuals) if epoch else {}
+            )
         self._last_batch = result.batch_id
         seconds = time.monotonic() - started
         report = BatchReport(
@@ -265,8 +271,9 @@ class ProgramStream:
             if not self.maintainer.provisional:
                 return None
             started = time.monotonic()
+            self.residuals.clear()
             epoch = self.maintainer.apply({}, {})
-            changed_rows = self.results.commit_epoch(epoch, None)
+            changed_rows = self.results.commit_epoch(epoch, None, self.residuals)
             report = BatchReport(
                 self._last_batch,
                 0,
@@ -294,6 +301,8 @@ class ProgramStream:
         """Per evaluation round: deltas propagated and the termination residual."""
         if self.on_round is not None:
             self.on_round(progress)
+        if progress.measure is not None:
+            self.residuals.update(dict.fromkeys(progress.relations, progress.measure))
         if self.metrics is None:
             return
         stratum = str(progress.stratum)

@@ -227,11 +227,11 @@ def _evaluate_and_write(
     if args.explain:
         _explain(report, evaluation, options)
         return EXIT_PARTIAL if evaluation.capped else 0
-    _write_outputs(args, report, _Results(report, evaluation, inputs))
+    printer = options.progress if isinstance(options.progress, RoundPrinter) else None
+    _write_outputs(args, report, _Results(report, evaluation, inputs), printer)
     _summarize(config, evaluation, options)
-    printer = options.progress
     for stats in evaluation.capped:
-        last = printer.last.get(stats.stratum) if isinstance(printer, RoundPrinter) else None
+        last = printer.last.get(stats.stratum) if printer is not None else None
         print(
             f"warning: stratum {stats.stratum} ({', '.join(stats.relations)}) stopped at its "
             f"iteration cap ({stats.cap} rounds) before converging: its results are partial"
@@ -300,16 +300,23 @@ class _Results:
         self.partial = partial_relations(report, (s.stratum for s in evaluation.capped))
         """Relation → the capped strata its rows depend on."""
 
-    def metadata(self, relation: str) -> dict[str, str]:
-        """The commit entries of the relation's table: ``fixflow.partial`` if it is."""
-        from fixflow.pipeline.lake.results import partial_metadata
+    def metadata(self, relation: str, printer: RoundPrinter | None = None) -> dict[str, str]:
+        """The commit entries of the relation's table: ``fixflow.partial`` if it is, and a
+        ``sum`` MRA relation's residual (the termination measure of its stratum's last
+        round, from ``printer``, a ``RoundPrinter``)."""
+        from fixflow.pipeline.lake.results import partial_metadata, residual_entry
 
         capped = self.partial.get(relation, frozenset())
-        return partial_metadata(
+        entries = partial_metadata(
             (s.stratum, s.relations, s.cap, s.rounds)
             for s in self.evaluation.capped
             if s.stratum in capped
         )
+        strata = [s.stratum for s in self.evaluation.stats if relation in s.relations]
+        last = printer.last.get(strata[0]) if printer is not None and strata else None
+        measure = None if last is None else last.measure
+        residual = residual_entry(self.report, relation, measure, converged=not entries)
+        return {**entries, **residual}
 
     def table(self, relation: str) -> pa.Table | None:
         from fixflow.pipeline.lake.delta import positional_to_arrow, to_arrow
@@ -324,9 +331,15 @@ class _Results:
         return None
 
 
-def _write_outputs(args: argparse.Namespace, report: Report, results: _Results) -> None:
+def _write_outputs(
+    args: argparse.Namespace,
+    report: Report,
+    results: _Results,
+    printer: RoundPrinter | None = None,
+) -> None:
     """The Delta table (and files) of every ``.output``, then every ``.printsize`` line."""
     from fixflow.pipeline.lake.delta import write_csv, write_table
+    from fixflow.pipeline.lake.results import PARTIAL
 
     args.output.mkdir(parents=True, exist_ok=True)
     program = report.analysis.program
@@ -334,11 +347,11 @@ def _write_outputs(args: argparse.Namespace, report: Report, results: _Results) 
         attributes = _result_attributes(report, relation)
         table = results.table(relation)
         assert table is not None, f"`{relation}` is neither evaluated nor an input"
-        metadata = results.metadata(relation)
+        metadata = results.metadata(relation, printer)
         write_table(args.output / relation, table, attributes, metadata=metadata)
         if args.csv:
             write_csv(args.output / f"{relation}.csv", table, attributes)
-        partial = " (partial)" if metadata else ""
+        partial = " (partial)" if PARTIAL in metadata else ""
         print(f"{relation}: {table.num_rows} rows{partial} -> {args.output / relation}")
         for options in program.output_directives(relation):  # Soufflé writes every one
             if options:
