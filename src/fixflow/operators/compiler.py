@@ -18,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fixflow.checker import ast
+from fixflow.checker.catalog import Catalog, RelationEntry, index_var
 from fixflow.checker.types import arith_result, call_result
 from fixflow.operators.plan import (
+    Aggregate,
     AntiJoin,
     Arith,
     Cast,
@@ -34,6 +36,7 @@ from fixflow.operators.plan import (
     Plan,
     Project,
     Scan,
+    Union,
     Unit,
     Version,
 )
@@ -446,3 +449,56 @@ def _assignment_target(
 def head_columns(arity: int) -> tuple[str, ...]:
     """The names of a head's outputs in the plans ``RuleCompiler.head`` builds."""
     return tuple(f"h{i}" for i in range(arity))
+
+
+# ---------------------------------------------------------------- relations
+
+
+def combine_plan(entry: RelationEntry, rows: Sequence[Plan]) -> Plan:
+    """G over the head rows (``h0..``) of every rule body of a relation, grouped by the
+    other head positions; the distinct union for a set relation."""
+    if entry.aggregate is None or entry.value_pos is None:
+        if len(rows) == 1:
+            copied = tuple((n, Col(n, t)) for n, t in rows[0].schema)
+            return Project(rows[0], copied, distinct=True)
+        return Union(tuple(rows), distinct=True)
+    union = rows[0] if len(rows) == 1 else Union(tuple(rows), distinct=False)
+    columns = head_columns(len(entry.attributes))
+    value = columns[entry.value_pos]
+    keys = tuple(c for c in columns if c != value)
+    declared = entry.types[entry.value_pos]
+    func = "sum" if entry.aggregate == "count" else entry.aggregate
+    grouped = Aggregate(union, keys, func, value, value, "float" if func == "mean" else declared)
+    schema = dict(grouped.schema)
+    outputs = tuple(
+        (c, Cast(Col(c, schema[c]), declared) if c == value else Col(c, schema[c])) for c in columns
+    )
+    return Project(grouped, outputs)
+
+
+def rule_rows(
+    catalog: Catalog,
+    rule: ast.Rule,
+    body: ast.Body,
+    *,
+    recursive: bool,
+    versions: Mapping[int, Version] | None = None,
+    relation_of: Mapping[int, str] | None = None,
+    start: tuple[Plan, Mapping[str, ast.TypeName]] | None = None,
+    iteration: int | None = None,
+) -> Plan:
+    """Head rows ``h0..hn`` of one body (aggregate position: the contributed value).
+
+    ``versions`` and ``relation_of`` make atoms (by literal index) read another version or
+    another stored name of their relation; ``start`` is a plan the body is joined onto;
+    ``iteration`` binds the index variable of an iteration-indexed head."""
+    compiler = RuleCompiler(catalog.types)
+    variable = index_var(rule)
+    if iteration is not None and variable is not None:
+        seed = Project(Unit(), ((variable, Const(iteration, "number")),))
+        start = (seed, {variable: "number"})
+    compiled = compiler.body(body, versions, start=start, relation_of=relation_of)
+    entry = catalog[rule.head.relation]
+    return compiler.head(
+        rule, compiled, entry.types, aggregated=entry.aggregate is not None, recursive=recursive
+    )

@@ -30,21 +30,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fixflow.checker import ast
-from fixflow.checker.catalog import Catalog, RelationEntry, index_var
+from fixflow.checker.catalog import Catalog, RelationEntry
 from fixflow.checker.model import EvalClass, MraSpec, Report, Stratum
-from fixflow.operators.compiler import RuleCompiler, head_columns
+from fixflow.operators.compiler import combine_plan, head_columns, rule_rows
 from fixflow.operators.engines.base import EngineEnv, EngineOptions, MraEngine, MraState, RoundInfo
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.materialize import Materializer, checkpoint_rdds, reading_checkpoints_of
 from fixflow.operators.plan import (
-    Aggregate,
-    Cast,
-    Col,
-    Const,
     Plan,
-    Project,
-    Union,
-    Unit,
     Version,
 )
 from fixflow.operators.spark_backend import (
@@ -150,56 +143,6 @@ class Progress:
 
 
 # ---------------------------------------------------------------- G
-
-
-def combine_plan(entry: RelationEntry, rows: Sequence[Plan]) -> Plan:
-    """G over the head rows (``h0..``) of every rule body of a relation, grouped by the
-    other head positions; the distinct union for a set relation."""
-    if entry.aggregate is None or entry.value_pos is None:
-        if len(rows) == 1:
-            copied = tuple((n, Col(n, t)) for n, t in rows[0].schema)
-            return Project(rows[0], copied, distinct=True)
-        return Union(tuple(rows), distinct=True)
-    union = rows[0] if len(rows) == 1 else Union(tuple(rows), distinct=False)
-    columns = head_columns(len(entry.attributes))
-    value = columns[entry.value_pos]
-    keys = tuple(c for c in columns if c != value)
-    declared = entry.types[entry.value_pos]
-    func = "sum" if entry.aggregate == "count" else entry.aggregate
-    grouped = Aggregate(union, keys, func, value, value, "float" if func == "mean" else declared)
-    schema = dict(grouped.schema)
-    outputs = tuple(
-        (c, Cast(Col(c, schema[c]), declared) if c == value else Col(c, schema[c])) for c in columns
-    )
-    return Project(grouped, outputs)
-
-
-def rule_rows(
-    catalog: Catalog,
-    rule: ast.Rule,
-    body: ast.Body,
-    *,
-    recursive: bool,
-    versions: Mapping[int, Version] | None = None,
-    relation_of: Mapping[int, str] | None = None,
-    start: tuple[Plan, Mapping[str, ast.TypeName]] | None = None,
-    iteration: int | None = None,
-) -> Plan:
-    """Head rows ``h0..hn`` of one body (aggregate position: the contributed value).
-
-    ``versions`` and ``relation_of`` make atoms (by literal index) read another version or
-    another stored name of their relation; ``start`` is a plan the body is joined onto;
-    ``iteration`` binds the index variable of an iteration-indexed head."""
-    compiler = RuleCompiler(catalog.types)
-    variable = index_var(rule)
-    if iteration is not None and variable is not None:
-        seed = Project(Unit(), ((variable, Const(iteration, "number")),))
-        start = (seed, {variable: "number"})
-    compiled = compiler.body(body, versions, start=start, relation_of=relation_of)
-    entry = catalog[rule.head.relation]
-    return compiler.head(
-        rule, compiled, entry.types, aggregated=entry.aggregate is not None, recursive=recursive
-    )
 
 
 def result_rows(entry: RelationEntry, frame: DataFrame) -> DataFrame:

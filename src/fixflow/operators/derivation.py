@@ -15,8 +15,11 @@ relation column, built once), and the values they bind narrow the next atoms (a 
 pass in body order, twice). A step of a chain then touches a handful of rows, not the
 relations: on a million rows the walk costs the index sorts once and microseconds a step.
 
-A derived fact whose relation is not stored (an intermediate relation without a results
-table) is shown as such, without a derivation below it. A body premise on the path being
+A derived relation that is not stored (an intermediate relation without a results table)
+is evaluated from the stored ones when its rules are not recursive through it; otherwise its
+facts are shown as such, without a derivation below them. A ``sum``/``count`` fact is
+explained by its largest contributions (every rule instance of its key, with its value),
+and their total beside the stored value. A body premise on the path being
 explained is avoided, so a chain never loops; when every binding would loop, the step
 says so.
 """
@@ -30,9 +33,15 @@ import numpy as np
 
 from fixflow.checker import ast
 from fixflow.checker.catalog import Catalog
-from fixflow.operators.compiler import BodyPlan, CompileError, RuleCompiler
-from fixflow.operators.engines.kernels import Batch, Kernel, KernelUnsupported
-from fixflow.operators.plan import Col, Compare, Const, Filter, Plan
+from fixflow.operators.compiler import (
+    BodyPlan,
+    CompileError,
+    RuleCompiler,
+    combine_plan,
+    rule_rows,
+)
+from fixflow.operators.engines.kernels import Batch, Kernel, KernelUnsupported, relation_rows
+from fixflow.operators.plan import Col, Compare, Const, Filter, Plan, relations_read
 
 Value = int | float | str
 Rows = Callable[[str], Batch | None]
@@ -41,6 +50,8 @@ Rows = Callable[[str], Batch | None]
 FLOAT_TOLERANCE = 1e-9
 """Relative difference under which a recomputed aggregate equals the stored value (the
 engines may add a chain's terms in another order than the kernels do here)."""
+SHOWN = 5
+"""Contributions of a ``sum``/``count`` fact that an explanation lists."""
 SEARCH_BUDGET = 200_000
 """Rule instances a search tries before it gives up (a proof is usually found at once)."""
 LOOKUP_LIMIT = 4096
@@ -71,6 +82,14 @@ class Step:
     premises: list[Fact] = field(default_factory=list)
     stored: bool = True
     """False: the fact's relation has no stored rows, so nothing is shown below it."""
+    contributions: list[tuple[float, list[Fact]]] | None = None
+    """A ``sum``/``count`` fact: its largest contributions (value, premises), by size."""
+    total: float = 0.0
+    """The sum of all its contributions (what the stored value should be)."""
+    count: int = 0
+    """How many contributions there are."""
+    value_at: int = -1
+    """The position of the aggregated value in ``fact``."""
 
 
 @dataclass
@@ -105,6 +124,7 @@ class Derivations:
         self.derived = {r.head.relation for r in rules}
         self._batches: dict[str, Batch | None] = {}
         self._indexes: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._evaluating: set[str] = set()
         self._ready: dict[tuple[int, int], _Prepared] = {}
         """By ``id`` of a rule and a body of it (the rules are held: ids stay theirs)."""
 
@@ -112,7 +132,10 @@ class Derivations:
 
     def explain(self, fact: Fact) -> list[Step]:
         """The steps of one derivation of ``fact``, ``fact``'s first, each derived fact
-        explained once (depth first)."""
+        explained once (depth first). A ``sum``/``count`` fact is one step: its largest
+        contributions (a sum's derivation is every instance, not a chain)."""
+        if self._summed(fact.relation):
+            return [self._contributions(fact)]
         proven = self._prove(fact)
         steps: list[Step] = []
         seen: set[Fact] = set()
@@ -183,6 +206,38 @@ class Derivations:
         )
         return _Frame(fact, path, candidates)
 
+    def _summed(self, relation: str) -> bool:
+        aggregates = [r.head.aggregate for r in self.rules if r.head.relation == relation]
+        return any(a is not None and a.func in ("sum", "count") for a in aggregates)
+
+    def _contributions(self, fact: Fact) -> Step:
+        """Every instance of the relation's rules whose head has ``fact``'s key, with the
+        value it adds (as the engine counts: over distinct bindings of a body's variables;
+        ``count`` adds one each, except a recursive rule's ``count[c]``, which adds ``c``);
+        the ``SHOWN`` largest kept."""
+        found: list[tuple[float, list[Fact]]] = []
+        for rule, body in self._bodies(fact.relation):
+            prepared = self._prepared(rule, body)
+            assignments = self._bound_assignments(prepared, fact)
+            if prepared.aggregated is None or assignments is None:
+                continue
+            ones = _counts_one(rule, prepared)
+            seen: set[tuple[object, ...]] = set()
+            for row in range(assignments.n):
+                binding = tuple(assignments.cols[v][row] for v in prepared.variables)
+                if binding in seen:
+                    continue
+                seen.add(binding)
+                premises = [_instance(atom, assignments, row) for atom in prepared.atoms.values()]
+                amount = 1.0 if ones else float(assignments.cols[prepared.aggregated][row])
+                found.append((amount, premises))
+        found.sort(key=lambda c: -abs(c[0]))
+        total = float(sum(c[0] for c in found))
+        step = Step(fact, None, contributions=found[:SHOWN], total=total, count=len(found))
+        value_pos = self.catalog[fact.relation].value_pos
+        step.value_at = -1 if value_pos is None else value_pos
+        return step
+
     def _bodies(self, relation: str) -> list[tuple[ast.Rule, ast.Body]]:
         """The relation's rule bodies, those with fewer derived atoms first (seeds before
         recursion: shorter proofs, and fewer dead ends to back out of)."""
@@ -197,13 +252,9 @@ class Derivations:
     ) -> Iterator[list[Fact]]:
         """The premises of each binding of ``body`` that gives ``fact``, none on ``path``."""
         prepared = self._prepared(rule, body)
-        bound: dict[str, Value] = {}
-        for position, name in prepared.bound:
-            if bound.setdefault(name, fact.values[position]) != fact.values[position]:
-                return  # a variable twice in the head, with two values
-        if any(fact.values[position] != value for position, value in prepared.constants):
+        assignments = self._bound_assignments(prepared, fact)
+        if assignments is None:
             return
-        assignments = self._assignments(prepared, bound)
         for position, name in prepared.checked:
             if not assignments.n:
                 break
@@ -214,13 +265,26 @@ class Derivations:
             if not any(p in path for p in premises):
                 yield premises
 
+    def _bound_assignments(self, prepared: _Prepared, fact: Fact) -> Batch | None:
+        """The body's bindings with the head's key as ``fact`` has it; None when the
+        head's constants or repeated variables cannot give ``fact``."""
+        bound: dict[str, Value] = {}
+        for position, name in prepared.bound:
+            if bound.setdefault(name, fact.values[position]) != fact.values[position]:
+                return None  # a variable twice in the head, with two values
+        if any(fact.values[position] != value for position, value in prepared.constants):
+            return None
+        return self._assignments(prepared, bound)
+
     def _prepared(self, rule: ast.Rule, body: ast.Body) -> _Prepared:
         """``body`` made explainable (every ``_`` a fresh variable, every head expression
         or aggregated expression a fresh variable assigned in the body) and compiled."""
         key = (id(rule), id(body))
         found = self._ready.get(key)
         if found is None:
-            found = _prepare(rule.head, body, self.compiler)
+            entry = self.catalog[rule.head.relation]
+            summed = entry.aggregate in ("sum", "count")
+            found = _prepare(rule.head, body, self.compiler, entry.value_pos, summed)
             self._ready[key] = found
         return found
 
@@ -313,9 +377,41 @@ class Derivations:
         return order[np.concatenate([np.arange(a, b) for a, b in zip(lo, hi, strict=True)])]
 
     def batch(self, relation: str) -> Batch | None:
+        """A relation's rows: stored, or evaluated from stored ones (``_evaluated``)."""
         if relation not in self._batches:
-            self._batches[relation] = self.rows(relation)
+            rows = self.rows(relation)
+            if rows is None and relation in self.derived:
+                rows = self._evaluated(relation)
+            self._batches[relation] = rows
         return self._batches[relation]
+
+    def _evaluated(self, relation: str) -> Batch | None:
+        """A derived relation that is not stored (no results table: not an ``.output``),
+        evaluated by the kernels from the relations its rules read, when they are not
+        recursive through it; None when they are."""
+        entry = self.catalog[relation]
+        if relation in self._evaluating or entry.index_pos is not None:
+            return None
+        self._evaluating.add(relation)
+        try:
+            plans = [
+                rule_rows(self.catalog, rule, body, recursive=False)
+                for rule in self.rules
+                if rule.head.relation == relation
+                for body in rule.bodies
+            ]
+            plan = combine_plan(entry, plans)
+            sources: dict[tuple[str, str], Batch] = {}
+            for read, version in relations_read(plan):
+                rows = self.batch(read)
+                if rows is None:
+                    return None
+                sources[(read, version)] = rows
+            return relation_rows(entry, plan, Kernel(plan).run(sources))
+        except (CompileError, KernelUnsupported):
+            return None
+        finally:
+            self._evaluating.discard(relation)
 
     def _full(self, relation: str) -> Batch:
         found = self.batch(relation)
@@ -336,9 +432,22 @@ class _Prepared:
     expressions: floats within ``FLOAT_TOLERANCE``)."""
     constants: tuple[tuple[int, Value], ...]
     line: int
+    aggregated: str | None = None
+    """In a ``sum``/``count`` relation: the variable holding the value an instance adds
+    ("" for ``count[*]``)."""
+    variables: tuple[str, ...] = ()
+    """The body's own variables (not the fresh ones): aggregates range over their distinct
+    bindings."""
 
 
-def _prepare(head: ast.Head, body: ast.Body, compiler: RuleCompiler) -> _Prepared:
+def _prepare(
+    head: ast.Head, body: ast.Body, compiler: RuleCompiler, value_pos: int | None, summed: bool
+) -> _Prepared:
+    """``body`` with every ``_`` a fresh variable and every head expression a variable
+    assigned in the body, compiled. Head positions: a variable is bound before the body
+    runs; the value position (``value_pos``) is compared after it (within
+    ``FLOAT_TOLERANCE``), or, in a ``sum``/``count`` relation (``summed``), is the
+    contribution (``_Prepared.aggregated``)."""
     literals = [
         _named_wildcards(lit, i) if isinstance(lit, ast.Atom) else lit
         for i, lit in enumerate(body.literals)
@@ -346,23 +455,28 @@ def _prepare(head: ast.Head, body: ast.Body, compiler: RuleCompiler) -> _Prepare
     bound: list[tuple[int, str]] = []
     checked: list[tuple[int, str]] = []
     constants: list[tuple[int, Value]] = []
+    aggregated: str | None = None
     for position, arg in enumerate(head.args):
         expr = arg.arg if isinstance(arg, ast.Aggregate) else arg
-        match expr:
-            case None:
-                raise ExplainError(f"line {head.span.line}: `count[*]` is not one derivation")
-            case ast.Wildcard():
-                continue
-            case ast.NumberLit(value=v) | ast.FloatLit(value=v) | ast.StringLit(value=v):
-                constants.append((position, v))
-            case ast.Var(name=name) if not isinstance(arg, ast.Aggregate):
-                bound.append((position, name))
-            case ast.Var(name=name):
-                checked.append((position, name))
-            case _:
-                name = f"_head{position}"
-                literals.append(ast.Comparison("=", ast.Var(name), expr))
-                checked.append((position, name))
+        valued = position == value_pos
+        if expr is None:  # count[*]: each instance counts one
+            aggregated = ""
+            continue
+        if isinstance(expr, ast.Wildcard):
+            continue
+        if isinstance(expr, ast.NumberLit | ast.FloatLit | ast.StringLit) and not valued:
+            constants.append((position, expr.value))
+            continue
+        if isinstance(expr, ast.Var) and not valued:
+            bound.append((position, expr.name))
+            continue
+        name = expr.name if isinstance(expr, ast.Var) else f"_head{position}"
+        if not isinstance(expr, ast.Var):
+            literals.append(ast.Comparison("=", ast.Var(name), expr))
+        if summed:
+            aggregated = name
+        else:
+            checked.append((position, name))
     rewritten = ast.Body(tuple(literals), body.span)
     atoms = {i: lit for i, lit in enumerate(literals) if isinstance(lit, ast.Atom)}
     names = {i: _source(atom, i) for i, atom in atoms.items()}
@@ -370,9 +484,26 @@ def _prepare(head: ast.Head, body: ast.Body, compiler: RuleCompiler) -> _Prepare
         compiled = compiler.body(rewritten, relation_of=names)
     except CompileError as error:
         raise ExplainError(f"line {body.span.line}: {error}") from None
+    own = {v for v in compiled.types if not v.startswith(("_any", "_head"))}
     return _Prepared(
-        atoms, compiled, tuple(bound), tuple(checked), tuple(constants), body.span.line
+        atoms,
+        compiled,
+        tuple(bound),
+        tuple(checked),
+        tuple(constants),
+        body.span.line,
+        aggregated,
+        tuple(sorted(own)),
     )
+
+
+def _counts_one(rule: ast.Rule, prepared: _Prepared) -> bool:
+    """Whether each instance of ``rule`` adds one: ``count[*]``, and ``count`` outside a
+    rule that reads its own relation (there ``count[c]`` adds the partial count ``c``)."""
+    aggregate = rule.head.aggregate
+    if prepared.aggregated == "" or aggregate is None or aggregate.func != "count":
+        return prepared.aggregated == ""
+    return all(atom.relation != rule.head.relation for atom in prepared.atoms.values())
 
 
 def _named_wildcards(atom: ast.Atom, index: int) -> ast.Atom:
@@ -423,10 +554,25 @@ def render(steps: Sequence[Step]) -> list[str]:
     """One line per step: ``fact  <-  premise, premise`` (an input fact alone)."""
     lines = []
     for step in steps:
-        if step.rule is None:
+        if step.contributions is not None:
+            lines += _contribution_lines(step)
+        elif step.rule is None:
             note = "" if step.stored else "  (not stored: no derivation below)"
             lines.append(f"{step.fact}{note}")
         else:
             premises = ", ".join(map(str, step.premises)) or "true"
             lines.append(f"{step.fact}  <-  {premises}")
+    return lines
+
+
+def _contribution_lines(step: Step) -> list[str]:
+    """``fact  =  sum of N contributions``, the largest with their share, the total."""
+    lines = [f"{step.fact}  =  the sum of {step.count} contributions; the largest:"]
+    for amount, premises in step.contributions or []:
+        share = f" ({100 * amount / step.total:.1f}%)" if step.total else ""
+        body = ", ".join(map(str, premises)) or "true"
+        lines.append(f"  {amount:.6g}{share}  <-  {body}")
+    if step.count > len(step.contributions or []):
+        lines.append(f"  ... and {step.count - len(step.contributions or [])} more")
+    lines.append(f"  total {step.total:.10g} (the stored value: {step.fact.values[step.value_at]})")
     return lines

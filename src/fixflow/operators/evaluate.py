@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from fixflow.checker.catalog import Catalog
 from fixflow.checker.model import Report, Stratum
 from fixflow.checker.stratification import dependency_edges
+from fixflow.operators.compiler import combine_plan, rule_rows
 from fixflow.operators.core import (
     Bootstrapped,
     EvalOptions,
@@ -43,10 +44,8 @@ from fixflow.operators.core import (
     Progress,
     StratumRun,
     atoms_over,
-    combine_plan,
     result_rows,
     round_cap,
-    rule_rows,
     strategy_of,
 )
 from fixflow.operators.engines.base import MraEngine, MraState, RoundInfo

@@ -43,8 +43,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from fixflow.checker import ast
 from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
-from fixflow.operators.compiler import head_columns
-from fixflow.operators.core import StratumRun, combine_plan
+from fixflow.operators.compiler import combine_plan
+from fixflow.operators.core import StratumRun
 from fixflow.operators.engines.async_support import stage_params
 from fixflow.operators.engines.kernels import (
     ARROW_TYPES,
@@ -52,9 +52,9 @@ from fixflow.operators.engines.kernels import (
     Batch,
     JoinIndex,
     Kernel,
-    _cast,
     anti_join,
     concat,
+    relation_rows,
 )
 from fixflow.operators.engines.mra_bootstrap import (
     Stage,
@@ -253,19 +253,7 @@ class LocalStratum:
         if not plans:
             return self.empty(relation)
         plan = combine_plan(entry, plans)
-        batch = Kernel(plan).run(self.sources(plan))
-        out = Batch(batch.n)
-        schema = dict(plan.schema)
-        for i, (head, type_) in enumerate(
-            zip(head_columns(len(entry.types)), entry.types, strict=True)
-        ):
-            values, valid = _cast((batch.cols[head], batch.valid.get(head)), schema[head], type_)
-            out.cols[f"c{i}"] = values
-            if valid is not None:
-                out.valid[f"c{i}"] = valid
-        if entry.value_pos is not None and not entry.key_positions:
-            out = out.take(np.flatnonzero(out.mask(f"c{entry.value_pos}")))
-        return out
+        return relation_rows(entry, plan, Kernel(plan).run(self.sources(plan)))
 
     def sources(self, plan: Plan) -> dict[tuple[str, str], Batch]:
         found: dict[tuple[str, str], Batch] = {}

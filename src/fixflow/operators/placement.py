@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fixflow.checker.model import Report
-from fixflow.operators.core import EvalOptions, StratumView, combine_plan
+from fixflow.operators.compiler import combine_plan
+from fixflow.operators.core import EvalOptions, StratumView
 from fixflow.operators.engines import kernels
 from fixflow.operators.engines.async_support import shard_keys
 from fixflow.operators.engines.async_support import unsupported as stage_unsupported

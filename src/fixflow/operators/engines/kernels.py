@@ -29,6 +29,8 @@ import pandas as pd
 import pyarrow as pa
 
 from fixflow.checker.ast import TypeName
+from fixflow.checker.catalog import RelationEntry
+from fixflow.operators.compiler import head_columns
 from fixflow.operators.plan import (
     Aggregate,
     AntiJoin,
@@ -108,6 +110,24 @@ def table_rows(table: pa.Table, types: Sequence[TypeName]) -> Batch:
         values = column.to_numpy(zero_copy_only=False)
         batch.cols[f"c{i}"] = values.astype(NUMPY_TYPES[type_], copy=False)
     return batch
+
+
+def relation_rows(entry: RelationEntry, plan: Plan, batch: Batch) -> Batch:
+    """The rows ``plan`` (a ``compiler.combine_plan``: head columns ``h0..``) gave, in the
+    relation's positional columns and types; an aggregate without a group over no bindings
+    is no row (as on Spark)."""
+    out = Batch(batch.n)
+    schema = dict(plan.schema)
+    for i, (head, type_) in enumerate(
+        zip(head_columns(len(entry.types)), entry.types, strict=True)
+    ):
+        values, valid = _cast((batch.cols[head], batch.valid.get(head)), schema[head], type_)
+        out.cols[f"c{i}"] = values
+        if valid is not None:
+            out.valid[f"c{i}"] = valid
+    if entry.value_pos is not None and not entry.key_positions:
+        out = out.take(np.flatnonzero(out.mask(f"c{entry.value_pos}")))
+    return out
 
 
 class KernelUnsupported(Exception):
