@@ -94,7 +94,7 @@ def whole_process(lake: Path, target: int) -> tuple[float, list[str]]:
     seconds = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"fixflow explain failed: {done.stderr}")
-    return seconds, done.stdout.splitlines()
+    return seconds, [line for line in done.stdout.splitlines() if not line.startswith("//")]
 
 
 def in_process(lake: Path, target: int, repeats: int) -> list[float]:

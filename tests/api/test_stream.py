@@ -108,7 +108,9 @@ def explain_cli(lake: Path, node: int) -> list[str]:
     )
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started <= 5.0, "explain must answer within 5 s"
-    return done.stdout.splitlines()
+    header, *lines = done.stdout.splitlines()
+    assert re.fullmatch(r"// the lake as of batch 1 of query [0-9a-f-]+", header), header
+    return lines
 
 
 NUMBER = r"([\d.e+-]+)"

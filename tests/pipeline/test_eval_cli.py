@@ -408,3 +408,29 @@ def test_a_sum_result_commit_records_its_residual(
         assert 0 <= entry["measure"] < 1e-6
     shown = _show("rank", out)
     assert re.search(line, shown.stdout), shown.stdout
+
+
+def test_an_explainable_eval_is_explained_from_its_output(tmp_path: Path) -> None:
+    """`fixflow eval --explainable` keeps the program and its inputs beside the results;
+    `fixflow explain --results` then prints the witness chain of a row from them (both
+    without a JVM: the SSSP runs in the driver)."""
+    out = tmp_path / "out"
+    program = EXAMPLES / "a3_sssp.dl"
+    done = fixflow(program, "-F", EXAMPLES / "facts" / "graph", "-D", out, "--explainable")
+    assert done.returncode == 0, done.stderr
+    assert (out / "program.dl").read_text() == program.read_text()
+    command = [sys.executable, "-m", "fixflow.pipeline.cli", "explain", "sssp", "5"]
+    explained = subprocess.run(
+        [*command, "--results", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.splitlines() == [
+        "sssp(5, 7.0)  <-  sssp(4, 4.5), edge(4, 5, 2.5)",
+        "sssp(4, 4.5)  <-  sssp(3, 3.5), edge(3, 4, 1.0)",
+        "sssp(3, 3.5)  <-  sssp(2, 2.0), edge(2, 3, 1.5)",
+        "sssp(2, 2.0)  <-  sssp(1, 0.0), edge(1, 2, 2.0)",
+        "sssp(1, 0.0)  <-  true",
+    ]

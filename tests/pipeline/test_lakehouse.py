@@ -15,8 +15,10 @@ from fixflow.pipeline.lake.lakehouse import (
     already_committed,
     append_rows,
     batch_commits,
+    last_batch,
     merge_changes,
     overwrite_rows,
+    read_as_of_batch,
     read_before_batch,
     read_table,
     table_rows,
@@ -109,3 +111,22 @@ def test_merge_conflicting_key_types_fail_loudly(tmp_path: Path) -> None:
     merge_changes(path, ["k"], upserts=pa.table({"k": [1]}))
     with pytest.raises(Exception):  # noqa: B017 - any failure will do, silence would not
         merge_changes(path, ["k"], upserts=pa.table({"k": ["not a number"]}))
+
+
+def test_a_table_as_a_batch_left_it(tmp_path: Path) -> None:
+    """``read_as_of_batch`` leaves out the commits of later batches of the same query (a
+    batch being committed while `fixflow explain` reads), not those of other writers;
+    ``last_batch`` is the newest batch committed to any of the tables."""
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    append_rows(first, pa.table({"x": [1]}), BatchCommit("q", 0))
+    append_rows(second, pa.table({"x": [10]}), BatchCommit("q", 0))
+    append_rows(first, pa.table({"x": [2]}), BatchCommit("q", 1))
+    assert last_batch([first, second]) == ("q", 1)
+    assert last_batch([second]) == ("q", 0)
+    as_of = read_as_of_batch(first, "q", 0)
+    assert as_of is not None and as_of.column("x").to_pylist() == [1]
+    whole = read_as_of_batch(first, "q", 1)
+    assert whole is not None and sorted(whole.column("x").to_pylist()) == [1, 2]
+    other = read_as_of_batch(first, "other", 0)
+    assert other is not None and sorted(other.column("x").to_pylist()) == [1, 2]
+    assert last_batch([str(tmp_path / "none")]) is None

@@ -13,6 +13,8 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -23,13 +25,57 @@ from fixflow.checker.parser import parse
 from fixflow.operators.derivation import Derivations, ExplainError, Fact, Value, render
 from fixflow.operators.engines.kernels import Batch, table_rows
 from fixflow.pipeline.errors import UserFacingError
-from fixflow.pipeline.lake.lakehouse import ProgramLake, program_sources, read_table
+from fixflow.pipeline.lake.lakehouse import (
+    ProgramLake,
+    join_path,
+    last_batch,
+    program_sources,
+    read_as_of_batch,
+    read_table,
+    read_text,
+)
 
 log = logging.getLogger(__name__)
 
 
 class ExplainFailed(UserFacingError):
     """A row that cannot be explained from the lake; the message says why."""
+
+
+class Tables(Protocol):
+    """Where a program's tables are: a stream's ``ProgramLake``, or ``EvalTables``."""
+
+    @property
+    def program(self) -> str: ...
+
+    def results(self, relation: str) -> str: ...
+
+    def edb(self, relation: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class EvalTables:
+    """The output directory of ``fixflow eval --explainable``: ``<relation>`` per
+    ``.output``, ``edb/<relation>`` per ``.input``, and ``program.dl``."""
+
+    base: str
+
+    @property
+    def program(self) -> str:
+        return Path(self.base).name
+
+    @property
+    def source(self) -> str:
+        return join_path(self.base, PROGRAM_FILE)
+
+    def results(self, relation: str) -> str:
+        return join_path(self.base, relation)
+
+    def edb(self, relation: str) -> str:
+        return join_path(self.base, "edb", relation)
+
+
+PROGRAM_FILE = "program.dl"
 
 
 @dataclass(frozen=True)
@@ -39,6 +85,9 @@ class Explanation:
     fact: str
     lines: tuple[str, ...]
     seconds: float
+    snapshot: str = ""
+    """Which state of the lake it was read from (``batch 3 of query ...``); empty for
+    tables no stream wrote."""
 
     def __str__(self) -> str:
         return "\n".join(self.lines)
@@ -56,6 +105,22 @@ def explain_in_lake(
     except CheckError as error:
         raise ExplainFailed(f"the program kept in the lake does not check: {error}") from None
     return explain_row(report, sources[stem], ProgramLake(lake_root, stem), relation, key)
+
+
+def explain_in_output(directory: str, relation: str, key: Sequence[str | Value]) -> Explanation:
+    """Explain a row of the tables ``fixflow eval --explainable`` wrote to ``directory``."""
+    tables = EvalTables(directory)
+    text = read_text(tables.source)
+    if text is None:
+        raise ExplainFailed(
+            f"{directory} has no {PROGRAM_FILE}: run `fixflow eval` with --explainable to "
+            "keep the program and its inputs beside the results"
+        )
+    try:
+        report = load(text, tables.source)
+    except CheckError as error:
+        raise ExplainFailed(f"{tables.source} does not check: {error}") from None
+    return explain_row(report, text, tables, relation, key)
 
 
 def _program(sources: dict[str, str], lake_root: str, program: str | None, relation: str) -> str:
@@ -78,7 +143,7 @@ def _program(sources: dict[str, str], lake_root: str, program: str | None, relat
 
 
 def explain_row(
-    report: Report, text: str, lake: ProgramLake, relation: str, key: Sequence[str | Value]
+    report: Report, text: str, lake: Tables, relation: str, key: Sequence[str | Value]
 ) -> Explanation:
     """The derivation of ``relation``'s row with ``key`` over ``lake``'s current tables."""
     started = time.monotonic()
@@ -86,9 +151,12 @@ def explain_row(
     if relation not in program.outputs:
         raise ExplainFailed(f"`{relation}` is not an .output relation of {lake.program}")
     entry = report.catalog[relation]
+    # The tables as the last applied batch left them: its EDB commit comes last, so a batch
+    # still being committed is not half read.
+    snapshot = last_batch([lake.edb(r) for r in program.inputs])
 
     def rows(name: str) -> Batch | None:
-        return _stored_rows(report, lake, name)
+        return _stored_rows(report, lake, name, snapshot)
 
     derivations = Derivations(parse(text, f"{lake.program}.dl").rules, report.catalog, rows)
     stored = derivations.batch(relation)
@@ -101,11 +169,15 @@ def explain_row(
         raise ExplainFailed(str(error)) from None
     seconds = time.monotonic() - started
     log.info("explained %s in %.3f s (%d steps)", fact, seconds, len(steps))
-    return Explanation(str(fact), tuple(render(steps)), seconds)
+    where = "" if snapshot is None else f"batch {snapshot[1]} of query {snapshot[0]}"
+    return Explanation(str(fact), tuple(render(steps)), seconds, where)
 
 
-def _stored_rows(report: Report, lake: ProgramLake, relation: str) -> Batch | None:
-    """A relation's rows as the lake holds them: results of outputs, EDB of inputs."""
+def _stored_rows(
+    report: Report, lake: Tables, relation: str, snapshot: tuple[str, int] | None
+) -> Batch | None:
+    """A relation's rows as the lake holds them (as of ``snapshot``, a query's batch):
+    results of outputs, EDB of inputs."""
     program = report.analysis.program
     if relation not in report.catalog or report.catalog[relation].index_pos is not None:
         return None
@@ -115,7 +187,7 @@ def _stored_rows(report: Report, lake: ProgramLake, relation: str) -> Batch | No
         path = lake.edb(relation)
     else:
         return None
-    table = read_table(path)
+    table = read_table(path) if snapshot is None else read_as_of_batch(path, *snapshot)
     return None if table is None else table_rows(table, report.catalog[relation].types)
 
 

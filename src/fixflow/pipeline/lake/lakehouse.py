@@ -251,6 +251,42 @@ def read_before_batch(table_path: str, query_id: str, batch_id: int) -> pa.Table
     )
 
 
+def read_as_of_batch(table_path: str, query_id: str, batch_id: int) -> pa.Table | None:
+    """The table as batch ``batch_id`` of ``query_id`` left it: without the commits of
+    later batches of that query (a batch still being committed, read while it runs)."""
+    table = open_table(table_path)
+    if table is None:
+        return None
+    for info in table.history():  # newest first
+        later = (
+            info.get("fixflow.query_id") == query_id
+            and int(info.get("fixflow.batch_id", -1)) > batch_id
+        )
+        if not later:
+            return read_table(table_path, int(info["version"]))
+    return None
+
+
+def last_batch(table_paths: Sequence[str]) -> tuple[str, int] | None:
+    """(query id, batch id) of the newest batch commit among the tables, if any."""
+    found: list[tuple[int, str, int]] = []
+    for path in table_paths:
+        commits = batch_commits(path)
+        if commits:
+            newest = commits[0]
+            found.append(
+                (
+                    int(newest["version"]),
+                    newest["fixflow.query_id"],
+                    int(newest["fixflow.batch_id"]),
+                )
+            )
+    if not found:
+        return None
+    query = max(found)[1]
+    return query, max(batch for _, q, batch in found if q == query)
+
+
 # ---------------------------------------------------------------- writing
 
 

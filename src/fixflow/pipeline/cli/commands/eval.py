@@ -77,6 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the current directory, as in Soufflé)",
     )
     parser.add_argument("--csv", action="store_true", help="also write <relation>.csv files")
+    parser.add_argument(
+        "--explainable",
+        action="store_true",
+        help="also keep the program (OUT_DIR/program.dl) and its inputs (OUT_DIR/edb/<relation>, "
+        "Delta) so that `fixflow explain RELATION KEY --results OUT_DIR` can explain a row",
+    )
     _add_evaluation_arguments(parser)
     parser.add_argument(
         "--explain",
@@ -359,6 +365,23 @@ def _write_outputs(
     for relation in program.printsizes:
         sized = results.table(relation)
         print(f"{relation}\t{0 if sized is None else sized.num_rows}")  # Soufflé's format
+    if args.explainable:
+        _keep_for_explain(args, report, results)
+
+
+def _keep_for_explain(args: argparse.Namespace, report: Report, results: _Results) -> None:
+    """``--explainable``: the program and the input relations beside the results, as
+    ``lake.explain.EvalTables`` reads them."""
+    from fixflow.pipeline.lake.delta import write_table
+    from fixflow.pipeline.lake.explain import EvalTables
+
+    tables = EvalTables(str(args.output))
+    Path(tables.source).write_text(args.program.read_text(encoding="utf-8"), encoding="utf-8")
+    for relation in report.analysis.program.inputs:
+        table = results.inputs.get(relation)
+        if table is not None:
+            write_table(tables.edb(relation), table, _result_attributes(report, relation))
+    print(f"kept {tables.source} and the inputs under {tables.edb('')}")
 
 
 def _write_souffle_output(

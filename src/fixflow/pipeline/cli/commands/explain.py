@@ -1,4 +1,4 @@
-"""`fixflow explain RELATION KEY... [--lake DIR] [--program STEM] [--conf FILE]`.
+"""`fixflow explain RELATION KEY... [--lake DIR] [--program STEM | --results DIR] [--conf FILE]`.
 
 Prints why one result row holds: one derivation, a line per derived fact in Datalog syntax,
 ``fact  <-  premises`` down to input facts and seeds (``pipeline.lake.explain``). KEY gives
@@ -32,18 +32,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the program's directory in the lake (sssp for sssp.dl); needed when several "
         "programs have results of RELATION",
     )
+    parser.add_argument(
+        "--results",
+        metavar="DIR",
+        default=None,
+        help="read the OUT_DIR of `fixflow eval --explainable` instead of a lake",
+    )
     add_conf_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from fixflow.pipeline.lake.explain import ExplainFailed, explain_in_lake
+    from fixflow.pipeline.lake.explain import ExplainFailed, explain_in_lake, explain_in_output
 
+    if args.results is not None and (args.lake is not None or args.program is not None):
+        print(
+            f"{PREFIX}: --results DIR reads an eval's output: no --lake or --program",
+            file=sys.stderr,
+        )
+        return 1
     try:
-        config = config_from_args(args)
-        lake = args.lake or config.lake.path
-        explanation = explain_in_lake(lake, args.program, args.relation, args.key)
+        if args.results is not None:
+            explanation = explain_in_output(args.results, args.relation, args.key)
+        else:
+            config = config_from_args(args)
+            lake = args.lake or config.lake.path
+            explanation = explain_in_lake(lake, args.program, args.relation, args.key)
     except (ConfigError, ExplainFailed) as error:
         print(f"{PREFIX}: {error}", file=sys.stderr)
         return 1
+    if explanation.snapshot:
+        print(f"// the lake as of {explanation.snapshot}")
     print(explanation)
     return 0
