@@ -55,6 +55,7 @@ from fixflow.operators.engines.kernels import (
     anti_join,
     concat,
     relation_rows,
+    table_rows,
 )
 from fixflow.operators.engines.mra_bootstrap import (
     Stage,
@@ -87,10 +88,20 @@ more rows than the limit."""
 
 def local_rows(frame: DataFrame, limit: int) -> Batch | None:
     """``frame``'s rows as a batch in positional columns when they are at most ``limit``;
-    else None. A local relation is collected without a job; any other frame costs one,
-    which reads at most ``limit + 1`` rows."""
+    else None. A local relation is collected as rows, without a job; any other frame costs
+    one, which reads at most ``limit + 1`` rows through Arrow (``toArrow``: a million rows
+    in ~0.5 s, where ``collect()`` made Python rows of them in ~4 s)."""
     if limit <= 0:
         return None
+    if frame.isLocal() or not frame.columns:  # a nullary relation: nothing for Arrow
+        return _collected_rows(frame, limit)
+    table = frame.limit(limit + 1).toArrow()
+    if table.num_rows > limit:
+        return None
+    return table_rows(table, [_type_of(f.dataType.simpleString()) for f in frame.schema.fields])
+
+
+def _collected_rows(frame: DataFrame, limit: int) -> Batch | None:
     rows = frame.limit(limit + 1).collect()
     if len(rows) > limit:
         return None
