@@ -39,8 +39,9 @@ PROGRAM = ROOT / "examples" / "api" / "sssp.dl"
 STEP = re.compile(r"^sssp\((\d+), (\S+)\)  <-  sssp\((\d+), (\S+)\), edge\((\d+), (\d+), (\S+)\)$")
 
 
-def write_lake(graph: Graph, lake: Path) -> tuple[int, int, float]:
-    """The lake of ``sssp.dl`` over ``graph``; the node explained, its hops and distance."""
+def write_lake(graph: Graph, lake: Path) -> tuple[int, int, float, int]:
+    """The lake of ``sssp.dl`` over ``graph``; the node explained, its hops and distance,
+    and the result rows (the nodes the source reaches)."""
     from fixflow.checker import load
     from fixflow.pipeline.lake.delta import write_table
     from fixflow.pipeline.lake.lakehouse import ProgramLake, record_program
@@ -62,7 +63,7 @@ def write_lake(graph: Graph, lake: Path) -> tuple[int, int, float]:
     for path, table in tables.items():
         relation = path.rsplit("/", 1)[1]
         write_table(path, table, report.catalog[relation].result)
-    return target, int(hops[target]), float(dist[target])
+    return target, int(hops[target]), float(dist[target]), len(reached)
 
 
 def check_chain(lines: list[str], graph: Graph, target: int, distance: float) -> bool:
@@ -122,14 +123,14 @@ def main() -> None:
         graph = build(name)
         with tempfile.TemporaryDirectory() as directory:
             lake = Path(directory) / "lake"
-            target, hops, distance = write_lake(graph, lake)
+            target, hops, distance, results = write_lake(graph, lake)
             log(f"{name}: explaining node {target} ({hops} hops)")
             runs = [whole_process(lake, target) for _ in range(args.repeats)]
             warm = in_process(lake, target, args.repeats)
         lines = runs[0][1]
         right = check_chain(lines, graph, target, distance)
         rows.append(
-            f"| {name} | {len(graph.src):,} | {hops} | {len(lines) - 1} | "
+            f"| {name} | {len(graph.src):,} | {results:,} | {hops} | {len(lines) - 1} | "
             f"{statistics.median(s for s, _ in runs):.2f} | {statistics.median(warm):.2f} | "
             f"{'yes' if right else 'NO'} |"
         )
@@ -143,8 +144,9 @@ def main() -> None:
             f"load before {load_before[0]:.2f}, after {load_after[0]:.2f}; "
             f"medians of {args.repeats}",
             "",
-            "| graph | edges | BFS hops | chain steps | whole process s | in process s | right |",
-            "|---|---|---|---|---|---|---|",
+            "| graph | edges | result rows | BFS hops | chain steps | whole process s "
+            "| in process s | right |",
+            "|---|---|---|---|---|---|---|---|",
             *rows,
             "",
         ]
