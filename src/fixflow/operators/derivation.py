@@ -533,7 +533,7 @@ def _instance(atom: ast.Atom, assignments: Batch, row: int) -> Fact:
     for arg in atom.args:
         match arg:
             case ast.Var(name=name):
-                values.append(_python(assignments.cols[name][row]))
+                values.append(python_value(assignments.cols[name][row]))
             case ast.NumberLit(value=v) | ast.FloatLit(value=v) | ast.StringLit(value=v):
                 values.append(v)
             case _:
@@ -541,7 +541,8 @@ def _instance(atom: ast.Atom, assignments: Batch, row: int) -> Fact:
     return Fact(atom.relation, tuple(values))
 
 
-def _python(value: object) -> Value:
+def python_value(value: object) -> Value:
+    """A stored value (numpy scalar or Python) as the Python value a fact holds."""
     if isinstance(value, np.generic):
         item = value.item()
         assert isinstance(item, int | float | str)

@@ -22,7 +22,14 @@ from fixflow.checker import CheckError, load
 from fixflow.checker.catalog import RelationEntry
 from fixflow.checker.model import Report
 from fixflow.checker.parser import parse
-from fixflow.operators.derivation import Derivations, ExplainError, Fact, Value, render
+from fixflow.operators.derivation import (
+    Derivations,
+    ExplainError,
+    Fact,
+    Value,
+    python_value,
+    render,
+)
 from fixflow.operators.engines.kernels import Batch, table_rows
 from fixflow.pipeline.errors import UserFacingError
 from fixflow.pipeline.lake.lakehouse import (
@@ -233,4 +240,4 @@ def _row(entry: RelationEntry, stored: Batch, key: Sequence[Value]) -> tuple[Val
         raise ExplainFailed(f"`{entry.name}` has no row with {described}")
     row = int(found[0])
     values = (stored.cols[f"c{i}"][row] for i in range(len(entry.attributes)))
-    return tuple(v.item() if isinstance(v, np.generic) else v for v in values)
+    return tuple(python_value(v) for v in values)
