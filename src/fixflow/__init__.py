@@ -17,28 +17,34 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fixflow.pipeline.api import (
+        BatchReport,
         CheckReport,
         Explanation,
         FixflowError,
         InputError,
         Message,
+        Metrics,
         Program,
         ProgramError,
         Results,
         RuleVerdict,
+        RunningStream,
         StratumInfo,
     )
 
 __all__ = [
+    "BatchReport",
     "CheckReport",
     "Explanation",
     "FixflowError",
     "InputError",
     "Message",
+    "Metrics",
     "Program",
     "ProgramError",
     "Results",
     "RuleVerdict",
+    "RunningStream",
     "StratumInfo",
 ]
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 import fixflow
 
@@ -149,8 +150,65 @@ def test_stream_inputs_must_be_streams_of_the_programs_inputs(
         program.stream(spark, lake=tmp_path, edge=static)
     with pytest.raises(fixflow.InputError, match=r"`edges` is not an \.input relation"):
         program.stream(spark, lake=tmp_path, edges=static)
-    for relation in ("edge", "source"):
-        (tmp_path / relation).mkdir()
-    with pytest.raises(fixflow.FixflowError, match="runs in `fixflow run` only"):
-        settings = {"stream": {"consistency": "async"}}
-        program.stream(spark, settings, lake=tmp_path, **streams(spark, tmp_path))
+
+
+PATH_PROGRAM = """
+.decl warc(src: number, dst: number, c: float)
+.input warc
+.decl sp(node: number, c: float)
+.output sp
+sp(To, min[C]) :- To = 1, C = 0.0.
+sp(To2, min[C]) :- sp(To1, C1), warc(To1, To2, C2), C = C1 + C2.
+"""
+
+ASYNC = {
+    "stream": {"consistency": "async", "async_rounds_per_batch": 1},
+    # One Spark round per epoch, never switched to a (converging) bootstrap: the shortcut's
+    # batch stays provisional after its round.
+    "engine": {"mode": "sync"},
+    "elastic": {"switch_fraction": 1e6},
+}
+
+
+def test_async_consistency_carries_deltas_on_before_an_available_now_run_returns(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``[stream] consistency = "async"``: a batch commits after one round, provisional, and
+    the query carries the pending deltas on (epochs between batches) until the results
+    converge, before ``awaitTermination`` returns."""
+    program = fixflow.Program.from_text(PATH_PROGRAM, name="sp.dl")
+    inputs, lake = tmp_path / "in", tmp_path / "lake"
+    path = [(i, i + 1, 10.0) for i in range(1, 12)]
+    write_csv(inputs / "1.csv", path, "src,dst,w")
+
+    def run() -> list[fixflow.BatchReport]:
+        reports: list[fixflow.BatchReport] = []
+        warc = spark.readStream.option("header", True).schema("src long, dst long, w double")
+        query = program.stream(
+            spark,
+            ASYNC,
+            lake=lake,
+            trigger="available_now",
+            on_batch=reports.append,
+            warc=warc.csv(str(inputs)),
+        )
+        assert isinstance(query, StreamingQuery)
+        assert query.awaitTermination(600) is True
+        assert query.exception() is None and query.reports == reports
+        return reports
+
+    def distances() -> dict[int, float]:
+        table = DeltaTable(str(lake / "sp" / "results" / "sp"))
+        assert table.history(1)[0].get("fixflow.provisional") == "false"
+        rows = table.to_pyarrow_table().to_pylist()
+        return {r["node"]: r["c"] for r in rows}
+
+    first = run()  # the bootstrap converges
+    assert [r.provisional for r in first] == [False]
+    assert distances() == {i: 10.0 * (i - 1) for i in range(1, 13)}
+    write_csv(inputs / "2.csv", [(1, 3, 1.0)], "src,dst,w")
+    second = run()
+    assert second[0].provisional and not second[0].between_batches
+    assert len(second) > 2 and all(r.between_batches for r in second[1:])
+    assert not second[-1].provisional
+    assert distances() == {1: 0.0, 2: 10.0, **{i: 1.0 + 10.0 * (i - 3) for i in range(3, 13)}}

@@ -10,7 +10,11 @@ import pytest
 
 from fixflow.pipeline.broker.embedded import start_broker, stop_broker
 from fixflow.pipeline.config import Config, default_config
-from fixflow.pipeline.stream.broker_watch import BrokerUnavailable, BrokerWatch
+from fixflow.pipeline.stream.broker_watch import (
+    AVAILABLE_NOW_WAIT_S,
+    BrokerUnavailable,
+    BrokerWatch,
+)
 from fixflow.pipeline.stream.metrics import Health
 from streams.harness import free_port
 
@@ -67,3 +71,25 @@ def test_waiting_gives_up_after_wait_for_broker_s(tmp_path: Path) -> None:
     with pytest.raises(BrokerUnavailable, match=r"after 1 s \(\[kafka\] wait_for_broker_s\)"):
         watch.wait()
     assert len(said) == 1
+
+
+def test_a_run_meant_to_end_gives_up_after_a_minute_a_continuous_one_never(
+    tmp_path: Path,
+) -> None:
+    """``wait_for_broker_s = 0`` waits forever for a continuous run; `fixflow run
+    --available-now` gives up after ``AVAILABLE_NOW_WAIT_S`` (checked mid-run as well)."""
+    config = _config(tmp_path, backoff_max_s=1.0)
+    clock = Clock()
+    ending = BrokerWatch(config.kafka, Health(), [].append, clock, available_now=True)
+    continuous = BrokerWatch(config.kafka, Health(), [].append, clock)
+    while clock.now - 1000.0 <= AVAILABLE_NOW_WAIT_S:
+        assert ending.check_or_give_up() is False
+        assert continuous.check_or_give_up() is False
+        clock.now += 1.0
+    with pytest.raises(
+        BrokerUnavailable,
+        match=r"after 60 s \(--available-now.s limit; \[kafka\] wait_for_broker_s sets",
+    ):
+        ending.check_or_give_up()
+    clock.now += 3600.0
+    assert continuous.check_or_give_up() is False

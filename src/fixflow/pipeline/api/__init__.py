@@ -1,25 +1,33 @@
 """Fixflow's Python API (``import fixflow``): programs over a user's own DataFrames.
 
 ``Program.from_file`` / ``Program.from_text`` check a program; ``Program.check`` reports its
-strata and MRA conditions; ``Program.evaluate`` runs it on the caller's SparkSession. Errors
-about what a user gave are ``FixflowError``s with one-line messages. docs/api.md documents
-it with examples a test runs.
+strata and MRA conditions; ``Program.evaluate`` runs it on the caller's SparkSession;
+``Program.stream`` keeps it up to date over streaming input (a ``RunningStream``; `fixflow
+run` is a user of it); ``Program.explain`` says why a result row holds. Errors about what a
+user gave are ``FixflowError``s with one-line messages. docs/api.md documents it with
+examples a test runs.
 """
 
 from fixflow.pipeline.api.errors import FixflowError, InputError, ProgramError
 from fixflow.pipeline.api.program import Program, Results
 from fixflow.pipeline.api.report import CheckReport, Message, RuleVerdict, StratumInfo
 from fixflow.pipeline.lake.explain import Explanation
+from fixflow.pipeline.stream.metrics import Metrics
+from fixflow.pipeline.stream.program import BatchReport
+from fixflow.pipeline.stream.running import RunningStream
 
 __all__ = [
+    "BatchReport",
     "CheckReport",
     "Explanation",
     "FixflowError",
     "InputError",
     "Message",
+    "Metrics",
     "Program",
     "ProgramError",
     "Results",
     "RuleVerdict",
+    "RunningStream",
     "StratumInfo",
 ]

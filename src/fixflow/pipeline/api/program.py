@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,13 +20,17 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from fixflow.checker import CheckError, load
 from fixflow.checker.ast import Attribute
 from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions, EvaluationError
-from fixflow.operators.evaluate import Evaluation, evaluate_with_stats, partial_relations
+from fixflow.operators.evaluate import (
+    Evaluation,
+    Progress,
+    evaluate_with_stats,
+    partial_relations,
+)
 from fixflow.pipeline import jvm_lookups
 from fixflow.pipeline.api import stream
 from fixflow.pipeline.api.errors import FixflowError, ProgramError
@@ -43,6 +47,9 @@ from fixflow.pipeline.config import (
 from fixflow.pipeline.engine_settings import engine_options
 from fixflow.pipeline.lake.explain import ExplainFailed, Explanation, explain_row
 from fixflow.pipeline.lake.lakehouse import ProgramLake
+from fixflow.pipeline.stream.metrics import Metrics
+from fixflow.pipeline.stream.program import BatchReport
+from fixflow.pipeline.stream.running import RunningStream
 
 log = logging.getLogger(__name__)
 
@@ -138,30 +145,53 @@ class Program:
         settings: Settings = None,
         /,
         *,
-        lake: str | os.PathLike[str],
+        lake: str | os.PathLike[str] | None = None,
         name: str | None = None,
         trigger: str | None = None,
+        metrics: Metrics | None = None,
+        on_batch: Callable[[BatchReport], None] | None = None,
+        on_round: Callable[[Progress], None] | None = None,
         **inputs: DataFrame,
-    ) -> StreamingQuery:
+    ) -> RunningStream:
         """Keep the program's results up to date over streaming DataFrames (one per
         ``.input`` relation it streams, by relation name; an optional ``op`` column says
-        ``insert`` (the default) or ``delete``): the running ``StreamingQuery``.
+        ``insert`` (the default) or ``delete``) or, given none, over its Kafka topics as
+        ``[kafka]`` configures them (what `fixflow run` reads): the running query, a
+        ``StreamingQuery``.
 
         Results, EDB, dead letters and the stream's checkpoint live under
-        ``<lake>/<name>`` (``name`` defaults to the program file's stem), as `fixflow run`
-        lays them out; a query started again on the same lake and name continues where the
-        last one stopped. ``trigger``: ``"available_now"`` (process what is there, then
-        stop), a processing-time interval such as ``"5 seconds"``, or None for
-        ``[stream] trigger_ms``."""
+        ``<lake>/<name>`` (``lake`` defaults to ``[lake] path``, ``name`` to the program
+        file's stem), as `fixflow run` lays them out; a query started again on the same lake
+        and name continues where the last one stopped. ``trigger``: ``"available_now"``
+        (process what is there, then stop), a processing-time interval such as
+        ``"5 seconds"``, or None for ``[stream] trigger_ms``. ``[stream] consistency =
+        "async"`` commits provisional results and carries pending deltas on between batches
+        (to the end, before an ``available_now`` query's ``awaitTermination`` returns).
+
+        ``metrics``: the Prometheus collectors to update (``fixflow.Metrics``, in a registry
+        you serve); by default new ones, served when ``[metrics] enabled``. ``on_batch`` is
+        called with each batch's ``BatchReport``, ``on_round`` with every evaluation round's
+        progress (in the query's thread: keep them short)."""
         unknown_inputs(inputs, list(self.inputs), self.name, every=False)
+        stream.refuse_nullary_inputs(self.report)
         config = _config(settings)
-        config = replace(config, lake=replace(config.lake, path=os.fspath(lake)))
+        if lake is not None:
+            config = replace(config, lake=replace(config.lake, path=os.fspath(lake)))
         stem = name or Path(self.name).stem
         if not stem or "/" in stem or stem.startswith("."):
             raise FixflowError(f"name {stem!r}: give a directory name for the program's lake")
         jvm_lookups.install()
         return stream.start(
-            spark, config, (self.name, self.text), stem, trigger, inputs, self.inputs
+            spark,
+            config,
+            (self.name, self.text),
+            stem,
+            trigger,
+            inputs,
+            self.inputs,
+            metrics=metrics,
+            on_batch=on_batch,
+            on_round=on_round,
         )
 
     def explain(

@@ -1,12 +1,15 @@
-"""``Program.stream``: a program kept up to date over a user's streaming DataFrames.
+"""``Program.stream``: a program kept up to date over streaming input.
 
-Each input stream is turned into the records a Kafka topic would hold (topic = the
-relation, value = the fact as the JSON message ``kafka.messages`` parses, with the frame's
-``op`` column when it has one), the streams are unioned, and every micro-batch runs the
-pipeline of `fixflow run` (``stream.query.BatchPipeline`` with ``stream.program.ProgramStream``
-as its maintenance hook): validation and dead letters, one epoch of the ``Maintainer``,
-the idempotent Delta commits under (query id, batch id), the EDB commit last. Only the
-transport differs, as with ``stream.memory_source``.
+The input is either the user's streaming DataFrames or, when none is given, the program's
+Kafka topics as ``[kafka]`` configures them (what `fixflow run` reads: the CLI is a user of
+this function). Each input DataFrame is turned into the records a Kafka topic would hold
+(topic = the relation, value = the fact as the JSON message ``kafka.messages`` parses, with
+the frame's ``op`` column when it has one), the streams are unioned, and every micro-batch
+runs the pipeline of `fixflow run` (``stream.query.BatchPipeline`` with
+``stream.program.ProgramStream`` as its maintenance hook): validation and dead letters, one
+epoch of the ``Maintainer``, the idempotent Delta commits under (query id, batch id), the EDB
+commit last. The query is returned watched (``stream.running.RunningStream``): async
+consistency carries pending deltas on between batches, as in `fixflow run`.
 
 Within one micro-batch the operations on one fact apply in the order of the batch's rows
 (their position stands for Kafka's offset), the last one winning.
@@ -14,26 +17,26 @@ Within one micro-batch the operations on one fact apply in the order of the batc
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
 
-from fixflow.checker.ast import Attribute
+from fixflow.checker.ast import Attribute, InputDirective
+from fixflow.checker.model import Report
+from fixflow.operators.evaluate import Progress
 from fixflow.pipeline.api.errors import FixflowError, InputError
 from fixflow.pipeline.api.inputs import frame_of, typed_columns
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka.messages import OP_FIELD
-from fixflow.pipeline.stream.metrics import Metrics, MetricsServer, serve_configured
-from fixflow.pipeline.stream.program import ProgramStream
-from fixflow.pipeline.stream.query import BatchPipeline, streaming_query_id
+from fixflow.pipeline.stream.metrics import Metrics, serve_configured
+from fixflow.pipeline.stream.program import BatchReport, ProgramStream
+from fixflow.pipeline.stream.query import BatchPipeline, streaming_query_id, with_trigger
+from fixflow.pipeline.stream.running import RunningStream
 
 log = logging.getLogger(__name__)
 
@@ -48,41 +51,58 @@ def start(
     trigger: str | None,
     inputs: Mapping[str, DataFrame],
     declared: Mapping[str, Sequence[Attribute]],
-) -> StreamingQuery:
-    """Start the streaming query of ``program`` (its file name and text) over ``inputs``,
-    its lake directory ``name`` under ``[lake] path``."""
-    if config.stream.consistency != "converged":
-        raise FixflowError(
-            '[stream] consistency = "async" runs in `fixflow run` only (it carries deltas '
-            "on between batches); Program.stream commits converged results"
-        )
-    if not inputs:
-        raise InputError(f"{program[0]}: give at least one input stream")
+    *,
+    metrics: Metrics | None = None,
+    on_batch: Callable[[BatchReport], None] | None = None,
+    on_round: Callable[[Progress], None] | None = None,
+) -> RunningStream:
+    """Start the streaming query of ``program`` (its file name and text) over ``inputs``
+    (none: its Kafka topics), its lake directory ``name`` under ``[lake] path``. Without
+    ``metrics``, new ones, served when ``[metrics] enabled``."""
     records = [
         _records(relation, declared[relation], frame, config.kafka.topic(relation))
         for relation, frame in inputs.items()
     ]
-    metrics = Metrics()
-    stream = ProgramStream(spark, config, program[0], metrics, text=program[1], name=name)
-    handle = functools.partial(_run_batch, stream.batch_pipeline())
-    union = functools.reduce(DataFrame.unionByName, records)
-    writer = (
-        union.writeStream.foreachBatch(handle)
-        .option("checkpointLocation", stream.lake.checkpoint())
-        .queryName(f"fixflow-{name}")
-    )
-    if trigger == AVAILABLE_NOW:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(
-            processingTime=trigger or f"{config.stream.trigger_ms} milliseconds"
+    server = None
+    if metrics is None:
+        metrics = Metrics()
+        server = serve_configured(metrics, config.metrics)
+    try:
+        stream = ProgramStream(
+            spark, config, program[0], metrics, on_batch, on_round, text=program[1], name=name
         )
-    server = serve_configured(metrics, config.metrics)
-    query = writer.start()
-    if server is not None:
-        _stop_with(query, server)
-    log.info("streaming %s into %s", ", ".join(inputs), stream.lake.base)
-    return query
+        available_now = trigger == AVAILABLE_NOW
+        processing_time = None if available_now else trigger
+        if not records:
+            log.info("streaming the topics of %s into %s", program[0], stream.lake.base)
+            return stream.run(available_now, processing_time=processing_time, server=server)
+        handle = functools.partial(_run_batch, stream.batch_pipeline())
+        writer = (
+            functools.reduce(DataFrame.unionByName, records)
+            .writeStream.foreachBatch(handle)
+            .option("checkpointLocation", stream.lake.checkpoint())
+            .queryName(f"fixflow-{name}")
+        )
+        writer = with_trigger(writer, config, available_now, processing_time)
+        log.info("streaming %s into %s", ", ".join(inputs), stream.lake.base)
+        return RunningStream(stream, writer.start, available_now=available_now, server=server)
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
+
+
+def refuse_nullary_inputs(report: Report) -> None:
+    """A stream carries the fields of a tuple, and a nullary relation's one tuple has none:
+    such an input is refused (`fixflow eval` reads its facts file; docs/language.md)."""
+    schemas = report.analysis.schemas
+    for item in report.analysis.program.items:
+        if isinstance(item, InputDirective) and not schemas.get(item.relation, (None,)):
+            raise FixflowError(
+                f"{item.span}: nullary input relation `{item.relation}` is not supported by "
+                "the stream (only by `fixflow eval`): derive it from a relation with "
+                "attributes instead"
+            )
 
 
 def _records(
@@ -125,14 +145,3 @@ def _numbered(table: pa.Table) -> pa.Table:
         offsets[mine] = np.arange(int(mine.sum()))
     table = table.append_column("partition", pa.array(np.zeros(table.num_rows, np.int32)))
     return table.append_column("offset", pa.array(offsets))
-
-
-def _stop_with(query: StreamingQuery, server: MetricsServer) -> None:
-    """Stop the metrics endpoint when the query ends."""
-
-    def wait() -> None:
-        with contextlib.suppress(Exception):  # the query's failure is the caller's to see
-            query.awaitTermination()
-        server.stop()
-
-    threading.Thread(target=wait, name="fixflow-metrics-stop", daemon=True).start()

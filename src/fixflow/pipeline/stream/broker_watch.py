@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 FIRST_BACKOFF_S = 0.5
 UP_PROBE_S = 2.0
 """While the broker answers, how often it is probed (a TCP connect)."""
+AVAILABLE_NOW_WAIT_S = 60.0
+"""How long `fixflow run --available-now` waits for an absent broker when ``[kafka]
+wait_for_broker_s`` is 0: a run meant to end must not wait forever."""
 
 
 class BrokerUnavailable(UserFacingError):
@@ -40,10 +43,21 @@ class BrokerWatch:
         health: Health,
         say: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        available_now: bool = False,
     ) -> None:
+        """``available_now``: the run processes what is there and exits, so it gives up
+        after ``AVAILABLE_NOW_WAIT_S`` when ``wait_for_broker_s`` is 0 (forever)."""
         self.servers = kafka.bootstrap_servers
         self.backoff_max_s = kafka.backoff_max_s
-        self.give_up_after_s = kafka.wait_for_broker_s
+        self.give_up_after_s = kafka.wait_for_broker_s or (
+            AVAILABLE_NOW_WAIT_S if available_now else 0.0
+        )
+        self._limit = (
+            "[kafka] wait_for_broker_s"
+            if kafka.wait_for_broker_s
+            else "--available-now's limit; [kafka] wait_for_broker_s sets another"
+        )
         self.health = health
         self.say = say
         self.clock = clock
@@ -65,16 +79,23 @@ class BrokerWatch:
             self._went_away(now)
         return self.up
 
+    def check_or_give_up(self) -> bool:
+        """``check``, and raise ``BrokerUnavailable`` once the broker has been away for
+        longer than the run waits for it (``wait_for_broker_s``; never when that is 0)."""
+        if self.check():
+            return True
+        if self.give_up_after_s and self.clock() - self.down_since > self.give_up_after_s:
+            raise BrokerUnavailable(
+                f"no Kafka broker answers at {self.servers} after "
+                f"{self.give_up_after_s:g} s ({self._limit}): start it "
+                "(`fixflow broker start` for the embedded one) or fix bootstrap_servers"
+            )
+        return False
+
     def wait(self, stopping: threading.Event | None = None) -> bool:
         """Block until the broker answers (True) or ``stopping`` is set (False); raise
         BrokerUnavailable after ``wait_for_broker_s`` (when it is not 0)."""
-        while not self.check():
-            if self.give_up_after_s and self.clock() - self.down_since > self.give_up_after_s:
-                raise BrokerUnavailable(
-                    f"no Kafka broker answers at {self.servers} after "
-                    f"{self.give_up_after_s:g} s ([kafka] wait_for_broker_s): start it "
-                    "(`fixflow broker start` for the embedded one) or fix bootstrap_servers"
-                )
+        while not self.check_or_give_up():
             pause = max(0.05, min(self._next_probe - self.clock(), 1.0))
             if stopping is not None and stopping.wait(pause):
                 return False

@@ -23,7 +23,8 @@ commits, and carries the pending deltas on: into the next batch, and between bat
 commit that completes convergence says ``false``. A restart re-evaluates the EDB, which
 converges, so nothing provisional survives a crash.
 
-``running.run_until_stopped`` is `fixflow run`'s loop around the started query.
+``run`` starts the query watched (``running.RunningStream``); ``running.run_until_stopped``
+is `fixflow run`'s loop around it.
 """
 
 from __future__ import annotations
@@ -50,14 +51,9 @@ from fixflow.pipeline.lake.delta import declared_rows
 from fixflow.pipeline.lake.lakehouse import ProgramLake, read_before_batch, record_program
 from fixflow.pipeline.stream.commits import ResultCommits
 from fixflow.pipeline.stream.ingest import IngestResult, Phases, ensure_edb_tables
-from fixflow.pipeline.stream.metrics import Metrics, Strategy
-from fixflow.pipeline.stream.query import (
-    START_AGAIN,
-    START_ATTEMPTS,
-    BatchPipeline,
-    missed_connect_back,
-    start_ingest_query,
-)
+from fixflow.pipeline.stream.metrics import Metrics, MetricsServer, Strategy
+from fixflow.pipeline.stream.query import BatchGate, BatchPipeline, start_ingest_query
+from fixflow.pipeline.stream.running import RunningStream
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +137,9 @@ class ProgramStream:
         )
         self.lock = threading.Lock()
         """Held by each batch (``BatchPipeline``) and by ``converge`` between batches."""
+        self.gate = BatchGate()
+        """The batch in flight; closed by ``RunningStream.stop``, after which a batch that
+        starts raises ``query.StopRequested``."""
         self.residuals: dict[str, float] = {}
         """The termination measure each relation's stratum reached in the running epoch
         (a ``sum`` relation's result commit records it)."""
@@ -365,25 +364,36 @@ class ProgramStream:
     def _frame(self, table: pa.Table) -> DataFrame:
         return self.spark.createDataFrame(table)
 
-    def run_available_now(self, timeout_s: float | None = None) -> Any:
-        """One ``availableNow`` run to its end (the query, ended); a start that lost Spark's
-        connect-back race (``missed_connect_back``) is started again, ``START_ATTEMPTS`` in
-        all. A failed batch raises; so does a run still going after ``timeout_s`` (stopped
-        first), a guard for tests."""
-        for attempt in range(1, START_ATTEMPTS + 1):
-            query = self.start(available_now=True)
-            try:
-                finished = query.awaitTermination(timeout_s)
-            except Exception:
-                if attempt < START_ATTEMPTS and missed_connect_back(query):
-                    log.warning(START_AGAIN, attempt, START_ATTEMPTS)
-                    continue
-                raise
-            if finished is False:  # None without a timeout
-                query.stop()
-                raise TimeoutError(f"the query did not finish within {timeout_s} s")
-            return query
-        raise AssertionError("unreachable: the last attempt returns or raises")
+    def run(
+        self,
+        available_now: bool = False,
+        *,
+        processing_time: str | None = None,
+        settle: bool = True,
+        server: MetricsServer | None = None,
+    ) -> RunningStream:
+        """Start the streaming query over the program's Kafka topics (``start``), watched
+        (``running.RunningStream``: started again after a missed connect-back, async deltas
+        carried on while idle and, with ``settle``, to the end of an ``available_now`` run;
+        β adapted)."""
+        return RunningStream(
+            self,
+            lambda: self.start(available_now, processing_time),
+            available_now=available_now,
+            settle=settle,
+            kafka=True,
+            server=server,
+        )
+
+    def run_available_now(self, timeout_s: float | None = None) -> RunningStream:
+        """One ``availableNow`` run to its end (the query, ended), pending async deltas left
+        pending (``settle`` carries them on). A failed batch raises; so does a run still
+        going after ``timeout_s`` (stopped first), a guard for tests."""
+        query = self.run(available_now=True, settle=False)
+        if query.awaitTermination(timeout_s) is False:
+            query.stop()
+            raise TimeoutError(f"the query did not finish within {timeout_s} s")
+        return query
 
     def batch_pipeline(self) -> BatchPipeline:
         """What each micro-batch of this stream runs (ingest → ``maintain`` → EDB commit),
@@ -399,10 +409,12 @@ class ProgramStream:
             topic_prefix=self.config.kafka.topic_prefix,
             lock=self.lock,
             spark=self.spark,
+            gate=self.gate,
         )
 
-    def start(self, available_now: bool = False) -> Any:
-        """Start the streaming query (see ``query.start_ingest_query``)."""
+    def start(self, available_now: bool = False, processing_time: str | None = None) -> Any:
+        """Start the streaming query over the Kafka topics (``query.start_ingest_query``),
+        unwatched: ``run`` watches it."""
         write_limit_file(self.limit_file, self.beta)
         return start_ingest_query(
             self.spark,
@@ -412,6 +424,8 @@ class ProgramStream:
             self.metrics,
             self.maintain,
             available_now=available_now,
+            processing_time=processing_time,
             limit_file=self.limit_file if self.config.stream.adaptive else None,
             lock=self.lock,
+            gate=self.gate,
         )

@@ -12,11 +12,12 @@ and the checkpoint together. Everything here needs Spark; ``ingest`` does not.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -35,7 +36,7 @@ from fixflow.pipeline.stream.metrics import Metrics
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
     from fixflow.pipeline.config import Config
 
@@ -102,6 +103,21 @@ Maintain = Callable[[IngestResult], None]
 ``result.commit`` on every Delta commit). It runs before the EDB commit."""
 
 
+@dataclass
+class BatchGate:
+    """Between a stream's batches and whoever stops it: which batch is in flight, and
+    whether another may start (``running.RunningStream.stop`` closes it)."""
+
+    closed: threading.Event = field(default_factory=threading.Event)
+    in_flight: int | None = None
+
+
+class StopRequested(Exception):
+    """Raised by a batch that starts after its stream was asked to stop: nothing of it is
+    read, applied or committed (Spark has not committed it either, so the next start runs
+    it), and the query ends (``running.RunningStream.stop`` takes it as the stop)."""
+
+
 @dataclass(frozen=True)
 class BatchPipeline:
     """What one micro-batch runs, whatever carried its records (the Kafka query's
@@ -112,7 +128,8 @@ class BatchPipeline:
     restart (the Kafka query does not commit it in Spark's checkpoint); the idempotent
     commits make that safe. ``lock`` is held for the whole batch (work between batches,
     such as carrying pending deltas on under async consistency, takes it too). With
-    ``spark``, each batch counts the Spark jobs it started."""
+    ``spark``, each batch counts the Spark jobs it started. Once ``gate`` is closed, a batch
+    that starts raises ``StopRequested`` before it reads anything."""
 
     program: Program
     lake: ProgramLake
@@ -121,6 +138,7 @@ class BatchPipeline:
     topic_prefix: str = ""
     lock: AbstractContextManager[Any] | None = None
     spark: SparkSession | None = None
+    gate: BatchGate | None = None
 
     def run(self, read: Callable[[], pa.Table], batch_id: int, query_id: str) -> IngestResult:
         """One batch: ``read`` gives its records (timed as the ``read`` phase)."""
@@ -128,7 +146,7 @@ class BatchPipeline:
         jobs = None
         if self.spark is not None:
             jobs = _JobCounter(self.spark, f"fixflow-batch-{batch_id}-{uuid.uuid4()}")
-        with self.lock or nullcontext():
+        with self.lock or nullcontext(), self._in_flight(batch_id):
             phases = Phases()
             with phases.timed("read"):
                 records = read()
@@ -154,6 +172,19 @@ class BatchPipeline:
             self.metrics.batch_committed(batch_id)
             self.metrics.batch_duration.observe(time.monotonic() - started)
         return result
+
+    @contextmanager
+    def _in_flight(self, batch_id: int) -> Iterator[None]:
+        if self.gate is None:
+            yield
+            return
+        if self.gate.closed.is_set():
+            raise StopRequested(f"batch {batch_id} not started: the stream is stopping")
+        self.gate.in_flight = batch_id
+        try:
+            yield
+        finally:
+            self.gate.in_flight = None
 
 
 def batch_handler(
@@ -191,14 +222,17 @@ def start_ingest_query(
     maintain: Maintain | None = None,
     *,
     available_now: bool = False,
+    processing_time: str | None = None,
     limit_file: str | None = None,
     lock: AbstractContextManager[Any] | None = None,
+    gate: BatchGate | None = None,
 ) -> StreamingQuery:
     """Start the streaming query of a program: its input topics (created if missing) →
     ``batch_handler`` → the lake, checkpointed under ``lake.checkpoint()``.
 
     ``available_now`` processes what is published, then stops (``fixflow run
-    --available-now``, tests); otherwise a batch starts every ``[stream] trigger_ms``.
+    --available-now``, tests); otherwise a batch starts every ``processing_time`` (Spark's
+    interval, e.g. ``"5 seconds"``), by default every ``[stream] trigger_ms``.
     """
     from fixflow.pipeline.broker.embedded import ensure_topics
     from fixflow.pipeline.kafka.driver_read import DriverRead, local_dir
@@ -217,7 +251,14 @@ def start_ingest_query(
             read_ahead=config.stream.read_ahead,
         )
     pipeline = BatchPipeline(
-        program, lake, metrics, maintain, topic_prefix=prefix, lock=lock, spark=spark
+        program,
+        lake,
+        metrics,
+        maintain,
+        topic_prefix=prefix,
+        lock=lock,
+        spark=spark,
+        gate=gate,
     )
     handler = batch_handler(pipeline, driver_read)
     writer = (
@@ -226,12 +267,21 @@ def start_ingest_query(
         .option("checkpointLocation", lake.checkpoint())
         .queryName(f"fixflow-{lake.program}")
     )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{config.stream.trigger_ms} milliseconds")
+    writer = with_trigger(writer, config, available_now, processing_time)
     choose_checkpoint_files(spark, local=local_dir(lake.checkpoint()) is not None)
     return writer.start()
+
+
+def with_trigger(
+    writer: DataStreamWriter, config: Config, available_now: bool, processing_time: str | None
+) -> DataStreamWriter:
+    """``writer`` triggered once over what is there (``available_now``), or every
+    ``processing_time``, by default ``[stream] trigger_ms``."""
+    if available_now:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(
+        processingTime=processing_time or f"{config.stream.trigger_ms} milliseconds"
+    )
 
 
 CHECKPOINT_FILES = "spark.sql.streaming.checkpointFileManagerClass"

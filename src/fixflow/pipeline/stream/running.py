@@ -1,62 +1,223 @@
-"""`fixflow run`'s loop around a running streaming query: stop on a signal between batches,
-adapt the per-trigger limit, carry pending deltas on while idle (async), start again after a
-missed connect-back, and say in one line why a query stopped."""
+"""A program's streaming query while it runs: ``RunningStream`` (what ``Program.stream`` and
+``ProgramStream.run`` return) does Fixflow's work around the query — start it again after a
+missed connect-back, carry pending deltas on while idle (async), adapt the per-trigger limit —
+and `fixflow run`'s loop (``run_until_stopped``) adds signals, the broker watch and health;
+``failure_summary`` says in one line why a query stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import signal
 import threading
-import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pyspark.errors import StreamingQueryException
+from pyspark.sql.streaming import StreamingQuery
+
 from fixflow.pipeline.kafka.batch_limit import lag_from_progress
+from fixflow.pipeline.lake import lease
 from fixflow.pipeline.stream.broker_watch import BrokerWatch
-from fixflow.pipeline.stream.metrics import Health
-from fixflow.pipeline.stream.query import START_AGAIN, START_ATTEMPTS, missed_connect_back
+from fixflow.pipeline.stream.metrics import Health, MetricsServer
+from fixflow.pipeline.stream.query import (
+    START_AGAIN,
+    START_ATTEMPTS,
+    StopRequested,
+    missed_connect_back,
+)
 
 if TYPE_CHECKING:
-    from fixflow.pipeline.stream.program import ProgramStream
+    from fixflow.pipeline.stream.program import BatchReport, ProgramStream
 
 log = logging.getLogger(__name__)
 
 
+WATCH_S = 0.2
+"""How long the watcher waits on the query between its looks at the stream: the most an idle
+async stream waits before carrying its deltas on."""
+
+
+class RunningStream(StreamingQuery):
+    """A program's running streaming query: pyspark's ``StreamingQuery`` (``isActive``,
+    ``stop``, ``lastProgress``, ...), with Fixflow's work around it done by a watcher thread:
+
+    - a start that missed Spark's connect-back (``query.missed_connect_back``) is made again
+      on the same checkpoint, ``START_ATTEMPTS`` starts in all;
+    - async consistency: while no batch runs, pending deltas are carried on
+      (``ProgramStream.converge``); after an ``available_now`` run, to convergence
+      (``ProgramStream.settle``) when ``settle``;
+    - with the Kafka topics as the source (``kafka``): the lag observed after each batch, and
+      the per-trigger limit adapted (``[stream] adaptive``);
+    - a metrics endpoint handed over (``server``) is stopped when all is done.
+
+    The stream holds its lake's lease (``lake.lease``) from before the query starts until
+    all is done: a second writer of the same lake is refused (``LakeBusy``), and a stream
+    whose lease was taken over stops.
+
+    ``awaitTermination`` returns once the query has ended and that work is done, and raises
+    the query's failure or the work's (the query is stopped first)."""
+
+    def __init__(
+        self,
+        stream: ProgramStream,
+        start: Callable[[], StreamingQuery],
+        *,
+        available_now: bool = False,
+        settle: bool = True,
+        kafka: bool = False,
+        server: MetricsServer | None = None,
+    ) -> None:
+        stream.gate.closed.clear()
+        self._lease = lease.take(stream.lake)
+        try:
+            # pyspark's StreamingQuery wraps the JVM's query (``_jsq``); a start again swaps it.
+            super().__init__(start()._jsq)
+        except BaseException:
+            self._lease.release()
+            raise
+        self.stream = stream
+        self._start = start
+        self._starts = 1
+        self._settle = available_now and settle
+        self._kafka = kafka
+        self._server = server
+        self._stopping = False
+        self._failure: BaseException | None = None
+        self._seen = 0
+        self._done = threading.Event()
+        self._lease.on_lost = self._lost
+        name = f"fixflow-{stream.lake.program}-watch"
+        threading.Thread(target=self._watch, name=name, daemon=True).start()
+
+    @property
+    def reports(self) -> list[BatchReport]:
+        """What each batch (and each epoch between batches) did, in order."""
+        return self.stream.reports
+
+    def stop(self) -> None:
+        """Stop the query between batches: the batch in flight, if any, finishes and
+        commits, and no batch starts after it (one that Spark starts raises
+        ``query.StopRequested`` before reading anything: the next start runs it). Returns
+        once the query has stopped; pending async deltas stay pending."""
+        self.close()
+        with self.stream.lock:  # held by the batch in flight (and by a converge)
+            pass
+        super().stop()
+
+    def close(self) -> int | None:
+        """Let no batch start from now on (``stop`` then ends the query): the id of the
+        batch in flight, which finishes and commits, or None."""
+        self._stopping = True
+        self.stream.gate.closed.set()
+        return self.stream.gate.in_flight
+
+    def exception(self) -> StreamingQueryException | None:
+        """Why the query failed; None when it did not, or ended because it was stopped."""
+        error = super().exception()
+        return None if error is not None and self._stopped_by_request(error) else error
+
+    def awaitTermination(self, timeout: float | None = None) -> bool | None:
+        """Wait until the query has ended and the work around it is done (pyspark's
+        contract: None without a timeout, else whether it ended in time)."""
+        if not self._done.wait(timeout):
+            return False
+        if self._failure is not None:
+            raise self._failure
+        try:
+            super().awaitTermination()  # ended: raises the query's failure, if any
+        except Exception as error:
+            if not self._stopped_by_request(error):
+                raise
+        return None if timeout is None else True
+
+    def _lost(self, why: str) -> None:
+        """The lease was taken over: this stream must write no more."""
+        self._failure = lease.LakeBusy(why)
+        self.close()
+        super().stop()
+
+    def _stopped_by_request(self, error: BaseException) -> bool:
+        return self._stopping and StopRequested.__name__ in str(error)
+
+    def _watch(self) -> None:
+        try:
+            while self._running() or self._started_again():
+                pass
+            if self._settle and not self._stopping and self.exception() is None:
+                self.stream.settle()
+        except BaseException as error:  # raised to whoever awaits the query
+            self._failure = error
+            with contextlib.suppress(Exception):
+                super().stop()
+        finally:
+            self._lease.release()
+            if self._server is not None:
+                self._server.stop()
+            self._done.set()
+
+    def _running(self) -> bool:
+        """Wait a moment on the query; while it runs, observe new batches or, idle, carry
+        pending deltas on. False once it has ended."""
+        try:
+            ended = self._jsq.awaitTermination(int(WATCH_S * 1000))
+        except Exception:  # it failed: ``exception()`` says why
+            return False
+        if ended:
+            return False
+        if len(self.stream.reports) > self._seen:
+            self._after_batches()
+        elif _idle(self) and self.stream.maintainer.provisional and not self._stopping:
+            self.stream.converge()
+        return True
+
+    def _started_again(self) -> bool:
+        if self._stopping or self._starts == START_ATTEMPTS or not missed_connect_back(self):
+            return False
+        log.warning(START_AGAIN, self._starts, START_ATTEMPTS)
+        self._jsq = self._start()._jsq
+        self._starts += 1
+        return True
+
+    def _after_batches(self) -> None:
+        stream, seen = self.stream, self._seen
+        self._seen = len(stream.reports)
+        if not self._kafka:
+            return
+        lags = lag_from_progress(self.lastProgress)
+        if stream.metrics is not None:
+            stream.metrics.observe_lag(lags)
+        for report in stream.reports[seen : self._seen]:
+            if stream.config.stream.adaptive and report.records:
+                stream.adapt_batch_size(report, sum(lags.values()))
+
+
 def run_until_stopped(
-    stream: ProgramStream,
-    query: Any,
-    poll_s: float = 0.5,
-    broker_watch: BrokerWatch | None = None,
+    query: RunningStream, poll_s: float = 0.5, broker_watch: BrokerWatch | None = None
 ) -> None:
-    """Block until the query ends; SIGTERM/SIGINT stop it gracefully (the running batch
-    finishes first, so nothing is half-committed). Adapts β between batches; with a
-    ``broker_watch``, says when the broker goes away and comes back (health: waiting)."""
+    """`fixflow run`'s loop: block until the query ends; SIGTERM/SIGINT stop it between
+    batches (``RunningStream.stop``: the batch in flight commits, no other starts); with a
+    ``broker_watch``, say when the broker goes away and comes back (health: waiting), and
+    give up after ``[kafka] wait_for_broker_s``."""
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
-        log.warning("signal %d: stopping after the current batch", signum)
+        in_flight = query.close()
+        after = "no batch in flight" if in_flight is None else f"batch {in_flight} in flight"
+        log.warning("signal %d: stopping (%s; no batch starts after it)", signum, after)
         stopping.set()
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    health = stream.metrics.health if stream.metrics is not None else Health()
-    seen, attempt = 0, 1
+    metrics = query.stream.metrics
+    health = metrics.health if metrics is not None else Health()
     try:
         health.set("running")
-        while True:
-            while query.isActive and not stopping.is_set():
-                time.sleep(poll_s)
-                if broker_watch is not None:
-                    broker_watch.check()
-                if len(stream.reports) > seen:
-                    seen = _after_batches(stream, query, seen)
-                elif _idle(query) and stream.maintainer.provisional:
-                    stream.converge()  # async: no input arrives, so carry pending deltas on
-            if stopping.is_set() or attempt == START_ATTEMPTS or not missed_connect_back(query):
-                break
-            log.warning(START_AGAIN, attempt, START_ATTEMPTS)
-            query, attempt = stream.start(), attempt + 1
+        while not stopping.is_set() and query.awaitTermination(poll_s) is False:
+            if broker_watch is not None:
+                broker_watch.check_or_give_up()
         health.set("stopping")
-        _stop_between_batches(query)
+        query.stop()  # after the batch in flight
         query.awaitTermination()
         health.set("stopped")
     except BaseException as error:
@@ -69,28 +230,6 @@ def run_until_stopped(
 
 def _idle(query: Any) -> bool:
     return query.isActive and not query.status.get("isTriggerActive", False)
-
-
-def _stop_between_batches(query: Any, timeout_s: float = 3600.0) -> None:
-    """Stop ``query`` once no trigger is running: ``stop()`` interrupts a running batch,
-    which would then only be completed by the replay after the next start."""
-    deadline = time.monotonic() + timeout_s
-    while query.isActive and time.monotonic() < deadline:
-        if not query.status.get("isTriggerActive", False):
-            break
-        time.sleep(0.05)
-    if query.isActive:
-        query.stop()
-
-
-def _after_batches(stream: ProgramStream, query: Any, seen: int) -> int:
-    lags = lag_from_progress(query.lastProgress)
-    if stream.metrics is not None:
-        stream.metrics.observe_lag(lags)
-    for report in stream.reports[seen:]:
-        if stream.config.stream.adaptive and report.records:
-            stream.adapt_batch_size(report, sum(lags.values()))
-    return len(stream.reports)
 
 
 FAILURE = re.compile(r"\b(DataLossError|TimeoutError|BrokerUnavailable|BrokerError): (.+)")

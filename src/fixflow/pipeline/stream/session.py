@@ -1,6 +1,6 @@
-"""Everything one running program needs, started and stopped together: the embedded
-broker (when configured), the SparkSession, the metrics endpoint and the ``ProgramStream``.
-Used by `fixflow run` and `fixflow demo`."""
+"""What `fixflow run` starts around a program's stream, and stops together: the metrics
+endpoint (first: a busy port fails before anything else starts), the embedded broker (when
+configured) and the SparkSession. The stream itself is ``Program.stream``'s."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from types import TracebackType
 from fixflow.checker.ast import Program
 from fixflow.pipeline.broker.embedded import start_broker
 from fixflow.pipeline.config import Config
+from fixflow.pipeline.lake.lakehouse import ProgramLake
 from fixflow.pipeline.spark import make_session
 from fixflow.pipeline.stream.broker_watch import BrokerWatch
 from fixflow.pipeline.stream.metrics import Metrics, MetricsServer, serve_configured
-from fixflow.pipeline.stream.program import BatchReport, ProgramStream
+from fixflow.pipeline.stream.program import BatchReport
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +27,14 @@ class Session:
         self,
         config: Config,
         program_file: str | Path,
+        program: Program,
+        *,
+        available_now: bool = False,
         say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
     ) -> None:
         self.config = config
         self.program_file = Path(program_file)
+        self.program = program
         # The endpoint first: a busy port fails in a moment, not after Spark's start-up.
         self.metrics = Metrics()
         self.server: MetricsServer | None = serve_configured(self.metrics, config.metrics)
@@ -37,10 +42,11 @@ class Session:
         if config.kafka.embedded:
             self.broker_message = start_broker(config).message
         # A broker that is down at start is waited for (said once), before Spark starts.
-        self.broker_watch = BrokerWatch(config.kafka, self.metrics.health, say)
+        self.broker_watch = BrokerWatch(
+            config.kafka, self.metrics.health, say, available_now=available_now
+        )
         self.broker_watch.wait()
         self.spark = make_session(config.spark.master, "fixflow", dict(config.spark.conf))
-        self.stream = ProgramStream(self.spark, config, program_file, self.metrics)
 
     def __enter__(self) -> Session:
         return self
@@ -55,8 +61,8 @@ class Session:
             self.server.stop()
 
     def describe(self) -> str:
-        lake = self.stream.lake
-        topics = ", ".join(self.config.kafka.topic(r) for r in self.stream.program.inputs)
+        lake = ProgramLake.for_program(self.config.lake.path, self.program_file)
+        topics = ", ".join(self.config.kafka.topic(r) for r in self.program.inputs)
         lines = [
             f"program      {self.program_file}",
             f"kafka        {self.config.kafka.bootstrap_servers}"
@@ -68,7 +74,7 @@ class Session:
         if self.server is not None:
             base = f"http://{self.config.metrics.host}:{self.server.port}"
             lines.append(f"metrics      {base}/metrics (probes: {base}/ready, {base}/healthz)")
-        eval_only = eval_only_directives(self.stream.program)
+        eval_only = eval_only_directives(self.program)
         if eval_only:
             lines.append(
                 f"note         {', '.join(eval_only)}: for `fixflow eval` only; the stream "
@@ -76,9 +82,9 @@ class Session:
             )
         return "\n".join(lines)
 
-    @staticmethod
-    def print_batch(report: BatchReport) -> None:
-        print(format_batch(report), flush=True)
+
+def print_batch(report: BatchReport) -> None:
+    print(format_batch(report), flush=True)
 
 
 def format_batch(report: BatchReport) -> str:

@@ -1,12 +1,17 @@
-"""`fixflow run PROG.dl [--conf FILE] [--available-now]`: the streaming pipeline."""
+"""`fixflow run PROG.dl [--conf FILE] [--available-now]`: the streaming pipeline, a user of
+the Python API (``Program.stream`` over the program's Kafka topics)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fixflow.pipeline.config import Config, ConfigError, add_conf_argument, config_from_args
+
+if TYPE_CHECKING:
+    from fixflow.pipeline.api import Program
 
 HELP = "run the streaming pipeline: Kafka -> incremental maintenance -> Delta"
 
@@ -24,9 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pyspark.errors import StreamingQueryException
 
-    from fixflow.checker.diagnostics import CheckError
+    from fixflow.pipeline.api import FixflowError, Program, ProgramError
+    from fixflow.pipeline.api.stream import refuse_nullary_inputs
     from fixflow.pipeline.broker.processes import BrokerError
-    from fixflow.pipeline.stream.broker_watch import BrokerUnavailable
+    from fixflow.pipeline.errors import UserFacingError
+    from fixflow.pipeline.lake.lakehouse import ProgramLake
+    from fixflow.pipeline.lake.lease import refuse_if_held
     from fixflow.pipeline.stream.metrics import MetricsPortBusy
     from fixflow.pipeline.stream.running import failure_summary
 
@@ -34,19 +42,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"fixflow run: {args.program}: no such file", file=sys.stderr)
         return 2
     try:
-        nullary = _nullary_input(Path(args.program))
-        if nullary is not None:
-            print(f"fixflow run: {nullary}", file=sys.stderr)
-            return 1
+        program = Program.from_file(args.program)
+        refuse_nullary_inputs(program.report)  # before anything starts
         config = config_from_args(args)
-        return _run(config, args.program, args.available_now)
-    except ConfigError as error:
-        print(f"fixflow run: {error}", file=sys.stderr)
+        refuse_if_held(ProgramLake.for_program(config.lake.path, program.name))
+        return _run(config, program, args.available_now)
+    except ProgramError as error:
+        print(error.render(), file=sys.stderr)
         return 1
-    except CheckError as error:
-        print(error, file=sys.stderr)
-        return 1
-    except (BrokerError, BrokerUnavailable, MetricsPortBusy) as error:
+    except (ConfigError, FixflowError, UserFacingError, BrokerError, MetricsPortBusy) as error:
         print(f"fixflow run: {error}", file=sys.stderr)
         return 1
     except StreamingQueryException as error:
@@ -56,40 +60,26 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def _nullary_input(program_file: Path) -> str | None:
-    """Why the stream refuses the program, if it has a nullary input: a topic's records
-    carry the fields of a tuple, and a nullary relation's one tuple has none (`fixflow
-    eval` reads its facts file; docs/language.md)."""
-    from fixflow.checker import load
-    from fixflow.checker.ast import InputDirective
-
-    report = load(program_file.read_text(encoding="utf-8"), str(program_file))
-    schemas = report.analysis.schemas
-    for item in report.analysis.program.items:
-        if isinstance(item, InputDirective) and not schemas.get(item.relation, (None,)):
-            return (
-                f"{item.span}: nullary input relation `{item.relation}` is not supported by "
-                "the stream (only by `fixflow eval`): derive it from a relation with "
-                "attributes instead"
-            )
-    return None
-
-
-def _run(config: Config, program: str, available_now: bool) -> int:
+def _run(config: Config, program: Program, available_now: bool) -> int:
+    """The program's stream through the Python API (``Program.stream`` over the ``[kafka]``
+    topics), on the session, broker and metrics endpoint ``stream.session.Session`` starts."""
+    from fixflow.pipeline.api.stream import AVAILABLE_NOW
     from fixflow.pipeline.cli.commands.progress import RoundPrinter
-    from fixflow.pipeline.stream.session import Session
+    from fixflow.pipeline.stream.running import run_until_stopped
+    from fixflow.pipeline.stream.session import Session, print_batch
 
-    with Session(config, program) as session:
+    analysed = program.report.analysis.program
+    with Session(config, program.name, analysed, available_now=available_now) as session:
         print(session.describe())
-        session.stream.on_batch = session.print_batch
-        session.stream.on_round = RoundPrinter()
-        if available_now:
-            session.stream.run_available_now()
-            session.stream.settle()  # async consistency: converge before exiting
-        else:
-            from fixflow.pipeline.stream.running import run_until_stopped
-
-            query = session.stream.start()
-            run_until_stopped(session.stream, query, broker_watch=session.broker_watch)
-        print(f"stopped after {len(session.stream.reports)} batch(es)")
+        query = program.stream(
+            session.spark,
+            config,
+            trigger=AVAILABLE_NOW if available_now else None,
+            metrics=session.metrics,
+            on_batch=print_batch,
+            on_round=RoundPrinter(),
+        )
+        # (available_now: the query ends by itself, async deltas carried on to the end)
+        run_until_stopped(query, broker_watch=session.broker_watch)
+        print(f"stopped after {len(query.reports)} batch(es)")
     return 0
