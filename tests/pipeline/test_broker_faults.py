@@ -147,7 +147,8 @@ def test_a_reset_broker_stops_the_stream_in_one_line_by_default(
 ) -> None:
     """on_data_loss = "fail": whether the new log is shorter than the checkpoint (its ends
     show the loss) or longer (only the new cluster id does), the run exits 1 with one line
-    that names the partition and what to do."""
+    that names the partition and what to do; `--on-data-loss resume`, the flag it offers,
+    then goes on from the new log without a config edit."""
     config = _config(tmp_path)
     program_file, lake = _program(tmp_path)
     conf = write_conf(tmp_path / "run.toml", config)
@@ -162,6 +163,14 @@ def test_a_reset_broker_stops_the_stream_in_one_line_by_default(
         _publish(config, second)
         again = FixflowRun.start(program_file, conf, tmp_path / "again.out", available_now=True)
         assert again.process.wait(timeout=300) == 1, again.output[-3000:]
+        assert result_rows(lake, "sssp") == _expected(FIRST), "nothing of the new log taken"
+        if len(second) == 1:  # the flag's run once: a JVM start is dear
+            resumed = FixflowRun.start(
+                program_file, conf, tmp_path / "resumed.out", True, ["--on-data-loss", "resume"]
+            )
+            assert resumed.process.wait(timeout=300) == 0, resumed.output[-3000:]
+            assert "resuming at" in resumed.output
+            assert result_rows(lake, "sssp") == _expected(FIRST + second)
     finally:
         stop_broker(config)
     errors = [line for line in again.output.splitlines() if line.startswith("fixflow run:")]
@@ -169,6 +178,5 @@ def test_a_reset_broker_stops_the_stream_in_one_line_by_default(
     assert errors[0].startswith(
         "fixflow run: the stream stopped: records were lost before the stream read them: "
     )
-    assert 'on_data_loss = "resume"' in errors[0]
+    assert "`fixflow run --on-data-loss resume`" in errors[0]
     assert "Traceback" not in again.output
-    assert result_rows(lake, "sssp") == _expected(FIRST), "nothing of the new log was taken"

@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,9 +79,14 @@ class FixflowRun:
 
     @classmethod
     def start(
-        cls, program: Path, conf: Path, output_file: Path, available_now: bool = False
+        cls,
+        program: Path,
+        conf: Path,
+        output_file: Path,
+        available_now: bool = False,
+        flags: Sequence[str] = (),
     ) -> FixflowRun:
-        args = [str(FIXFLOW), "run", str(program), "--conf", str(conf)]
+        args = [str(FIXFLOW), "run", str(program), "--conf", str(conf), *flags]
         if available_now:
             args.append("--available-now")
         with output_file.open("wb") as sink:

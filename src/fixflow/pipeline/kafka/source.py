@@ -145,9 +145,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         what = "; ".join(loss.describe() for loss in losses)
         if self.on_data_loss == "fail":
             raise DataLossError(
-                f"records were lost before the stream read them: {what}. Set [kafka] "
-                'on_data_loss = "resume" to go on from what the broker holds now, or delete '
-                "the query's checkpoint to start over"
+                f"records were lost before the stream read them: {what}. Run again with "
+                "`fixflow run --on-data-loss resume` (or set [kafka] on_data_loss = "
+                '"resume") to go on from what the broker holds now, or delete the '
+                "query's checkpoint to start over"
             )
         moved = {t: dict(ps) for t, ps in positions.items()}
         for loss in losses:

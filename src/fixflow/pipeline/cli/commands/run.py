@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--available-now",
         action="store_true",
         help="process everything published so far, then exit 0",
+    )
+    parser.add_argument(
+        "--on-data-loss",
+        choices=("fail", "resume"),
+        default=None,
+        help="what to do when records were lost before the stream read them (a restarted "
+        "in-memory broker): stop with an error (fail), or go on from what the broker holds "
+        "now (resume); overrides [kafka] on_data_loss for this run",
     )
     add_conf_argument(parser)
 
@@ -45,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         program = Program.from_file(args.program)
         refuse_nullary_inputs(program.report)  # before anything starts
         config = config_from_args(args)
+        if args.on_data_loss is not None:
+            kafka = replace(config.kafka, on_data_loss=args.on_data_loss)
+            config = replace(config, kafka=kafka)
         refuse_if_held(ProgramLake.for_program(config.lake.path, program.name))
         return _run(config, program, args.available_now)
     except ProgramError as error:
