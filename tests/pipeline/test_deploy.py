@@ -117,6 +117,14 @@ def test_dashboard_is_grafana_json_with_unique_panel_ids() -> None:
             assert panel["targets"], f"panel {panel['title']!r} has no query"
 
 
+def test_every_query_of_the_dashboard_follows_its_instance_variable() -> None:
+    """A dashboard over several `fixflow run`s shows the instances picked, in every panel."""
+    for title, target in dashboard_targets():
+        for name in METRIC_NAME.findall(target["expr"]):
+            selector = target["expr"].split(name, 1)[1]
+            assert selector.startswith('{instance=~"$instance"'), (title, target["expr"])
+
+
 def test_every_metric_in_the_dashboard_exists_in_the_registry() -> None:
     known = series_names()
     targets = dashboard_targets()
@@ -372,3 +380,14 @@ def test_image_entrypoint_runs_other_commands_as_given() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['a b', 'c']"
+
+
+def test_the_image_installs_the_tested_versions() -> None:
+    """The Docker image installs with constraints.txt, as `make install` does: the versions
+    the suite ran with (z3's verdicts depend on its version)."""
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text(encoding="utf-8")
+    ignore = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text(encoding="utf-8")
+    installs = [line for line in dockerfile.splitlines() if "pip install" in line]
+    assert installs and "-c constraints.txt" in installs[0], installs
+    assert "constraints.txt" in dockerfile.split(installs[0])[0], "copied before the install"
+    assert "!constraints.txt" in ignore.splitlines()

@@ -16,5 +16,6 @@ def test_version_names_fixflow_and_the_pinned_components() -> None:
     assert done.returncode == 0, done.stderr
     (line,) = done.stdout.splitlines()
     assert line.startswith(f"fixflow {version('fixflow')} (")
-    for component in ("pyspark", "deltalake", "kafka-python", "z3-solver", "pyarrow"):
+    pinned = ("pyspark", "deltalake", "kafka-python", "confluent-kafka", "z3-solver", "pyarrow")
+    for component in pinned:
         assert f"{component} {version(component)}" in line

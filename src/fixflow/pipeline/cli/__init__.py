@@ -54,7 +54,7 @@ class _PrintVersion(argparse.Action):
         parser.exit()
 
 
-COMPONENTS = ("pyspark", "deltalake", "kafka-python", "z3-solver", "pyarrow")
+COMPONENTS = ("pyspark", "deltalake", "kafka-python", "confluent-kafka", "z3-solver", "pyarrow")
 
 
 def version_line() -> str:

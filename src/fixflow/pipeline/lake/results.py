@@ -147,12 +147,19 @@ def _results_dir(lake: ProgramLake) -> str:
     return lake.results("").rstrip("/")
 
 
+DEAD_LETTER = "dead_letter"
+"""The name a stream's dead-letter table goes by in `fixflow show` and `fixflow query`
+(beside the result relations, unless one of them has that name)."""
+
+
 def _program_tables(lake: ProgramLake) -> tuple[ResultTable, ...]:
     filesystem, results_base = filesystem_of(_results_dir(lake))
-    return tuple(
-        ResultTable(name, lake.results(name), lake.program)
-        for name in _delta_children(filesystem, results_base)
-    )
+    names = _delta_children(filesystem, results_base)
+    tables = [ResultTable(name, lake.results(name), lake.program) for name in names]
+    letters = filesystem.get_file_info(join_path(lake.dead_letter, DELTA_LOG))
+    if DEAD_LETTER not in names and letters.type == pafs.FileType.Directory:
+        tables.append(ResultTable(DEAD_LETTER, lake.dead_letter, lake.program))
+    return tuple(tables)
 
 
 def find_results(

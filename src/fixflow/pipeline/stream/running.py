@@ -46,8 +46,8 @@ class RunningStream(StreamingQuery):
     - a start that missed Spark's connect-back (``query.missed_connect_back``) is made again
       on the same checkpoint, ``START_ATTEMPTS`` starts in all;
     - async consistency: while no batch runs, pending deltas are carried on
-      (``ProgramStream.converge``); after an ``available_now`` run, to convergence
-      (``ProgramStream.settle``) when ``settle``;
+      (``ProgramStream.converge``); after an ``available_now`` run, to convergence when
+      ``settle`` (unless stopped);
     - with the Kafka topics as the source (``kafka``): the lag observed after each batch, and
       the per-trigger limit adapted (``[stream] adaptive``);
     - a metrics endpoint handed over (``server``) is stopped when all is done.
@@ -89,7 +89,8 @@ class RunningStream(StreamingQuery):
         self._done = threading.Event()
         self._lease.on_lost = self._lost
         name = f"fixflow-{stream.lake.program}-watch"
-        threading.Thread(target=self._watch, name=name, daemon=True).start()
+        self._watcher = threading.Thread(target=self._watch, name=name, daemon=True)
+        self._watcher.start()
 
     @property
     def reports(self) -> list[BatchReport]:
@@ -100,11 +101,15 @@ class RunningStream(StreamingQuery):
         """Stop the query between batches: the batch in flight, if any, finishes and
         commits, and no batch starts after it (one that Spark starts raises
         ``query.StopRequested`` before reading anything: the next start runs it). Returns
-        once the query has stopped; pending async deltas stay pending."""
+        once the query has stopped and the lake's lease is released, so that a stream of
+        the same lake may start at once; pending async deltas stay pending. (Not from an
+        ``on_batch`` callback: the batch in flight is the one it waits for.)"""
         self.close()
         with self.stream.lock:  # held by the batch in flight (and by a converge)
             pass
         super().stop()
+        if threading.current_thread() is not self._watcher:
+            self._done.wait()
 
     def close(self) -> int | None:
         """Let no batch start from now on (``stop`` then ends the query): the id of the
@@ -145,8 +150,9 @@ class RunningStream(StreamingQuery):
         try:
             while self._running() or self._started_again():
                 pass
-            if self._settle and not self._stopping and self.exception() is None:
-                self.stream.settle()
+            if self._settle and self.exception() is None:
+                while not self._stopping and self.stream.converge() is not None:
+                    pass  # to convergence, unless stopped
         except BaseException as error:  # raised to whoever awaits the query
             self._failure = error
             with contextlib.suppress(Exception):
