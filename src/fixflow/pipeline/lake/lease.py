@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from fixflow.pipeline.errors import UserFacingError
@@ -98,7 +98,7 @@ class Lease:
             if self.on_lost is not None:
                 self.on_lost(why)
             return False
-        self.owner = Owner(**{**asdict(self.owner), "heartbeat": time.time()})
+        self.owner = replace(self.owner, heartbeat=time.time())
         _write_replacing(self.path, self.owner)
         return True
 

@@ -287,10 +287,11 @@ class ProgramStream:
         self._record(report)
         return report
 
-    def settle(self) -> int:
-        """Carry every pending delta on until the results are converged; the epochs run."""
+    def settle(self, stopped: Callable[[], bool] = lambda: False) -> int:
+        """Carry every pending delta on until the results are converged, or ``stopped()``
+        says to stop; the epochs run."""
         epochs = 0
-        while self.converge() is not None:
+        while not stopped() and self.converge() is not None:
             epochs += 1
         return epochs
 

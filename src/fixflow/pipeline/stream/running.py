@@ -151,8 +151,7 @@ class RunningStream(StreamingQuery):
             while self._running() or self._started_again():
                 pass
             if self._settle and self.exception() is None:
-                while not self._stopping and self.stream.converge() is not None:
-                    pass  # to convergence, unless stopped
+                self.stream.settle(stopped=lambda: self._stopping)
         except BaseException as error:  # raised to whoever awaits the query
             self._failure = error
             with contextlib.suppress(Exception):
