@@ -134,3 +134,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"(golden, placement) pairs: {outcomes['passed']} passed, {outcomes['failed']} failed"
         )
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A SeaweedFS S3 server on loopback (credentials required, one bucket) for the
+    object-store lake tests: ``s3server.S3Server``."""
+    from s3server import s3_server
+
+    with s3_server(tmp_path_factory.mktemp("s3")) as server:
+        yield server

@@ -69,6 +69,12 @@ def test_missing_keys_take_defaults_and_values_are_typed() -> None:
             "conf/x.toml: [kafka] bootstrap_servers: expected HOST:PORT, got 'localhost'",
         ),
         ("[metrics]\nport = 70000", "conf/x.toml: [metrics] port must be <= 65535, got 70000"),
+        ("[lake.storage]\nkey = 1", "conf/x.toml: [lake.storage] unknown key 'key' (known: end"),
+        ("[lake]\nstorage = 1", "conf/x.toml: [lake.storage] must be a section"),
+        (
+            "[lake.storage]\npath_style = 1",
+            "conf/x.toml: [lake.storage] path_style must be a boolean, got 1",
+        ),
         ("[buffer]\nalpha = 1.5", "conf/x.toml: [buffer] alpha must be <= 1.0, got 1.5"),
         ('[engine]\nmode = "fast"', 'conf/x.toml: [engine] mode must be "sync" or "async" or'),
         ("[spark]\nexecutors = 3", "conf/x.toml: [spark] unknown key 'executors'"),

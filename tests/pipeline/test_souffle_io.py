@@ -70,13 +70,13 @@ def _attributes(table: pa.Table) -> tuple[Attribute, ...]:
 def test_output_file_is_sorted_headerless_and_delimited(tmp_path: Path) -> None:
     table = pa.table({"a": [3, 1], "b": ["x", "y"], "w": [0.5, 1e-3]})
     options = {"IO": "file", "filename": "sub/r.txt", "delimiter": "|"}
-    _write_souffle_output(tmp_path, "r", table, _attributes(table), options)
+    _write_souffle_output(str(tmp_path), "r", table, _attributes(table), options)
     assert (tmp_path / "sub" / "r.txt").read_text() == "1|y|0.001\n3|x|0.5\n"
 
 
 def test_output_file_defaults_to_relation_csv_with_tabs(tmp_path: Path) -> None:
     table = pa.table({"a": [2, 1]})
-    _write_souffle_output(tmp_path, "r", table, _attributes(table), {"IO": "file"})
+    _write_souffle_output(str(tmp_path), "r", table, _attributes(table), {"IO": "file"})
     assert (tmp_path / "r.csv").read_text() == "1\n2\n"
 
 
@@ -85,7 +85,7 @@ def test_stdout_output_prints_souffle_banners(
 ) -> None:
     table = pa.table({"a": [2, 1], "b": ["q", "p"]})
     options = {"IO": "stdout", "delimiter": ","}
-    _write_souffle_output(tmp_path, "r", table, _attributes(table), options)
+    _write_souffle_output(str(tmp_path), "r", table, _attributes(table), options)
     assert capsys.readouterr().out == (
         "---------------\nr\n===============\n1,p\n2,q\n===============\n"
     )
@@ -94,7 +94,7 @@ def test_stdout_output_prints_souffle_banners(
 
 def test_a_nullary_fact_prints_as_parentheses(capsys: pytest.CaptureFixture[str]) -> None:
     holds = nullary_table(True)  # a nullary relation's table, as `to_arrow` makes it
-    _write_souffle_output(Path("."), "done", holds, (), {"IO": "stdout"})
+    _write_souffle_output(".", "done", holds, (), {"IO": "stdout"})
     assert "===============\n()\n===============" in capsys.readouterr().out
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import tomllib
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,59 @@ class KafkaConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """``[lake.storage]``: how to reach an object-store lake (``s3://`` / ``s3a://``). Every
+    key is optional: what is not set comes from the standard ``AWS_*`` environment
+    variables, as the AWS tools read them. Secrets are never keys of their own: a key names
+    the environment variable or the file that holds one."""
+
+    endpoint: str = ""
+    """The S3 endpoint URL (``http://127.0.0.1:8333`` for MinIO or SeaweedFS); empty: AWS's
+    endpoint for the region. An ``http://`` endpoint allows plain HTTP."""
+    region: str = ""
+    """The bucket's region (empty: ``AWS_REGION``, else us-east-1)."""
+    access_key_id_env: str = "AWS_ACCESS_KEY_ID"
+    access_key_id_file: str = ""
+    """A file holding the access key id, in place of the environment variable."""
+    secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    secret_access_key_file: str = ""
+    """A file holding the secret access key, in place of the environment variable."""
+    session_token_env: str = "AWS_SESSION_TOKEN"
+    path_style: bool = True
+    """Address buckets as ``endpoint/bucket/key`` (MinIO, SeaweedFS, most S3 servers);
+    false: as ``bucket.endpoint/key`` (virtual-hosted, AWS's preference)."""
+    local_dir: str = ""
+    """A local directory for what cannot live in the object store: the Spark streaming
+    checkpoint's working copy (mirrored to the lake after every batch) and the embedded
+    broker's files. Empty: ``~/.cache/fixflow/lakes/<bucket>/<path>``."""
+
+
+OBJECT_STORE_SCHEMES = ("s3://", "s3a://")
+
+
+@dataclass(frozen=True, slots=True)
 class LakeConfig:
     path: str = "./lake"
+    storage: StorageConfig = field(default_factory=StorageConfig)
+
+    @property
+    def remote(self) -> bool:
+        """Whether the lake lives in an object store rather than on a local disk."""
+        return is_object_store(self.path)
+
+    def local_root(self) -> Path:
+        """Where this lake keeps what must be on a local disk: the lake itself when it is
+        local, else ``[lake.storage] local_dir``."""
+        if not self.remote:
+            return Path(self.path)
+        if self.storage.local_dir:
+            return Path(self.storage.local_dir).expanduser()
+        bucket_and_key = self.path.split("://", 1)[1].strip("/")
+        return Path("~/.cache/fixflow/lakes").expanduser() / bucket_and_key
+
+
+def is_object_store(location: str) -> bool:
+    return location.startswith(OBJECT_STORE_SCHEMES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +282,20 @@ def _load_section(default: Any, table: dict[str, Any], where: str) -> Any:
     for key in table:
         if key not in known:
             raise ConfigError(f"{where} unknown key {key!r} (known: {', '.join(known)})")
-    values = {key: _check_value(known[key], value, where) for key, value in table.items()}
+    values = {
+        key: _load_subsection(getattr(default, key), value, f"{where[:-1]}.{key}]")
+        if is_dataclass(getattr(default, key))
+        else _check_value(known[key], value, where)
+        for key, value in table.items()
+    }
     return replace(default, **values)
+
+
+def _load_subsection(default: Any, table: Any, where: str) -> Any:
+    """A section within a section (``[lake.storage]``)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a section")
+    return _load_section(default, table, where)
 
 
 def _load_spark(default: SparkConfig, table: dict[str, Any], where: str) -> SparkConfig:

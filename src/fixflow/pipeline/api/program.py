@@ -47,6 +47,7 @@ from fixflow.pipeline.config import (
 from fixflow.pipeline.engine_settings import engine_options
 from fixflow.pipeline.lake.explain import ExplainFailed, Explanation, explain_row
 from fixflow.pipeline.lake.lakehouse import ProgramLake
+from fixflow.pipeline.object_store import use_lake
 from fixflow.pipeline.stream.metrics import Metrics
 from fixflow.pipeline.stream.program import BatchReport
 from fixflow.pipeline.stream.running import RunningStream
@@ -177,6 +178,7 @@ class Program:
         config = _config(settings)
         if lake is not None:
             config = replace(config, lake=replace(config.lake, path=os.fspath(lake)))
+        use_lake(config.lake)
         stem = name or Path(self.name).stem
         if not stem or "/" in stem or stem.startswith("."):
             raise FixflowError(f"name {stem!r}: give a directory name for the program's lake")

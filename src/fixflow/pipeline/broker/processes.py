@@ -35,7 +35,7 @@ class BrokerError(RuntimeError):
 
 
 def broker_dir(config: Config) -> Path:
-    return Path(config.lake.path) / "_broker"
+    return config.lake.local_root() / "_broker"
 
 
 def spawn(

@@ -117,7 +117,7 @@ def _settings(config: Config) -> Store:
         pass
     except (ValueError, TypeError) as error:
         raise BrokerError(f"{path}: not a store settings file ({error}); delete it") from error
-    master, volume, filer, s3 = _free_port_pairs(4)
+    master, volume, filer, s3 = free_port_pairs(4)
     store = Store(master, volume, filer, s3, f"fixflow-durable-{uuid.uuid4().hex[:12]}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(store), indent=2) + "\n", encoding="utf-8")
@@ -192,7 +192,7 @@ def _ensure_bucket(
     )
 
 
-def _free_port_pairs(count: int) -> list[int]:
+def free_port_pairs(count: int) -> list[int]:
     """``count`` ports that are free, each with its gRPC port (+10000) free too."""
     return _distinct_pairs(iter(_free_port, None), count, _free)
 

@@ -17,6 +17,7 @@ header line, then one empty line when it holds).
 from __future__ import annotations
 
 import csv
+import io
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from fixflow.checker.ast import Attribute, TypeName
 from fixflow.pipeline.lake.datafusion_sql import read_delta
+from fixflow.pipeline.lake.lakehouse import write_text
 
 if TYPE_CHECKING:  # pyspark is imported where used: the Arrow paths run without it
     from pyspark.sql import DataFrame
@@ -162,10 +164,6 @@ def read_table(path: str | Path) -> pa.Table:
     return read_delta(DeltaTable(str(path)))
 
 
-def table_exists(path: str | Path) -> bool:
-    return (Path(path) / "_delta_log").is_dir()
-
-
 def text_value(value: object) -> str:
     """A value as result files write it: repr() keeps every float digit."""
     return repr(value) if isinstance(value, float) else str(value)
@@ -184,8 +182,9 @@ def write_csv(path: str | Path, table: pa.Table, attributes: Sequence[Attribute]
     """``<relation>.csv``: a header of the declared attribute names, rows sorted. A nullary
     relation's file is an empty header line, then one empty line if it holds."""
     rows = sorted_rows(table, attributes) if table.num_columns or not attributes else []
-    with Path(path).open("w", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow([a.name for a in attributes])
-        for row in rows:
-            writer.writerow([text_value(v) for v in row])
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow([a.name for a in attributes])
+    for row in rows:
+        writer.writerow([text_value(v) for v in row])
+    write_text(str(path), text.getvalue())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
+
+from fixflow.pipeline.config import LakeConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +63,18 @@ class ProgramLake:
     root: str
     program: str
     """The program's stem: ``sssp`` for ``examples/sssp.dl``."""
+    local_root: str | None = None
+    """For a lake in an object store: the local directory under which Spark writes the
+    program's streaming checkpoint (``checkpoint_mirror`` copies it into the lake)."""
 
     @classmethod
     def for_program(cls, root: str | Path, program_file: str | Path) -> ProgramLake:
         return cls(str(root), Path(program_file).stem)
+
+    @classmethod
+    def of(cls, lake: LakeConfig, program: str) -> ProgramLake:
+        """The directory of ``program`` (a stem) in the configured lake."""
+        return cls(lake.path, program, str(lake.local_root()) if lake.remote else None)
 
     @property
     def base(self) -> str:
@@ -88,6 +99,15 @@ class ProgramLake:
 
     @property
     def checkpoints(self) -> str:
+        """Where Spark keeps the streaming checkpoints: in the lake, or for an object-store
+        lake in a local working copy (Spark's S3 connector is a jar we cannot assume)."""
+        if self.local_root is None:
+            return self.stored_checkpoints
+        return join_path(self.local_root, self.program, "_checkpoints")
+
+    @property
+    def stored_checkpoints(self) -> str:
+        """The checkpoints' place in the lake itself."""
         return join_path(self.base, "_checkpoints")
 
     def checkpoint(self, query: str = "stream") -> str:
@@ -100,12 +120,35 @@ def join_path(*parts: str) -> str:
 
 
 def filesystem_of(location: str) -> tuple[pafs.FileSystem, str]:
-    """The Arrow filesystem of a lake location and the path within it."""
+    """The Arrow filesystem of a lake location and the path within it. An object store's
+    endpoint and credentials are the process's ``AWS_*`` settings (``object_store``)."""
     # Object stores are written s3a:// for Spark's Hadoop connector; Arrow knows them as s3://.
     uri = "s3://" + location[len("s3a://") :] if location.startswith("s3a://") else location
     if "://" not in uri:
         return pafs.LocalFileSystem(), uri
+    if uri.startswith("s3://"):
+        virtual_hosted = os.environ.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST") == "true"
+        filesystem = pafs.S3FileSystem(
+            endpoint_override=os.environ.get("AWS_ENDPOINT_URL"),
+            force_virtual_addressing=virtual_hosted,
+        )
+        return filesystem, uri[5:].rstrip("/")
     return pafs.FileSystem.from_uri(uri)
+
+
+def write_text(location: str, text: str) -> None:
+    """Write a text file of the lake (or of an output directory), local or in an object
+    store, creating the directories above it."""
+    filesystem, path = filesystem_of(location)
+    if "/" in path:
+        filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with filesystem.open_output_stream(path) as sink:
+        sink.write(text.encode("utf-8"))
+
+
+def is_directory(location: str) -> bool:
+    filesystem, path = filesystem_of(location)
+    return bool(filesystem.get_file_info(path).type == pafs.FileType.Directory)
 
 
 def subdirectories(filesystem: pafs.FileSystem, base: str) -> list[str]:
@@ -121,12 +164,8 @@ def subdirectories(filesystem: pafs.FileSystem, base: str) -> list[str]:
 
 def record_program(lake: ProgramLake, text: str) -> None:
     """Keep the program's source in its lake directory (rewritten when it changed)."""
-    filesystem, path = filesystem_of(lake.source)
-    if read_text(lake.source) == text:
-        return
-    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with filesystem.open_output_stream(path) as sink:
-        sink.write(text.encode("utf-8"))
+    if read_text(lake.source) != text:
+        write_text(lake.source, text)
 
 
 def read_text(location: str) -> str | None:

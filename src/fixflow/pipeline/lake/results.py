@@ -32,6 +32,7 @@ from fixflow.pipeline.lake.datafusion_sql import create_schema, read_delta, regi
 from fixflow.pipeline.lake.lakehouse import (
     ProgramLake,
     filesystem_of,
+    is_directory,
     join_path,
     open_table,
     subdirectories,
@@ -156,8 +157,7 @@ def _program_tables(lake: ProgramLake) -> tuple[ResultTable, ...]:
     filesystem, results_base = filesystem_of(_results_dir(lake))
     names = _delta_children(filesystem, results_base)
     tables = [ResultTable(name, lake.results(name), lake.program) for name in names]
-    letters = filesystem.get_file_info(join_path(lake.dead_letter, DELTA_LOG))
-    if DEAD_LETTER not in names and letters.type == pafs.FileType.Directory:
+    if DEAD_LETTER not in names and is_directory(join_path(lake.dead_letter, DELTA_LOG)):
         tables.append(ResultTable(DEAD_LETTER, lake.dead_letter, lake.program))
     return tuple(tables)
 

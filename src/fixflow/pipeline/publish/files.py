@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from fixflow.checker.ast import Attribute, Program
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka.messages import Op
+from fixflow.pipeline.object_store import use_lake
 from fixflow.pipeline.publish.fact_rows import PublishError
 
 if TYPE_CHECKING:  # the producer (and confluent_kafka) is imported where used
@@ -65,6 +66,7 @@ def find_declaration(config: Config, relation: str, program: Program | None) -> 
         return Declaration(relation_attributes(program, relation), program.file)
     from fixflow.pipeline.lake.lakehouse import ProgramLake, program_sources
 
+    use_lake(config.lake)
     found: dict[str, list[str]] = {}  # "src: number, ..." -> the programs declaring so
     attributes_of: dict[str, tuple[Attribute, ...]] = {}
     for stem, text in program_sources(config.lake.path).items():

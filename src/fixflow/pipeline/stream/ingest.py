@@ -59,8 +59,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Phases:
-    """Wall seconds per phase of one micro-batch (``read``, ``validate``, ``normalize``,
-    ``maintain``, ``results``, ``edb_commit``) and its Spark jobs: where a batch's time
+    """Wall seconds per phase of one micro-batch (``checkpoint`` for an object-store lake,
+    ``read``, ``validate``, ``normalize``, ``maintain``, ``results``, ``edb_commit``) and its
+    Spark jobs: where a batch's time
     goes, for the batch log line and ``bench/bench_ingest.py``."""
 
     seconds: dict[str, float] = field(default_factory=dict)

@@ -47,6 +47,7 @@ from fixflow.operators.maintain import Epoch, Maintainer
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
 from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file
+from fixflow.pipeline.lake.checkpoint_mirror import CheckpointMirror
 from fixflow.pipeline.lake.delta import declared_rows
 from fixflow.pipeline.lake.lakehouse import ProgramLake, read_before_batch, record_program
 from fixflow.pipeline.stream.commits import ResultCommits
@@ -111,7 +112,9 @@ class ProgramStream:
             text = self.program_file.read_text(encoding="utf-8")
         self.report: Report = load(text, str(program_file))
         self.program = self.report.analysis.program
-        self.lake = ProgramLake(config.lake.path, name or self.program_file.stem)
+        self.lake = ProgramLake.of(config.lake, name or self.program_file.stem)
+        self.mirror = CheckpointMirror.of(self.lake)
+        """An object-store lake's copy of Spark's local checkpoint (None on a local disk)."""
         record_program(self.lake, text)  # `fixflow publish` reads its declarations there
         self.metrics = metrics
         if metrics is not None:
@@ -411,6 +414,7 @@ class ProgramStream:
             lock=self.lock,
             spark=self.spark,
             gate=self.gate,
+            mirror=self.mirror,
         )
 
     def start(self, available_now: bool = False, processing_time: str | None = None) -> Any:
@@ -429,4 +433,5 @@ class ProgramStream:
             limit_file=self.limit_file if self.config.stream.adaptive else None,
             lock=self.lock,
             gate=self.gate,
+            mirror=self.mirror,
         )

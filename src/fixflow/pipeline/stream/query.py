@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from fixflow.checker.ast import Program
+from fixflow.pipeline.lake.checkpoint_mirror import CheckpointMirror
 from fixflow.pipeline.lake.lakehouse import ProgramLake
 from fixflow.pipeline.stream.ingest import (
     RECORD_COLUMNS,
@@ -139,6 +140,9 @@ class BatchPipeline:
     lock: AbstractContextManager[Any] | None = None
     spark: SparkSession | None = None
     gate: BatchGate | None = None
+    mirror: CheckpointMirror | None = None
+    """For an object-store lake: Spark's local checkpoint, copied into the lake before the
+    batch commits anything (``checkpoint_mirror``)."""
 
     def run(self, read: Callable[[], pa.Table], batch_id: int, query_id: str) -> IngestResult:
         """One batch: ``read`` gives its records (timed as the ``read`` phase)."""
@@ -148,6 +152,9 @@ class BatchPipeline:
             jobs = _JobCounter(self.spark, f"fixflow-batch-{batch_id}-{uuid.uuid4()}")
         with self.lock or nullcontext(), self._in_flight(batch_id):
             phases = Phases()
+            if self.mirror is not None:
+                with phases.timed("checkpoint"):
+                    self.mirror.push()
             with phases.timed("read"):
                 records = read()
             result = ingest_records(
@@ -226,6 +233,7 @@ def start_ingest_query(
     limit_file: str | None = None,
     lock: AbstractContextManager[Any] | None = None,
     gate: BatchGate | None = None,
+    mirror: CheckpointMirror | None = None,
 ) -> StreamingQuery:
     """Start the streaming query of a program: its input topics (created if missing) →
     ``batch_handler`` → the lake, checkpointed under ``lake.checkpoint()``.
@@ -259,6 +267,7 @@ def start_ingest_query(
         lock=lock,
         spark=spark,
         gate=gate,
+        mirror=mirror,
     )
     handler = batch_handler(pipeline, driver_read)
     writer = (

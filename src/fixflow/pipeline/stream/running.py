@@ -72,6 +72,8 @@ class RunningStream(StreamingQuery):
         stream.gate.closed.clear()
         self._lease = lease.take(stream.lake)
         try:
+            if stream.mirror is not None:  # under the lease: no other writer changes it
+                stream.mirror.restore()
             # pyspark's StreamingQuery wraps the JVM's query (``_jsq``); a start again swaps it.
             super().__init__(start()._jsq)
         except BaseException:
@@ -157,10 +159,21 @@ class RunningStream(StreamingQuery):
             with contextlib.suppress(Exception):
                 super().stop()
         finally:
+            self._push_checkpoint()
             self._lease.release()
             if self._server is not None:
                 self._server.stop()
             self._done.set()
+
+    def _push_checkpoint(self) -> None:
+        """The last batch's commit log into an object-store lake (else the next start
+        replays that batch, committing nothing twice)."""
+        if self.stream.mirror is None or self._lease.lost:
+            return
+        try:
+            self.stream.mirror.push()
+        except Exception:
+            log.warning("could not copy the last checkpoint files into the lake", exc_info=True)
 
     def _running(self) -> bool:
         """Wait a moment on the query; while it runs, observe new batches or, idle, carry

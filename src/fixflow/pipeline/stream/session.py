@@ -61,7 +61,7 @@ class Session:
             self.server.stop()
 
     def describe(self) -> str:
-        lake = ProgramLake.for_program(self.config.lake.path, self.program_file)
+        lake = ProgramLake.of(self.config.lake, self.program_file.stem)
         topics = ", ".join(self.config.kafka.topic(r) for r in self.program.inputs)
         lines = [
             f"program      {self.program_file}",
@@ -69,7 +69,8 @@ class Session:
             + (f" ({self.broker_message})" if self.broker_message else ""),
             f"topics       {topics}",
             f"results      {lake.base}/results/<relation>",
-            f"checkpoints  {lake.checkpoints}",
+            f"checkpoints  {lake.checkpoints}"
+            + (f" (copied to {lake.stored_checkpoints})" if lake.local_root else ""),
         ]
         if self.server is not None:
             base = f"http://{self.config.metrics.host}:{self.server.port}"

@@ -43,6 +43,13 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"fixflow demo: {error}", file=sys.stderr)
         return 1
+    if config.lake.remote:  # the demo copies its programs into the lake's directory
+        print(
+            f"fixflow demo: runs on a local lake, and [lake] path is {config.lake.path}: "
+            "run it without --conf, or with a config whose lake is a directory",
+            file=sys.stderr,
+        )
+        return 1
     try:
         return Demo(config, keep=args.keep, conf=args.conf).run()
     except (BrokerError, ConfigError, MetricsPortBusy) as error:

@@ -37,6 +37,7 @@ from fixflow.pipeline.config import (
     add_conf_argument,
     load_config,
 )
+from fixflow.pipeline.object_store import StorageError, use_lake
 
 if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command needs them
     import pyarrow as pa
@@ -70,11 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-D",
         "--output",
-        type=Path,
-        default=Path("."),
+        default=".",
         metavar="OUT_DIR",
-        help="directory for one Delta table per .output relation "
-        "(default: the current directory, as in Soufflé)",
+        help="directory for one Delta table per .output relation, local or in an object "
+        "store (s3://bucket/prefix, reached as [lake.storage] says; default: the current "
+        "directory, as in Soufflé)",
     )
     parser.add_argument("--csv", action="store_true", help="also write <relation>.csv files")
     parser.add_argument(
@@ -177,7 +178,9 @@ def run(args: argparse.Namespace) -> int:
         return _error("--local-rows must be 0 (never in the driver) or more")
     try:
         config = settings(args)
-    except ConfigError as exc:
+        # An object store for OUT_DIR is checked now, not after the evaluation.
+        use_lake(replace(config.lake, path=args.output))
+    except (ConfigError, StorageError) as exc:
         return _error(str(exc))
     try:
         source = args.program.read_text(encoding="utf-8")
@@ -345,20 +348,20 @@ def _write_outputs(
 ) -> None:
     """The Delta table (and files) of every ``.output``, then every ``.printsize`` line."""
     from fixflow.pipeline.lake.delta import write_csv, write_table
+    from fixflow.pipeline.lake.lakehouse import join_path
     from fixflow.pipeline.lake.results import PARTIAL
 
-    args.output.mkdir(parents=True, exist_ok=True)
     program = report.analysis.program
     for relation in program.outputs:
         attributes = _result_attributes(report, relation)
         table = results.table(relation)
         assert table is not None, f"`{relation}` is neither evaluated nor an input"
         metadata = results.metadata(relation, printer)
-        write_table(args.output / relation, table, attributes, metadata=metadata)
+        write_table(join_path(args.output, relation), table, attributes, metadata=metadata)
         if args.csv:
-            write_csv(args.output / f"{relation}.csv", table, attributes)
+            write_csv(join_path(args.output, f"{relation}.csv"), table, attributes)
         partial = " (partial)" if PARTIAL in metadata else ""
-        print(f"{relation}: {table.num_rows} rows{partial} -> {args.output / relation}")
+        print(f"{relation}: {table.num_rows} rows{partial} -> {join_path(args.output, relation)}")
         for options in program.output_directives(relation):  # Soufflé writes every one
             if options:
                 _write_souffle_output(args.output, relation, table, attributes, options)
@@ -374,9 +377,10 @@ def _keep_for_explain(args: argparse.Namespace, report: Report, results: _Result
     ``lake.explain.EvalTables`` reads them."""
     from fixflow.pipeline.lake.delta import write_table
     from fixflow.pipeline.lake.explain import EvalTables
+    from fixflow.pipeline.lake.lakehouse import write_text
 
     tables = EvalTables(str(args.output))
-    Path(tables.source).write_text(args.program.read_text(encoding="utf-8"), encoding="utf-8")
+    write_text(tables.source, args.program.read_text(encoding="utf-8"))
     for relation in report.analysis.program.inputs:
         table = results.inputs.get(relation)
         if table is not None:
@@ -385,7 +389,7 @@ def _keep_for_explain(args: argparse.Namespace, report: Report, results: _Result
 
 
 def _write_souffle_output(
-    directory: Path,
+    directory: str,
     relation: str,
     table: pa.Table,
     attributes: Sequence[Attribute],
@@ -395,6 +399,7 @@ def _write_souffle_output(
     row, no header, into ``filename`` relative to ``directory`` (default ``r.csv``,
     tab-separated); with ``IO=stdout`` the rows between Soufflé's banner lines instead."""
     from fixflow.pipeline.lake.delta import sorted_rows
+    from fixflow.pipeline.lake.lakehouse import join_path, write_text
 
     rows = sorted_rows(table, attributes)
     delimiter = options.get("delimiter", "\t")
@@ -404,9 +409,8 @@ def _write_souffle_output(
             "\n".join(["---------------", relation, "===============", *lines, "==============="])
         )
         return
-    path = directory / options.get("filename", f"{relation}.csv")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    path = join_path(directory, options.get("filename", f"{relation}.csv"))
+    write_text(path, "".join(line + "\n" for line in lines))
     print(f"{relation}: {len(rows)} rows -> {path}")
 
 

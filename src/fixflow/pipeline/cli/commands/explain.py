@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_args
+from fixflow.pipeline.object_store import StorageError, use_location
 
 HELP = "print the derivation of one result row, down to the input facts"
 PREFIX = "fixflow explain"
@@ -51,13 +52,13 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     try:
+        config = config_from_args(args)
+        location = use_location(config.lake, args.results or args.lake)
         if args.results is not None:
-            explanation = explain_in_output(args.results, args.relation, args.key)
+            explanation = explain_in_output(location, args.relation, args.key)
         else:
-            config = config_from_args(args)
-            lake = args.lake or config.lake.path
-            explanation = explain_in_lake(lake, args.program, args.relation, args.key)
-    except (ConfigError, ExplainFailed) as error:
+            explanation = explain_in_lake(location, args.program, args.relation, args.key)
+    except (ConfigError, ExplainFailed, StorageError) as error:
         print(f"{PREFIX}: {error}", file=sys.stderr)
         return 1
     if explanation.snapshot:

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
 
 from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_args
+from fixflow.pipeline.object_store import StorageError, use_location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,9 +86,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = config_from_args(args)
+        use_location(config.lake, args.results)
         results = find_results(config.lake.path, args.program, args.results)
         results.require_tables()  # before Spark: an empty lake needs no 8-second start-up
-    except (ConfigError, ResultsError) as error:
+    except (ConfigError, ResultsError, StorageError) as error:
         return _fail(str(error))
     if args.engine == "spark":
         outcome = _run_spark(args.sql, results, verbose=args.verbose > 0)

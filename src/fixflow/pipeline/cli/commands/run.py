@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from fixflow.pipeline.errors import UserFacingError
     from fixflow.pipeline.lake.lakehouse import ProgramLake
     from fixflow.pipeline.lake.lease import refuse_if_held
+    from fixflow.pipeline.object_store import use_lake
     from fixflow.pipeline.stream.metrics import MetricsPortBusy
     from fixflow.pipeline.stream.running import failure_summary
 
@@ -57,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         if args.on_data_loss is not None:
             kafka = replace(config.kafka, on_data_loss=args.on_data_loss)
             config = replace(config, kafka=kafka)
-        refuse_if_held(ProgramLake.for_program(config.lake.path, program.name))
+        use_lake(config.lake)  # an object store that does not answer: before Spark starts
+        refuse_if_held(ProgramLake.of(config.lake, Path(program.name).stem))
         return _run(config, program, args.available_now)
     except ProgramError as error:
         print(error.render(), file=sys.stderr)

@@ -13,6 +13,7 @@ import sys
 
 from fixflow.pipeline.cli.commands.query import add_scope_arguments
 from fixflow.pipeline.config import ConfigError, add_conf_argument, config_from_args
+from fixflow.pipeline.object_store import StorageError, use_location
 
 HELP = "print a result relation"
 PREFIX = "fixflow show"
@@ -54,10 +55,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = config_from_args(args)
+        use_location(config.lake, args.results)
         table = find_results(config.lake.path, args.program, args.results).resolve(args.relation)
         rows = sorted_rows(read_result(table))
         commit = last_commit(table)
-    except (ConfigError, ResultsError) as error:
+    except (ConfigError, ResultsError, StorageError) as error:
         print(f"{PREFIX}: {error}", file=sys.stderr)
         return 1
     shown = rows if args.limit == 0 else rows.slice(0, args.limit)
