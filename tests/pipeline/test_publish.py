@@ -203,9 +203,7 @@ def _stream_records(broker: Config, topic: str) -> Any:
     batches = [
         batch
         for partition, end in ends.items()
-        for batch in read_range(
-            KafkaRange(broker.kafka, topic, int(partition), 0, end, 20)
-        )
+        for batch in read_range(KafkaRange(broker.kafka, topic, int(partition), 0, end, 20))
     ]
     return pa.Table.from_batches(batches)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from dataclasses import fields, replace
 from pathlib import Path
@@ -187,10 +188,10 @@ def check_access(kafka: KafkaConfig, timeout_s: float = ACCESS_TIMEOUT_S) -> Non
     admin = AdminClient(settings, logger=QuietLog(log, {}))
     request = threading.Thread(target=_list_topics, args=(admin, timeout_s, errors), daemon=True)
     request.start()
-    # An authentication or TLS error ends the wait at once: librdkafka would retry it
-    # until the timeout.
-    while request.is_alive() and not failed.wait(0.05):
-        pass
+    # poll() serves error_cb; an authentication or TLS error ends the wait at once (the
+    # metadata request would retry until its timeout).
+    while request.is_alive() and not failed.is_set():
+        admin.poll(0.05)
     if failed.is_set() or any(isinstance(e, KafkaException) for e in errors):
         raise KafkaAccessError(_access_message(kafka, errors))
 
@@ -218,7 +219,7 @@ def _access_message(kafka: KafkaConfig, errors: list[Any]) -> str:
     fatal = [e for e in codes if _fatal(e)]
     error = (fatal or codes)[-1]
     where = f"Kafka at {kafka.bootstrap_servers} ({kafka.security_protocol})"
-    reason = error.str()
+    reason = _bare(error.str())
     if error.code() == KafkaError._AUTHENTICATION:
         return (
             f"{where}: authentication failed for user {kafka.sasl_username!r} "
@@ -235,6 +236,13 @@ def _access_message(kafka: KafkaConfig, errors: list[Any]) -> str:
         f"{where}: no answer with these security settings ({reason}): check "
         "security_protocol and bootstrap_servers (a listener of that protocol)"
     )
+
+
+def _bare(reason: str) -> str:
+    """librdkafka's reason without the broker's name and the state it was in (the message
+    names the brokers already)."""
+    reason = re.sub(r"^\S+://\S+: ", "", reason)
+    return re.sub(r" \(after \d+ms in state \w+\)$", "", reason)
 
 
 def _password_source(kafka: KafkaConfig) -> str:
