@@ -420,14 +420,14 @@ class SecuredBroker:
         mechanism: str = "SCRAM-SHA-512",
         ca: Path | None = None,
     ) -> str:
-        """The ``[kafka]`` lines of a client of this listener: SASL_SSL, the password from
+        """The ``[kafka]`` security lines of a client of this listener (``address`` is its
+        bootstrap_servers, with embedded = false): SASL_SSL, the password from
         the environment variable ``password_env``, the client certificate with its key's
         password from a file."""
         key_password = self.directory / "key-password"
         key_password.write_text(KEY_PASSWORD + "\n")
         certs = self.certs
         return (
-            f'bootstrap_servers = "{self.address}"\nembedded = false\n'
             f'security_protocol = "SASL_SSL"\nsasl_mechanism = "{mechanism}"\n'
             f'sasl_username = "{USER}"\nsasl_password_env = "{password_env}"\n'
             f'ssl_ca_file = "{ca or certs.ca}"\nssl_cert_file = "{certs.client_cert}"\n'

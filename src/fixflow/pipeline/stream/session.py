@@ -71,6 +71,7 @@ class Session:
         lines = [
             f"program      {self.program_file}",
             f"kafka        {self.config.kafka.bootstrap_servers}"
+            + (f" ({self.config.kafka.security_protocol})" if secured(self.config.kafka) else "")
             + (f" ({self.broker_message})" if self.broker_message else ""),
             f"topics       {topics}",
             f"results      {lake.base}/results/<relation>",
