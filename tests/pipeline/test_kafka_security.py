@@ -188,6 +188,28 @@ def test_an_untrusted_broker_certificate_is_one_line(
     assert "ssl_ca_file" in str(caught.value)
 
 
+def test_ssl_alone_and_sasl_alone_reach_the_broker(
+    secured: SecuredBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SSL (TLS and a client certificate, no SASL) through both libraries; SASL_PLAINTEXT
+    (the gate without TLS) through the access check."""
+    from fixflow.pipeline.broker.embedded import ensure_topics
+    from fixflow.pipeline.kafka.broker_view import broker_view
+
+    with SecuredBroker(tmp_path / "tls-only", sasl=False) as tls:
+        config = _client(tls, tmp_path, protocol="SSL")
+        check_access(config.kafka, timeout_s=10)  # librdkafka
+        assert ensure_topics(config, ["ssl-only"]) == ["ssl-only"]  # kafka-python
+        assert broker_view(config.kafka, ["ssl-only"]).ends == {"ssl-only": {"0": 0, "1": 0}}
+    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
+    assert secured.gate is not None
+    text = f'[kafka]\nbootstrap_servers = "127.0.0.1:{secured.gate.port}"\nembedded = false\n'
+    plain = parse_config(text + secured.kafka_keys(protocol="SASL_PLAINTEXT"))
+    logins = secured.gate.logins
+    check_access(plain.kafka, timeout_s=10)
+    assert secured.gate.logins > logins
+
+
 def _edges(count: int = 300, nodes: int = 60, seed: int = 7) -> set[tuple[int, int, float]]:
     rng = random.Random(seed)
     return {

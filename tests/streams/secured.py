@@ -353,10 +353,13 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path, timeou
 
 class SecuredBroker:
     """Tansu behind the SASL gate behind stunnel, on loopback; ``address`` is the SASL_SSL
-    listener (SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN; user USER, password PASSWORD)."""
+    listener (SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN; user USER, password PASSWORD), and
+    ``gate.port`` SASL_PLAINTEXT. Without ``sasl``, stunnel leads to Tansu directly: an SSL
+    listener."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, sasl: bool = True) -> None:
         self.directory = directory
+        self.sasl = sasl
         self.certs = make_certs(directory / "certs")
         self.tansu_port, self.port = free_port(), free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -390,6 +393,9 @@ class SecuredBroker:
              "--advertised-listener-url", advertised],
             self.tansu_port,
         )  # fmt: skip
+        if not self.sasl:
+            self._stunnel(self.tansu_port)
+            return
         mechanisms = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
         self.gate = SaslGate(self.tansu_port, {USER: PASSWORD}, mechanisms)
         self._stunnel(self.gate.port)
@@ -416,22 +422,30 @@ class SecuredBroker:
     def kafka_keys(
         self,
         *,
+        protocol: str = "SASL_SSL",
         password_env: str = "FIXFLOW_TEST_KAFKA_PASSWORD",
         mechanism: str = "SCRAM-SHA-512",
         ca: Path | None = None,
     ) -> str:
         """The ``[kafka]`` security lines of a client of this listener (``address`` is its
-        bootstrap_servers, with embedded = false): SASL_SSL, the password from
+        bootstrap_servers, with embedded = false): by default SASL_SSL, the password from
         the environment variable ``password_env``, the client certificate with its key's
         password from a file."""
         key_password = self.directory / "key-password"
         key_password.write_text(KEY_PASSWORD + "\n")
         certs = self.certs
-        return (
-            f'security_protocol = "SASL_SSL"\nsasl_mechanism = "{mechanism}"\n'
-            f'sasl_username = "{USER}"\nsasl_password_env = "{password_env}"\n'
+        sasl = (
+            f'sasl_mechanism = "{mechanism}"\nsasl_username = "{USER}"\n'
+            f'sasl_password_env = "{password_env}"\n'
+        )
+        tls = (
             f'ssl_ca_file = "{ca or certs.ca}"\nssl_cert_file = "{certs.client_cert}"\n'
             f'ssl_key_file = "{certs.client_key}"\nssl_key_password_file = "{key_password}"\n'
+        )
+        return (
+            f'security_protocol = "{protocol}"\n'
+            + (sasl if protocol.startswith("SASL_") else "")
+            + (tls if protocol.endswith("SSL") else "")
         )
 
 
