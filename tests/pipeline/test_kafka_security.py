@@ -70,6 +70,19 @@ def test_an_untrusted_broker_certificate_is_one_line(
     assert "ssl_ca_file" in str(caught.value)
 
 
+def test_a_wrong_key_password_is_one_line(
+    secured: SecuredBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
+    kafka = _client(secured, tmp_path).kafka
+    wrong = tmp_path / "wrong-key-password"
+    wrong.write_text("not-it\n")
+    with pytest.raises(KafkaAccessError) as caught:
+        check_access(replace(kafka, ssl_key_password_file=str(wrong)), timeout_s=10)
+    assert "the client settings were refused" in str(caught.value)
+    assert "ssl_key_password_file" in str(caught.value) and "\n" not in str(caught.value)
+
+
 def test_ssl_alone_and_sasl_alone_reach_the_broker(
     secured: SecuredBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

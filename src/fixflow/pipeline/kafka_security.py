@@ -185,7 +185,15 @@ def check_access(kafka: KafkaConfig, timeout_s: float = ACCESS_TIMEOUT_S) -> Non
             failed.set()
 
     settings = {**librdkafka_settings(kafka), "error_cb": on_error}
-    admin = AdminClient(settings, logger=QuietLog(log, {}))
+    try:
+        admin = AdminClient(settings, logger=QuietLog(log, {}))
+    except KafkaException as error:  # a certificate or key librdkafka cannot load
+        raise KafkaAccessError(
+            f"Kafka at {kafka.bootstrap_servers}: the client settings were refused "
+            f"({error.args[0].str()}): check [kafka] ssl_cert_file, ssl_key_file and the "
+            "key's password (ssl_key_password_env or ssl_key_password_file)"
+        ) from None
+    # A daemon thread: after an early failure, the request runs out its timeout unseen.
     request = threading.Thread(target=_list_topics, args=(admin, timeout_s, errors), daemon=True)
     request.start()
     # poll() serves error_cb; an authentication or TLS error ends the wait at once (the
