@@ -141,6 +141,8 @@ def wait_until_ready(
             break
         if processes.port_open(bootstrap):
             try:
+                # The embedded broker's own start: PLAINTEXT (config refuses embedded with
+                # security), so no [kafka] security settings here.
                 admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
                 admin.list_topics()
                 admin.close()
