@@ -355,36 +355,50 @@ def _check_cross_section(config: Config) -> None:
 def kafka_security_problem(kafka: KafkaConfig) -> str:
     """What is wrong with the ``[kafka]`` security keys, naming the key ("" if nothing).
     Secrets are checked to exist, not read: they are read when a client connects."""
+    return (
+        _protocol_problem(kafka)
+        or _sasl_problem(kafka)
+        or _secret_problem(kafka, "sasl_password")
+        or _secret_problem(kafka, "ssl_key_password")
+        or _files_problem(kafka)
+    )
+
+
+def _protocol_problem(kafka: KafkaConfig) -> str:
+    """A key the protocol does not use, or a secured protocol on the embedded broker."""
     protocol = kafka.security_protocol
-    sasl, tls = protocol.startswith("SASL_"), protocol.endswith("SSL")
-    for name in ("sasl_mechanism", "sasl_username", "sasl_password_env", "sasl_password_file"):
-        if getattr(kafka, name) and not sasl:
+    for name in ("sasl_mechanism", "sasl_username", *_secret_keys("sasl_password")):
+        if getattr(kafka, name) and not protocol.startswith("SASL_"):
             return (
                 f'{name} needs security_protocol = "SASL_SSL" or "SASL_PLAINTEXT" (is "{protocol}")'
             )
     for name in ("ssl_ca_file", "ssl_cert_file", "ssl_key_file", *_secret_keys("ssl_key_password")):
-        if getattr(kafka, name) and not tls:
+        if getattr(kafka, name) and not protocol.endswith("SSL"):
             return f'{name} needs security_protocol = "SSL" or "SASL_SSL" (is "{protocol}")'
     if protocol != "PLAINTEXT" and kafka.embedded:
         return (
             f'security_protocol = "{protocol}" needs embedded = false: the embedded broker '
             "serves PLAINTEXT only; point bootstrap_servers at the secured broker"
         )
-    if sasl and not kafka.sasl_mechanism:
+    if bool(kafka.ssl_cert_file) != bool(kafka.ssl_key_file):
+        return "ssl_cert_file and ssl_key_file go together: set both or neither"
+    return ""
+
+
+def _sasl_problem(kafka: KafkaConfig) -> str:
+    """A SASL protocol without a mechanism, a user or a password source."""
+    protocol = kafka.security_protocol
+    if not protocol.startswith("SASL_"):
+        return ""
+    if not kafka.sasl_mechanism:
         return (
             f'security_protocol = "{protocol}" needs sasl_mechanism ({", ".join(SASL_MECHANISMS)})'
         )
-    if sasl and not kafka.sasl_username:
+    if not kafka.sasl_username:
         return f'security_protocol = "{protocol}" needs sasl_username'
-    if sasl and not (kafka.sasl_password_env or kafka.sasl_password_file):
+    if not (kafka.sasl_password_env or kafka.sasl_password_file):
         return f'security_protocol = "{protocol}" needs sasl_password_env or sasl_password_file'
-    if bool(kafka.ssl_cert_file) != bool(kafka.ssl_key_file):
-        return "ssl_cert_file and ssl_key_file go together: set both or neither"
-    return (
-        _secret_problem(kafka, "sasl_password")
-        or _secret_problem(kafka, "ssl_key_password")
-        or _files_problem(kafka)
-    )
+    return ""
 
 
 def _secret_keys(name: str) -> tuple[str, str]:
