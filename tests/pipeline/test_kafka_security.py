@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,6 +69,23 @@ def test_an_untrusted_broker_certificate_is_one_line(
     assert "TLS handshake failed" in str(caught.value)
     assert "certificate verify failed" in str(caught.value)
     assert "ssl_ca_file" in str(caught.value)
+
+
+def test_the_python_api_refuses_a_wrong_password_at_once(
+    secured: SecuredBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark: Any
+) -> None:
+    from fixflow import Program
+
+    monkeypatch.setenv(PASSWORD_ENV, "not-the-password")
+    config = replace(
+        _client(secured, tmp_path / "lake"),
+        metrics=replace(default_config().metrics, enabled=False),
+    )
+    started = time.monotonic()
+    with pytest.raises(KafkaAccessError, match=f"authentication failed for user {USER!r}"):
+        Program.from_file(PROGRAM).stream(spark, config)
+    assert time.monotonic() - started < 10
+    assert not (tmp_path / "lake").exists()
 
 
 def test_a_wrong_key_password_is_one_line(
