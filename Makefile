@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install constraints prometheus test test-deep test-fast lint typecheck demo bench clean
+.PHONY: install constraints prometheus stunnel test test-deep test-fast lint typecheck demo bench clean
 
 install: $(STAMP)
 
@@ -44,17 +44,23 @@ prometheus:
 	@command -v promtool >/dev/null || { $(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 
-test: install lint typecheck prometheus
+# Debian's stunnel4: the TLS end of the SASL_SSL listener of the Kafka security tests
+# (tests/streams/secured.py; the embedded broker serves no TLS).
+stunnel:
+	@command -v stunnel4 >/dev/null || command -v stunnel >/dev/null || { $(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends stunnel4; }
+
+test: install lint typecheck prometheus stunnel
 	$(BIN)/python -m pytest -q --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 # The deep run: the deletion property test with 18 random sequences per program instead of
 # 2 (about an hour more than `make test`); run it before changing the update strategies.
-test-deep: install lint typecheck prometheus
+test-deep: install lint typecheck prometheus stunnel
 	FIXFLOW_DELETION_EXAMPLES=18 $(BIN)/python -m pytest -q --durations=25 $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop: no SparkSession, no broker, none of the slowest tests (markers applied
 # in tests/conftest.py). `make test` still runs everything.
-test-fast: install prometheus
+test-fast: install prometheus stunnel
 	$(BIN)/python -m pytest -q -m "not spark and not kafka and not slow" $(PYTEST_ARGS)
 
 demo: install

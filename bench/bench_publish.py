@@ -186,7 +186,7 @@ def broker_count(config: Any, topic: str) -> int:
     probe the last batch, since Tansu reports the base offset of the last batch + 1)."""
     from fixflow.pipeline.kafka.broker_view import end_offsets
 
-    return sum(end_offsets(config.kafka.bootstrap_servers, [topic])[topic].values())
+    return sum(end_offsets(config.kafka, [topic])[topic].values())
 
 
 def delete_topic(config: Any, topic: str) -> None:

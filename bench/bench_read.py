@@ -46,9 +46,11 @@ def kafka_python_range(part: KafkaRange) -> Iterator[pa.RecordBatch]:
     """The reader of before (kafka-python ``KafkaConsumer.poll``, a record at a time)."""
     from kafka import KafkaConsumer, TopicPartition
 
+    from fixflow.pipeline.kafka_security import kafka_python_settings
+
     tp = TopicPartition(part.topic, part.partition)
     consumer = KafkaConsumer(
-        bootstrap_servers=part.bootstrap,
+        **kafka_python_settings(part.kafka),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> str:
     try:
         ensure_topics(config, [config.kafka.topic(TOPIC)])
         publish(config, args.records)
-        part = KafkaRange(config.kafka.bootstrap_servers, TOPIC, 0, 0, args.records, timeout_s=120)
+        part = KafkaRange(config.kafka, TOPIC, 0, 0, args.records, timeout_s=120)
         seconds: dict[str, list[float]] = {name: [] for name in READERS}
         tables: dict[str, pa.Table] = {}
         for repeat in range(args.repeats):

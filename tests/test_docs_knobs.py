@@ -6,7 +6,7 @@ table names no key that is gone."""
 from __future__ import annotations
 
 import re
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from fixflow.pipeline.config import SECTIONS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 BEGIN, END = "<!-- knobs:begin -->", "<!-- knobs:end -->"
-CONFIG_KEY = re.compile(r"^\|\s*`\[(\w+)\] (\w+)`\s*\|")
+CONFIG_KEY = re.compile(r"^\|\s*`\[([\w.]+)\] (\w+)`\s*\|")
 """A table row whose first cell is a config key: | `[engine] mode` | ..."""
 
 
@@ -34,8 +34,25 @@ def documented_keys(text: str) -> list[tuple[str, str]]:
     return [(m[1], m[2]) for m in found if m is not None]
 
 
+def section_fields(section: str, cls: type) -> list[tuple[str, Any]]:
+    """``(section, field)`` of every key, a section within a section (``[lake.storage]``)
+    by its own dotted name."""
+    found: list[tuple[str, Any]] = []
+    for f in fields(cls):
+        default = f.default if f.default_factory is MISSING else f.default_factory()
+        if is_dataclass(default):
+            found.extend(section_fields(f"{section}.{f.name}", type(default)))
+        else:
+            found.append((section, f))
+    return found
+
+
+def all_fields() -> list[tuple[str, Any]]:
+    return [key for section, cls in SECTIONS.items() for key in section_fields(section, cls)]
+
+
 def config_keys() -> set[tuple[str, str]]:
-    return {(section, f.name) for section, cls in SECTIONS.items() for f in fields(cls)}
+    return {(section, f.name) for section, f in all_fields()}
 
 
 def documented_defaults(text: str) -> dict[tuple[str, str], str]:
@@ -59,10 +76,9 @@ def written(value: Any) -> str:
 
 def config_defaults() -> dict[tuple[str, str], str]:
     defaults = {}
-    for section, cls in SECTIONS.items():
-        for f in fields(cls):
-            value = f.default if f.default_factory is MISSING else f.default_factory()
-            defaults[(section, f.name)] = written(value)
+    for section, f in all_fields():
+        value = f.default if f.default_factory is MISSING else f.default_factory()
+        defaults[(section, f.name)] = written(value)
     return defaults
 
 

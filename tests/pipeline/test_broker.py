@@ -102,18 +102,18 @@ def test_durable_storage_keeps_records_and_cluster_id_across_restarts(
         assert main(["broker", "start", "--conf", str(conf)]) == 0
         assert "durable storage in" in capsys.readouterr().out
         assert main(["publish", "edge", str(facts), "--conf", str(conf)]) == 0
-        before = broker_view(servers, ["edge"])
+        before = broker_view(config.kafka, ["edge"])
         assert sum(before.ends["edge"].values()) == 3000
         for _ in range(2):
             stop_broker(config)
             assert not broker_status(config).running
             start_broker(config)
-            after = broker_view(servers, ["edge"])
+            after = broker_view(config.kafka, ["edge"])
             assert (after.cluster, after.ends) == (before.cluster, before.ends)
         assert after.cluster is not None and after.cluster.startswith("fixflow-durable-")
         assert _read_all(servers, "edge") == 3000
         assert main(["publish", "edge", str(facts), "--conf", str(conf)]) == 0
-        assert sum(broker_view(servers, ["edge"]).ends["edge"].values()) == 6000
+        assert sum(broker_view(config.kafka, ["edge"]).ends["edge"].values()) == 6000
     finally:
         stop_broker(config)
     assert not (tmp_path / "lake" / "_broker" / "store.pid").exists()

@@ -103,7 +103,7 @@ def test_a_range_reads_exactly_its_records_with_keys_timestamps_and_bad_bytes(
     producer.flush()
     producer.close()
 
-    part = KafkaRange(broker.kafka.bootstrap_servers, topic, 0, 17, 4990, timeout_s=60)
+    part = KafkaRange(broker.kafka, topic, 0, 17, 4990, timeout_s=60)
     batches = list(read_range(part))
     assert len(batches) > 1, "more records than one chunk"
     rows = [row for batch in batches for row in batch.to_pylist()]
@@ -130,7 +130,7 @@ def test_the_driver_reads_the_very_records_of_a_small_batch(
     _publish(broker, topics[0], [{"n": i} for i in range(150)])
     _publish(broker, topics[1], [{"n": i} for i in range(150, 230)])
     checkpoint = str(tmp_path / "ckpt")
-    bootstrap = broker.kafka.bootstrap_servers
+    bootstrap = broker.kafka
     read = DriverRead(bootstrap, checkpoint, max_records=100, read_ahead=read_ahead)
     compared: list[int] = []
 
@@ -163,7 +163,7 @@ def test_end_offsets_count_every_record_of_a_batched_produce(broker: Config, cou
     topic = f"ends-{uuid.uuid4().hex[:8]}"
     ensure_topics(broker, [topic])
     _publish(broker, topic, [{"n": i} for i in range(count)])
-    ends = end_offsets(broker.kafka.bootstrap_servers, [topic])
+    ends = end_offsets(broker.kafka, [topic])
     assert sum(ends[topic].values()) == count
 
 

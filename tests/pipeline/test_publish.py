@@ -199,13 +199,11 @@ def _stream_records(broker: Config, topic: str) -> Any:
     from fixflow.pipeline.kafka.broker_view import end_offsets
     from fixflow.pipeline.kafka.records import KafkaRange, read_range
 
-    ends = end_offsets(broker.kafka.bootstrap_servers, [topic])[topic]
+    ends = end_offsets(broker.kafka, [topic])[topic]
     batches = [
         batch
         for partition, end in ends.items()
-        for batch in read_range(
-            KafkaRange(broker.kafka.bootstrap_servers, topic, int(partition), 0, end, 20)
-        )
+        for batch in read_range(KafkaRange(broker.kafka, topic, int(partition), 0, end, 20))
     ]
     return pa.Table.from_batches(batches)
 

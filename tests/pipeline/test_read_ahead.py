@@ -25,7 +25,7 @@ def topic(broker: Config) -> str:
 
 @pytest.fixture
 def read_ahead(broker: Config) -> Iterator[ReadAhead]:
-    ahead = ReadAhead(broker.kafka.bootstrap_servers, max_records=1000, wait_s=20)
+    ahead = ReadAhead(broker.kafka, max_records=1000, wait_s=20)
     yield ahead
     ahead.close()
 
@@ -41,7 +41,7 @@ def _publish(config: Config, topic: str, numbers: range) -> None:
 
 
 def _range(config: Config, topic: str, start: int, end: int) -> KafkaRange:
-    return KafkaRange(config.kafka.bootstrap_servers, topic, 0, start, end, timeout_s=60)
+    return KafkaRange(config.kafka, topic, 0, start, end, timeout_s=60)
 
 
 def _records(table: object) -> list[tuple[int, str]]:
@@ -81,7 +81,7 @@ def test_a_batch_that_starts_elsewhere_is_declined(
     _publish(broker, topic, range(40))
     read_ahead.follow({(topic, 0): 0})
     assert read_ahead.take([_range(broker, topic, 10, 20)]) is None
-    assert read_ahead.take([KafkaRange(broker.kafka.bootstrap_servers, topic, 1, 0, 5, 60)]) is None
+    assert read_ahead.take([KafkaRange(broker.kafka, topic, 1, 0, 5, 60)]) is None
     read_ahead.follow({(topic, 0): 20})
     table = read_ahead.take([_range(broker, topic, 20, 40)])
     assert table is not None and _records(table) == _range_read(broker, topic, 20, 40)
@@ -91,7 +91,7 @@ def test_a_batch_that_starts_elsewhere_is_declined(
 def test_full_buffers_bound_what_is_read_ahead(broker: Config, topic: str) -> None:
     """The thread stops at ``max_records``; a batch the buffer cannot reach is declined,
     and taking a batch makes room for the next."""
-    ahead = ReadAhead(broker.kafka.bootstrap_servers, max_records=10, wait_s=20)
+    ahead = ReadAhead(broker.kafka, max_records=10, wait_s=20)
     try:
         _publish(broker, topic, range(30))
         ahead.follow({(topic, 0): 0})
@@ -109,7 +109,7 @@ def test_full_buffers_bound_what_is_read_ahead(broker: Config, topic: str) -> No
 def test_an_idle_or_closed_read_ahead_declines_and_follow_starts_it_again(
     broker: Config, topic: str
 ) -> None:
-    ahead = ReadAhead(broker.kafka.bootstrap_servers, max_records=100, idle_s=0.3, wait_s=20)
+    ahead = ReadAhead(broker.kafka, max_records=100, idle_s=0.3, wait_s=20)
     try:
         ahead.follow({(topic, 0): 0})
         time.sleep(1.5)  # nothing arrives and no batch comes: the thread ends

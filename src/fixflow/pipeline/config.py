@@ -11,15 +11,18 @@ the file, the section and the key: ``conf/x.toml: [stream] consistency must be
 from __future__ import annotations
 
 import argparse
+import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from fixflow.operators.thresholds import LOCAL_ROWS
 
 DEFAULT_SOURCE = "<embedded conf/local.toml>"
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 class ConfigError(ValueError):
@@ -60,6 +63,34 @@ class KafkaConfig:
     wait_for_broker_s: float = _key(0.0, minimum=0.0)
     """How long `fixflow run` waits for an unreachable broker before giving up with an
     error; 0 = as long as it takes (a service waits)."""
+    security_protocol: str = _key("PLAINTEXT", choices=SECURITY_PROTOCOLS)
+    """How every Kafka client of Fixflow connects: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT
+    or SASL_SSL (SASL over TLS). Not PLAINTEXT: `fixflow run` and `publish` check that the
+    broker accepts these settings before anything else starts."""
+    sasl_mechanism: str = _key("", choices=("", *SASL_MECHANISMS))
+    """With a SASL_* protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."""
+    sasl_username: str = ""
+    sasl_password_env: str = ""
+    """The name of the environment variable holding the SASL password (read when a client
+    connects, never stored, printed or logged)."""
+    sasl_password_file: str = ""
+    """Or a file holding the SASL password (one trailing newline is dropped)."""
+    ssl_ca_file: str = ""
+    """PEM file of the CA(s) that signed the broker's certificate; empty = the system's."""
+    ssl_cert_file: str = ""
+    """PEM client certificate, for brokers that require one (with ssl_key_file)."""
+    ssl_key_file: str = ""
+    """PEM private key of ssl_cert_file."""
+    ssl_key_password_env: str = ""
+    """The name of the environment variable holding the password of an encrypted key."""
+    ssl_key_password_file: str = ""
+    """Or a file holding it."""
+
+    REFUSED: ClassVar[dict[str, str]] = {
+        name: f"{name} is never written in a config file: set {name}_env (the name of an "
+        f"environment variable holding it) or {name}_file (a file holding it)"
+        for name in ("sasl_password", "ssl_key_password")
+    }
 
     @property
     def first_server(self) -> tuple[str, int]:
@@ -279,7 +310,10 @@ def _load_section(default: Any, table: dict[str, Any], where: str) -> Any:
     if isinstance(default, SparkConfig):
         return _load_spark(default, table, where)
     known = {f.name: f for f in fields(default)}
+    refused = getattr(type(default), "REFUSED", {})
     for key in table:
+        if key in refused:
+            raise ConfigError(f"{where} {refused[key]}")
         if key not in known:
             raise ConfigError(f"{where} unknown key {key!r} (known: {', '.join(known)})")
     values = {
@@ -376,6 +410,87 @@ def _check_cross_section(config: Config) -> None:
             f'{config.source}: [kafka] storage = "{config.kafka.storage}" is the embedded '
             "broker's storage, and embedded = false here: remove the key, or set embedded = true"
         )
+    problem = kafka_security_problem(config.kafka)
+    if problem:
+        raise ConfigError(f"{config.source}: [kafka] {problem}")
+
+
+def kafka_security_problem(kafka: KafkaConfig) -> str:
+    """What is wrong with the ``[kafka]`` security keys, naming the key ("" if nothing).
+    Secrets are checked to exist, not read: they are read when a client connects."""
+    return (
+        _protocol_problem(kafka)
+        or _sasl_problem(kafka)
+        or _secret_problem(kafka, "sasl_password")
+        or _secret_problem(kafka, "ssl_key_password")
+        or _files_problem(kafka)
+    )
+
+
+def _protocol_problem(kafka: KafkaConfig) -> str:
+    """A key the protocol does not use, or a secured protocol on the embedded broker."""
+    protocol = kafka.security_protocol
+    for name in ("sasl_mechanism", "sasl_username", *_secret_keys("sasl_password")):
+        if getattr(kafka, name) and not protocol.startswith("SASL_"):
+            return (
+                f'{name} needs security_protocol = "SASL_SSL" or "SASL_PLAINTEXT" (is "{protocol}")'
+            )
+    for name in ("ssl_ca_file", "ssl_cert_file", "ssl_key_file", *_secret_keys("ssl_key_password")):
+        if getattr(kafka, name) and not protocol.endswith("SSL"):
+            return f'{name} needs security_protocol = "SSL" or "SASL_SSL" (is "{protocol}")'
+    if protocol != "PLAINTEXT" and kafka.embedded:
+        return (
+            f'security_protocol = "{protocol}" needs embedded = false: the embedded broker '
+            "serves PLAINTEXT only; point bootstrap_servers at the secured broker"
+        )
+    if bool(kafka.ssl_cert_file) != bool(kafka.ssl_key_file):
+        return "ssl_cert_file and ssl_key_file go together: set both or neither"
+    return ""
+
+
+def _sasl_problem(kafka: KafkaConfig) -> str:
+    """A SASL protocol without a mechanism, a user or a password source."""
+    protocol = kafka.security_protocol
+    if not protocol.startswith("SASL_"):
+        return ""
+    if not kafka.sasl_mechanism:
+        return (
+            f'security_protocol = "{protocol}" needs sasl_mechanism ({", ".join(SASL_MECHANISMS)})'
+        )
+    if not kafka.sasl_username:
+        return f'security_protocol = "{protocol}" needs sasl_username'
+    if not (kafka.sasl_password_env or kafka.sasl_password_file):
+        return f'security_protocol = "{protocol}" needs sasl_password_env or sasl_password_file'
+    return ""
+
+
+def _secret_keys(name: str) -> tuple[str, str]:
+    return f"{name}_env", f"{name}_file"
+
+
+def _secret_problem(kafka: KafkaConfig, name: str) -> str:
+    env_key, file_key = _secret_keys(name)
+    variable, path = getattr(kafka, env_key), getattr(kafka, file_key)
+    if variable and path:
+        return f"{env_key} and {file_key} are two sources of one secret: set one of them"
+    if variable and variable not in os.environ:
+        return f"{env_key}: the environment variable {variable} is not set"
+    return ""
+
+
+def _files_problem(kafka: KafkaConfig) -> str:
+    for name in (
+        "sasl_password_file",
+        "ssl_key_password_file",
+        "ssl_ca_file",
+        "ssl_cert_file",
+        "ssl_key_file",
+    ):
+        path = getattr(kafka, name)
+        if path and not os.access(path, os.R_OK):
+            why = "no such file" if not Path(path).exists() else "not readable"
+            return f"{name}: {path}: {why}"
+    return ""
 
 
 def add_conf_argument(parser: argparse.ArgumentParser) -> None:

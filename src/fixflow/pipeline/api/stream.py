@@ -33,6 +33,7 @@ from fixflow.pipeline.api.errors import FixflowError, InputError
 from fixflow.pipeline.api.inputs import frame_of, typed_columns
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka.messages import OP_FIELD
+from fixflow.pipeline.kafka_security import check_access, secured
 from fixflow.pipeline.stream.metrics import Metrics, serve_configured
 from fixflow.pipeline.stream.program import BatchReport, ProgramStream
 from fixflow.pipeline.stream.query import BatchPipeline, streaming_query_id, with_trigger
@@ -59,6 +60,10 @@ def start(
     """Start the streaming query of ``program`` (its file name and text) over ``inputs``
     (none: its Kafka topics), its lake directory ``name`` under ``[lake] path``. Without
     ``metrics``, new ones, served when ``[metrics] enabled``."""
+    if not inputs and secured(config.kafka):
+        # Refused credentials are one error now, not kafka-python's 30 s bootstrap timeout
+        # (`fixflow run` checked before its Spark started; this is the API's check).
+        check_access(config.kafka)
     records = [
         _records(relation, declared[relation], frame, config.kafka.topic(relation))
         for relation, frame in inputs.items()

@@ -141,6 +141,8 @@ def wait_until_ready(
             break
         if processes.port_open(bootstrap):
             try:
+                # The embedded broker's own start: PLAINTEXT (config refuses embedded with
+                # security), so no [kafka] security settings here.
                 admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000)
                 admin.list_topics()
                 admin.close()
@@ -162,9 +164,11 @@ def ensure_topics(config: Config, names: Iterable[str], timeout: float = 10.0) -
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
+    from fixflow.pipeline.kafka_security import kafka_python_settings
+
     wanted = sorted(set(names))
     admin = KafkaAdminClient(
-        bootstrap_servers=config.kafka.bootstrap_servers, request_timeout_ms=int(timeout * 1000)
+        **kafka_python_settings(config.kafka), request_timeout_ms=int(timeout * 1000)
     )
     try:
         missing = [n for n in wanted if n not in set(admin.list_topics())]

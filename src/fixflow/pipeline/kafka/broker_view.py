@@ -8,17 +8,22 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fixflow.pipeline.kafka.offsets import Offsets, normalize
 from fixflow.pipeline.kafka.records import librdkafka_consumer, records_among
 
+if TYPE_CHECKING:
+    from fixflow.pipeline.config import KafkaConfig
 
-def _consumer(bootstrap: str, **overrides: Any) -> Any:
+
+def _consumer(kafka: KafkaConfig, **overrides: Any) -> Any:
     from kafka import KafkaConsumer
 
+    from fixflow.pipeline.kafka_security import kafka_python_settings
+
     settings: dict[str, Any] = {
-        "bootstrap_servers": bootstrap,
+        **kafka_python_settings(kafka),
         "group_id": None,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
@@ -56,16 +61,16 @@ class BrokerView:
     possibly below the truth, so it proves no truncation."""
 
 
-def broker_view(bootstrap: str, topics: Sequence[str], probe: bool = True) -> BrokerView:
+def broker_view(kafka: KafkaConfig, topics: Sequence[str], probe: bool = True) -> BrokerView:
     """The broker's view of ``topics`` through one consumer (see ``end_offsets``)."""
-    consumer = _consumer(bootstrap)
+    consumer = _consumer(kafka)
     try:
         tps = _topic_partitions(consumer, topics)
         first = consumer.beginning_offsets(tps) if tps else {}
         reported = consumer.end_offsets(tps) if tps else {}
         silent: set[Any] = set()
         if probe and tps:
-            reported, silent = _probe_true_ends(bootstrap, reported, first)
+            reported, silent = _probe_true_ends(kafka, reported, first)
         # kafka-python keeps the Metadata response's cluster id on the client's cluster
         # metadata only; None from a broker that sends none (then no reset is detected).
         cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
@@ -79,11 +84,11 @@ def broker_view(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Br
         consumer.close()
 
 
-def beginning_offsets(bootstrap: str, topics: Sequence[str]) -> Offsets:
-    return broker_view(bootstrap, topics, probe=False).beginnings
+def beginning_offsets(kafka: KafkaConfig, topics: Sequence[str]) -> Offsets:
+    return broker_view(kafka, topics, probe=False).beginnings
 
 
-def end_offsets(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Offsets:
+def end_offsets(kafka: KafkaConfig, topics: Sequence[str], probe: bool = True) -> Offsets:
     """The next offset to be written in every partition.
 
     With ``probe`` the reported end is verified by fetching from it: Tansu 0.6 reports the
@@ -91,11 +96,11 @@ def end_offsets(bootstrap: str, topics: Sequence[str], probe: bool = True) -> Of
     the end; the fetch's high watermark and last record give the true end. On a broker that
     reports correctly the probe reads at most the last record.
     """
-    return broker_view(bootstrap, topics, probe).ends
+    return broker_view(kafka, topics, probe).ends
 
 
 def _probe_true_ends(
-    bootstrap: str,
+    kafka: KafkaConfig,
     reported: dict[Any, int],
     first: dict[Any, int],
     quiet_s: float = 1.0,
@@ -116,7 +121,7 @@ def _probe_true_ends(
     if not probed:
         return dict(reported), set()
     by_name = {(tp.topic, tp.partition): tp for tp in probed}
-    consumer = librdkafka_consumer(bootstrap)
+    consumer = librdkafka_consumer(kafka)
     ends, pending = dict(reported), set(probed)
     try:
         consumer.assign([TopicPartition(t, p, probed[tp] - 1) for (t, p), tp in by_name.items()])

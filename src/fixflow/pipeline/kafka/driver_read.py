@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from fixflow.pipeline.config import KafkaConfig
 from fixflow.pipeline.kafka.offsets import positions_of
 from fixflow.pipeline.kafka.read_ahead import ReadAhead, end_positions
 from fixflow.pipeline.kafka.records import ARROW_SCHEMA, KafkaRange, kafka_ranges, read_ranges
@@ -38,13 +39,18 @@ class DriverRead:
     next batch takes them from its buffers when they start where the batch's ranges do."""
 
     def __init__(
-        self, bootstrap: str, checkpoint: str, max_records: int, *, read_ahead: bool = False
+        self,
+        kafka: KafkaConfig,
+        checkpoint: str,
+        max_records: int,
+        *,
+        read_ahead: bool = False,
     ) -> None:
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.checkpoint = checkpoint
         self.max_records = max_records
         self.timeout_s = 60.0
-        self.read_ahead = ReadAhead(bootstrap, max_records) if read_ahead else None
+        self.read_ahead = ReadAhead(kafka, max_records) if read_ahead else None
 
     def __call__(self, batch_id: int) -> pa.Table | None:
         """The batch's records (the columns of SCHEMA, the timestamps null: ingestion does
@@ -54,7 +60,7 @@ class DriverRead:
         if offsets is None:
             return None
         start, end = offsets
-        ranges = kafka_ranges(self.bootstrap, start, end, self.timeout_s)
+        ranges = kafka_ranges(self.kafka, start, end, self.timeout_s)
         table = None
         if sum(r.end - r.start for r in ranges) <= self.max_records:
             table = self.read_ahead.take(ranges) if self.read_ahead is not None else None
@@ -68,7 +74,7 @@ class DriverRead:
     def ranges(self, batch_id: int) -> list[KafkaRange] | None:
         """The batch's ranges, from the offset log (None: not readable here)."""
         offsets = self.logged_offsets(batch_id)
-        return None if offsets is None else kafka_ranges(self.bootstrap, *offsets, self.timeout_s)
+        return None if offsets is None else kafka_ranges(self.kafka, *offsets, self.timeout_s)
 
     def logged_offsets(self, batch_id: int) -> tuple[dict, dict] | None:
         """The source's (start, end) offsets of the batch in the offset log."""

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from fixflow.pipeline.config import KafkaConfig
 from fixflow.pipeline.kafka.records import (
     ARROW_SCHEMA,
     READ_CHUNK,
@@ -94,9 +95,9 @@ class ReadAhead:
     module docstring). ``follow`` after every batch, ``take`` for the next one."""
 
     def __init__(
-        self, bootstrap: str, max_records: int, idle_s: float = 30.0, wait_s: float = 10.0
+        self, kafka: KafkaConfig, max_records: int, idle_s: float = 30.0, wait_s: float = 10.0
     ) -> None:
-        self.bootstrap = bootstrap
+        self.kafka = kafka
         self.max_records = max_records
         self.idle_s = idle_s
         self.wait_s = wait_s
@@ -188,7 +189,7 @@ class ReadAhead:
     def _read(self, generation: int, start: dict[Key, int]) -> None:
         from confluent_kafka import TopicPartition
 
-        consumer = librdkafka_consumer(self.bootstrap)
+        consumer = librdkafka_consumer(self.kafka)
         try:
             consumer.assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
             while room := self._room(generation):

@@ -12,13 +12,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from fixflow.pipeline.kafka.offsets import REALIGNED_KEY, positions_of
+
+if TYPE_CHECKING:
+    from fixflow.pipeline.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +44,17 @@ class KafkaRange(InputPartition):
     """One Spark task: the records [start, end) of one topic-partition."""
 
     def __init__(
-        self, bootstrap: str, topic: str, partition: int, start: int, end: int, timeout_s: float
+        self,
+        kafka: KafkaConfig,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        timeout_s: float,
     ) -> None:
         super().__init__((topic, partition, start, end))
-        self.bootstrap = bootstrap
+        self.kafka = kafka
+        """The brokers and security keys (names of secrets only: a task reads them)."""
         self.topic = topic
         self.partition = partition
         self.start = start
@@ -53,7 +63,7 @@ class KafkaRange(InputPartition):
 
 
 def kafka_ranges(
-    bootstrap: str, start: Mapping[str, Any], end: Mapping[str, Any], timeout_s: float
+    kafka: KafkaConfig, start: Mapping[str, Any], end: Mapping[str, Any], timeout_s: float
 ) -> list[KafkaRange]:
     """The non-empty topic-partition ranges between two offsets of the source (a partition
     new in ``end`` starts at 0; a realigned one reads nothing in this batch)."""
@@ -64,7 +74,7 @@ def kafka_ranges(
         for partition, stop in ends.items():
             begin = begins.get(topic, {}).get(partition, 0)
             if stop > begin and f"{topic}/{partition}" not in realigned:
-                ranges.append(KafkaRange(bootstrap, topic, int(partition), begin, stop, timeout_s))
+                ranges.append(KafkaRange(kafka, topic, int(partition), begin, stop, timeout_s))
     return ranges
 
 
@@ -90,7 +100,8 @@ def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterato
     from fixflow.pipeline.broker.embedded import reachable
 
     reading = {(p.topic, p.partition): _RangeRead(p) for p in parts}
-    consumer = librdkafka_consumer(parts[0].bootstrap)
+    kafka = parts[0].kafka
+    consumer = librdkafka_consumer(kafka)
     try:
         consumer.assign([TopicPartition(p.topic, p.partition, p.start) for p in parts])
         timeout_s = max(p.timeout_s for p in parts)
@@ -110,9 +121,9 @@ def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterato
                     consumer.pause([TopicPartition(*key)])
             if groups:
                 continue
-            if time.monotonic() > deadline and not reachable(parts[0].bootstrap):
+            if time.monotonic() > deadline and not reachable(kafka.bootstrap_servers):
                 # The broker went away mid-read: wait for it rather than fail the batch.
-                log.warning("kafka: broker at %s unreachable; waiting", parts[0].bootstrap)
+                log.warning("kafka: broker at %s unreachable; waiting", kafka.bootstrap_servers)
                 deadline = time.monotonic() + timeout_s
             elif time.monotonic() > deadline:
                 late = unread[0]
@@ -169,15 +180,15 @@ def by_partition(messages: list[Any], partitions: int) -> dict[tuple[str, int], 
     return groups
 
 
-def librdkafka_consumer(bootstrap: str) -> Any:
+def librdkafka_consumer(kafka: KafkaConfig) -> Any:
     """A group-less librdkafka consumer, not yet assigned."""
     from confluent_kafka import Consumer
 
-    from fixflow.pipeline.kafka.librdkafka import QuietLog
+    from fixflow.pipeline.kafka_security import QuietLog, librdkafka_settings
 
     return Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **librdkafka_settings(kafka),
             # Required by the client, never joined: offsets are assigned and not committed.
             "group.id": "fixflow-range-reader",
             "enable.auto.commit": False,

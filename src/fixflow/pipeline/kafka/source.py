@@ -53,6 +53,7 @@ from fixflow.pipeline.kafka.offsets import (
     tagged,
 )
 from fixflow.pipeline.kafka.records import SCHEMA, KafkaRange, kafka_ranges, read_range
+from fixflow.pipeline.kafka_security import from_option, spark_kafka_options, to_option
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -66,9 +67,9 @@ SOURCE_NAME = "fixflow-kafka"
 
 class FixflowKafkaDataSource(DataSource):
     """``spark.readStream.format("fixflow-kafka")`` with options ``bootstrap_servers``,
-    ``topics`` (comma-separated), ``max_records_per_trigger``, ``max_records_file``,
-    ``probe_end``, ``on_data_loss`` (``fail`` or ``resume``), ``backoff_max_s`` and
-    ``read_timeout_s``."""
+    ``kafka_security`` (``kafka_security.to_option``), ``topics`` (comma-separated),
+    ``max_records_per_trigger``, ``max_records_file``, ``probe_end``, ``on_data_loss``
+    (``fail`` or ``resume``), ``backoff_max_s`` and ``read_timeout_s``."""
 
     @classmethod
     def name(cls) -> str:
@@ -83,7 +84,10 @@ class FixflowKafkaDataSource(DataSource):
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
-        self.bootstrap = _required(options, "bootstrap_servers")
+        self.kafka = from_option(
+            _required(options, "bootstrap_servers"), options.get("kafka_security", "")
+        )
+        self.bootstrap = self.kafka.bootstrap_servers
         self.topics = [t.strip() for t in _required(options, "topics").split(",") if t.strip()]
         limit = options.get("max_records_per_trigger", "")
         self.max_records = int(limit) if limit else None
@@ -166,7 +170,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         try:
             if reachable(self.bootstrap):
-                view = broker_view(self.bootstrap, self.topics, self.probe)
+                view = broker_view(self.kafka, self.topics, self.probe)
                 if self._broker_was_down:
                     log.info("kafka: broker at %s answers again", self.bootstrap)
                 self._broker_was_down = False
@@ -207,7 +211,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return normalize(known)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return kafka_ranges(self.bootstrap, start, end, self.read_timeout_s)
+        return kafka_ranges(self.kafka, start, end, self.read_timeout_s)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
@@ -250,6 +254,7 @@ def read_stream(
     reader = (
         spark.readStream.format(SOURCE_NAME)
         .option("bootstrap_servers", config.kafka.bootstrap_servers)
+        .option("kafka_security", to_option(config.kafka))
         .option("topics", ",".join(topics))
         .option("max_records_per_trigger", str(limit))
         .option("on_data_loss", config.kafka.on_data_loss)
@@ -263,7 +268,7 @@ def read_stream(
 def native_options(config: Config, topics: Sequence[str], limit: int) -> dict[str, str]:
     """Options of Spark's built-in ``kafka`` source equivalent to ``fixflow-kafka``."""
     return {
-        "kafka.bootstrap.servers": config.kafka.bootstrap_servers,
+        **spark_kafka_options(config.kafka),
         "subscribe": ",".join(topics),
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": str(limit),

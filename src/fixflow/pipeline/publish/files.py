@@ -133,12 +133,18 @@ def publish_facts(
     The file is read and checked whole before anything is sent: a bad value anywhere
     publishes nothing. ``progress`` is called every few seconds while sending."""
     from fixflow.pipeline.broker.embedded import ensure_topics, reachable
+    from fixflow.pipeline.kafka_security import KafkaAccessError, check_access, secured
     from fixflow.pipeline.publish.fact_columns import check_op, encode_messages
     from fixflow.pipeline.publish.producer import Publisher
 
     declaration = find_declaration(config, relation, program)
     op: Op = "delete" if delete else "insert"
     up = reachable(config.kafka.bootstrap_servers)
+    if up and secured(config.kafka):
+        try:  # refused credentials fail now, not after a send's 60 s timeout
+            check_access(config.kafka)
+        except KafkaAccessError as error:
+            raise PublishError(str(error)) from None
     # The producer connects while the file is read (see Publisher); file errors still come
     # first, before an unreachable broker.
     with Publisher(config) if up else nullcontext(None) as publisher:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.kafka.librdkafka import QuietLog
+from fixflow.pipeline.kafka_security import QuietLog, librdkafka_settings
 from fixflow.pipeline.publish.fact_columns import Messages
 from fixflow.pipeline.publish.fact_rows import PublishError
 
@@ -56,7 +56,7 @@ class Progress:
 def producer_settings(config: Config) -> dict[str, Any]:
     """librdkafka settings of ``fixflow publish`` (bench/PUBLISH_RESULTS.md measures them)."""
     return {
-        "bootstrap.servers": config.kafka.bootstrap_servers,
+        **librdkafka_settings(config.kafka),
         "client.id": "fixflow-publish",
         "acks": "all",
         "enable.idempotence": True,

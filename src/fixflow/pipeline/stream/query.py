@@ -253,7 +253,7 @@ def start_ingest_query(
     driver_read = None
     if config.kafka.source == "python" and config.stream.driver_read_max_records:
         driver_read = DriverRead(
-            config.kafka.bootstrap_servers,
+            config.kafka,
             lake.checkpoint(),
             config.stream.driver_read_max_records,
             read_ahead=config.stream.read_ahead,

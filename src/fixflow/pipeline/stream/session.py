@@ -13,6 +13,7 @@ from types import TracebackType
 from fixflow.checker.ast import Program
 from fixflow.pipeline.broker.embedded import start_broker
 from fixflow.pipeline.config import Config
+from fixflow.pipeline.kafka_security import check_access, secured
 from fixflow.pipeline.lake.lakehouse import ProgramLake
 from fixflow.pipeline.spark import make_session
 from fixflow.pipeline.stream.broker_watch import BrokerWatch
@@ -46,6 +47,10 @@ class Session:
             config.kafka, self.metrics.health, say, available_now=available_now
         )
         self.broker_watch.wait()
+        if secured(config.kafka):
+            # Refused credentials or an untrusted certificate end the run here, in one
+            # line: the stream would otherwise wait for a broker it reaches but cannot use.
+            check_access(config.kafka)
         self.spark = make_session(config.spark.master, "fixflow", dict(config.spark.conf))
 
     def __enter__(self) -> Session:
@@ -66,6 +71,7 @@ class Session:
         lines = [
             f"program      {self.program_file}",
             f"kafka        {self.config.kafka.bootstrap_servers}"
+            + (f" ({self.config.kafka.security_protocol})" if secured(self.config.kafka) else "")
             + (f" ({self.broker_message})" if self.broker_message else ""),
             f"topics       {topics}",
             f"results      {lake.base}/results/<relation>",
