@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.lake.delta import rows_to_arrow
 from fixflow.pipeline.lake.facts import (
     FactsError,
+    arrow_table,
     input_path,
     load_inputs,
-    numeric_table,
     read_rows,
     read_table,
 )
@@ -182,17 +184,80 @@ def test_arrow_reads_numeric_facts_exactly_as_the_row_reader(tmp_path: Path, con
 def test_a_plain_numeric_file_is_parsed_by_arrow(tmp_path: Path) -> None:
     path = tmp_path / "edge.facts"
     path.write_text("1\t2\t0.5\n\n2\t3\t1e-3\n")
-    table = numeric_table(path, EDGE)
+    table = arrow_table(path, EDGE)
     assert table is not None and table.to_pylist() == [
         {"src": 1, "dst": 2, "w": 0.5},
         {"src": 2, "dst": 3, "w": 0.001},
     ]
-    assert numeric_table(path, NAME) is None
+    path = tmp_path / "name.csv"
+    path.write_text("label,id\nx y,1\n,2\n")  # by header name; an empty symbol
+    table = arrow_table(path, NAME)
+    assert table is not None and table.to_pylist() == [
+        {"id": 1, "label": "x y"},
+        {"id": 2, "label": ""},
+    ]
+    path.write_text('id,label\n1,"a,b"\n')  # quoted: the csv module reads it
+    assert arrow_table(path, NAME) is None and read_table(path, NAME).num_rows == 1
 
 
 def test_a_negative_unsigned_value_is_the_row_readers_error(tmp_path: Path) -> None:
     path = tmp_path / "edge.facts"
     path.write_text("1\t0.5\n-1\t0.5\n")
-    assert numeric_table(path, UNSIGNED_EDGE) is None
+    assert arrow_table(path, UNSIGNED_EDGE) is None
     with pytest.raises(FactsError, match=r"edge.facts:2: column `src` is unsigned"):
         read_table(path, UNSIGNED_EDGE)
+
+
+SYMBOLS = (Attribute("a", "symbol"), Attribute("b", "symbol"))
+TOKENS = [
+    "1",
+    "-2",
+    "0.5",
+    " 3",
+    "+1",
+    "1_0",
+    "inf",
+    "x",
+    "a b",
+    "",
+    " ",
+    "\t",
+    ",",
+    '"',
+    "\r",
+    "\n",
+    "\r\n",
+    "é",
+]
+
+
+@given(
+    tokens=st.lists(st.sampled_from(TOKENS), max_size=14),
+    attributes=st.sampled_from([EDGE, NAME, SYMBOLS]),
+    suffix=st.sampled_from([".facts", ".csv", ".facts.gz"]),
+)
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_arrow_reads_any_file_exactly_as_the_row_reader(
+    tmp_path: Path, tokens: list[str], attributes: tuple[Attribute, ...], suffix: str
+) -> None:
+    """Whatever the bytes, ``read_table`` (Arrow where it can) gives the row reader's table
+    or the row reader's error: the row reader is the oracle."""
+    body = "".join(tokens).encode("utf-8")
+    if suffix == ".csv":
+        body = (",".join(a.name for a in attributes) + "\n").encode() + body
+    path = tmp_path / f"r{suffix}"
+    path.write_bytes(gzip.compress(body) if suffix.endswith(".gz") else body)
+    try:
+        expected: pa.Table | str = rows_to_arrow(read_rows(path, attributes), attributes)
+    except (FactsError, OverflowError, pa.ArrowInvalid) as exc:
+        expected = f"{type(exc).__name__}: {exc}"
+    try:
+        got: pa.Table | str = read_table(path, attributes)
+    except (FactsError, OverflowError, pa.ArrowInvalid) as exc:
+        got = f"{type(exc).__name__}: {exc}"
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        assert isinstance(got, pa.Table) and got.equals(expected), (body, got, expected)

@@ -123,9 +123,12 @@ def _records(
     Soufflé reads it."""
     if delimiter is None and _is_csv(path):
         reader = csv.reader(_lines(path))
-        for fields in reader:
-            if fields and any(f.strip() for f in fields):
-                yield reader.line_num, fields
+        try:
+            for fields in reader:
+                if fields and any(f.strip() for f in fields):
+                    yield reader.line_num, fields
+        except csv.Error as error:  # e.g. a bare carriage return inside a line
+            raise FactsError(f"{path}:{reader.line_num + 1}: not CSV ({error})") from None
         return
     separator = "\t" if delimiter is None else delimiter
     for number, line in enumerate(_lines(path), start=1):
@@ -187,12 +190,12 @@ def _header_order(
 def read_table(
     path: Path, attributes: Sequence[Attribute], delimiter: str | None = None
 ) -> pa.Table:
-    """One facts file as a pyarrow table with the declared schema: a numeric ``.facts``
-    file through Arrow's CSV parser (``numeric_table``), any other file, and any file
-    Arrow does not take as it is, through ``read_rows``."""
-    table = numeric_table(path, attributes) if delimiter is None else None
+    """One facts file as a pyarrow table with the declared schema: through Arrow's CSV
+    parser (``arrow_table``) when it reads the file exactly as ``read_rows`` would, else
+    through ``read_rows`` (which also names the line of a malformed file)."""
+    table = arrow_table(path, attributes, delimiter)
     if table is not None:
-        log.info("read %d facts from %s", table.num_rows, path)
+        log.info("read %d facts from %s (Arrow)", table.num_rows, path)
         return table
     rows = read_rows(path, attributes, delimiter)
     log.info("read %d facts from %s", len(rows), path)
@@ -201,45 +204,101 @@ def read_table(
     return rows_to_arrow(rows, attributes)
 
 
-NUMERIC = ("number", "float")
-"""The base types ``numeric_table`` parses with Arrow (``unsigned`` is stored as ``number``)."""
+BOM = b"\xef\xbb\xbf"
 
 
-def numeric_table(path: Path, attributes: Sequence[Attribute]) -> pa.Table | None:
-    """A ``.facts`` file of number/unsigned/float columns parsed by Arrow's CSV reader
-    (C++; 1M edges in 0.1 s against 3.7 s for ``read_rows``, which converts field by
-    field in Python: about half of a 1M-edge ``fixflow eval`` of SSSP). None whenever the
-    result could differ from ``read_rows``'s or the file is malformed: then ``read_rows``
-    reads it and, for a malformed file, names the line. Arrow is strict where Python's
-    ``int``/``float`` are lenient (spaces, ``+``, ``_``), so what it accepts the row reader
-    reads the same; a ``\r`` (Arrow ends a line at a bare one), a byte-order mark, gzip,
-    a non-finite float and an unsigned value out of range go to the row reader."""
-    if not attributes or _is_csv(path) or any(a.type not in NUMERIC for a in attributes):
+def arrow_table(
+    path: Path, attributes: Sequence[Attribute], delimiter: str | None = None
+) -> pa.Table | None:
+    """A facts file parsed by Arrow's CSV reader (multi-threaded C++; 1M edges in ~0.1 s
+    against ~3.7 s for ``read_rows``, which converts field by field in Python). None
+    whenever the result could differ from ``read_rows``'s or the file is malformed: then
+    ``read_rows`` reads it and, for a malformed file, names the line.
+
+    Arrow is strict where Python's ``int``/``float`` are lenient (spaces, ``+``, ``_``), so
+    what it accepts the row reader reads the same. Left to the row reader: a bare ``\r``
+    (Arrow ends a line there), a ``.csv`` with quotes (Python's ``csv`` and Arrow differ on
+    malformed quoting), a relation of one symbol (a blank line is a fact), a line of blank
+    fields in an all-symbol relation (the row reader skips it), a multi-character
+    delimiter, non-finite floats and unsigned values out of range."""
+    if not attributes or is_one_symbol(attributes):
         return None
-    data = path.read_bytes()
-    if data[:2] == GZIP_MAGIC or data[:3] == b"\xef\xbb\xbf" or b"\r" in data:
+    data = _content(path)
+    csv_file = delimiter is None and _is_csv(path)
+    if data is None or b"\r" in data.replace(b"\r\n", b"") or (csv_file and b'"' in data):
         return None
-    names = [f"c{i}" for i in range(len(attributes))]
+    separator = "," if csv_file else delimiter or "\t"
+    if len(separator) != 1:
+        return None
+    parsed = _arrow_csv(data, attributes, separator, header=csv_file)
+    if parsed is None:
+        return None
+    columns = _declared_columns(parsed, attributes)
+    if columns is None or not all(
+        _in_domain(c, a) for c, a in zip(columns, attributes, strict=True)
+    ):
+        return None
+    table = pa.table(columns, schema=arrow_schema(attributes))
+    return None if _has_blank_symbol_rows(table, attributes) else table
+
+
+def _content(path: Path) -> bytes | None:
+    """The file's bytes, gzip decompressed and a byte-order mark dropped; None when it
+    cannot be read so (the row reader then says why, with the line)."""
     try:
-        parsed = pa_csv.read_csv(
+        data = path.read_bytes()
+        if data[:2] == GZIP_MAGIC:
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error):
+        return None
+    return data[len(BOM) :] if data.startswith(BOM) else data
+
+
+def _arrow_csv(
+    data: bytes, attributes: Sequence[Attribute], separator: str, header: bool
+) -> pa.Table | None:
+    """``data`` parsed with every column typed as declared (by header name in a ``.csv``,
+    by position otherwise); None when Arrow refuses it."""
+    types = {f"c{i}": arrow_type(a.type) for i, a in enumerate(attributes)}
+    if header:
+        types = {a.name: arrow_type(a.type) for a in attributes}
+    try:
+        return pa_csv.read_csv(
             pa.BufferReader(data),
-            read_options=pa_csv.ReadOptions(column_names=names),
+            read_options=pa_csv.ReadOptions(column_names=None if header else list(types)),
             parse_options=pa_csv.ParseOptions(
-                delimiter="\t", quote_char=False, escape_char=False, ignore_empty_lines=True
+                delimiter=separator, quote_char=False, escape_char=False, ignore_empty_lines=True
             ),
-            convert_options=pa_csv.ConvertOptions(
-                column_types={
-                    n: arrow_type(a.type) for n, a in zip(names, attributes, strict=True)
-                },
-                null_values=[],
-            ),
+            convert_options=pa_csv.ConvertOptions(column_types=types, null_values=[]),
         )
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None  # malformed or lenient syntax: the row reader decides, line by line
-    columns = [parsed.column(n) for n in names]
-    if not all(_in_domain(c, a) for c, a in zip(columns, attributes, strict=True)):
-        return None
-    return pa.table(columns, schema=arrow_schema(attributes))
+
+
+def _declared_columns(
+    parsed: pa.Table, attributes: Sequence[Attribute]
+) -> list[pa.ChunkedArray] | None:
+    """The parsed columns in declared order; None when a header names other columns (or
+    names one twice, or pads a name with spaces): the row reader's error or reading."""
+    names = parsed.column_names
+    declared = [f"c{i}" for i in range(len(attributes))]
+    if names != declared:
+        declared = [a.name for a in attributes]
+        if sorted(names) != sorted(declared):
+            return None
+    return [parsed.column(name) for name in declared]
+
+
+def _has_blank_symbol_rows(table: pa.Table, attributes: Sequence[Attribute]) -> bool:
+    """Whether some row of an all-symbol relation has only blank fields: the row reader
+    skips such a line (a relation with a number column refuses it in Arrow already)."""
+    if any(a.type != "symbol" for a in attributes):
+        return False
+    blank = [pc.equal(pc.utf8_trim_whitespace(c), "") for c in table.columns]
+    every = blank[0]
+    for column in blank[1:]:
+        every = pc.and_(every, column)
+    return bool(pc.any(every).as_py())
 
 
 def _in_domain(column: pa.ChunkedArray, attribute: Attribute) -> bool:
