@@ -303,3 +303,34 @@ def test_a_stream_on_an_object_store_lake(
     assert query.returncode == 0, query.stderr
     assert csv_rows(query.stdout) == expected_sssp(facts - gone)
     assert SECRET_KEY not in third.output
+
+
+def test_program_stream_refuses_an_unusable_object_store_before_starting(
+    spark: object, s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API: a stream into an object-store lake the credentials do not open raises
+    ``fixflow.OperationalError`` (a ``StorageError``) in one line, before any query starts."""
+    import fixflow
+
+    monkeypatch.setenv("TEST_S3_KEY", "fixflow-test-key")
+    monkeypatch.setenv("TEST_S3_SECRET", "wrong")
+    for name in storage_environment(parse_config(s3.storage_section()).lake.storage):
+        monkeypatch.setenv(name, "-")  # recorded, so what the stream exports is undone
+        monkeypatch.delenv(name)
+    settings = {
+        "lake": {
+            "storage": {
+                "endpoint": s3.endpoint,
+                "access_key_id_env": "TEST_S3_KEY",
+                "secret_access_key_env": "TEST_S3_SECRET",
+            }
+        }
+    }
+    program = fixflow.Program.from_file(SSSP)
+    active = len(spark.streams.active)  # type: ignore[attr-defined]
+    with pytest.raises(fixflow.OperationalError) as refused:
+        program.stream(spark, settings, lake=s3.url("api"), trigger="available_now")
+    assert isinstance(refused.value, StorageError)
+    assert str(refused.value).startswith(f"the lake {s3.url('api')} cannot be used: ")
+    assert "refused the credentials" in str(refused.value) and "\n" not in str(refused.value)
+    assert len(spark.streams.active) == active  # type: ignore[attr-defined]
