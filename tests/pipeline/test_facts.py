@@ -167,18 +167,23 @@ def test_arrow_reads_numeric_facts_exactly_as_the_row_reader(tmp_path: Path, con
     gives the row reader's table or the row reader's error."""
     path = tmp_path / "edge.facts"
     path.write_bytes(content.encode("utf-8"))
+    assert_read_as_the_row_reader_reads(path, EDGE)
+
+
+def assert_read_as_the_row_reader_reads(path: Path, attributes: tuple[Attribute, ...]) -> None:
+    """``read_table`` gives the row reader's table, or the row reader's error."""
     try:
-        expected: pa.Table | str = rows_to_arrow(read_rows(path, EDGE), EDGE)
+        expected: pa.Table | str = rows_to_arrow(read_rows(path, attributes), attributes)
     except (FactsError, OverflowError, pa.ArrowInvalid) as exc:
         expected = f"{type(exc).__name__}: {exc}"
     try:
-        got: pa.Table | str = read_table(path, EDGE)
+        got: pa.Table | str = read_table(path, attributes)
     except (FactsError, OverflowError, pa.ArrowInvalid) as exc:
         got = f"{type(exc).__name__}: {exc}"
     if isinstance(expected, str):
         assert got == expected
     else:
-        assert isinstance(got, pa.Table) and got.equals(expected)
+        assert isinstance(got, pa.Table) and got.equals(expected), (path.read_bytes(), got)
 
 
 def test_a_plain_numeric_file_is_parsed_by_arrow(tmp_path: Path) -> None:
@@ -249,15 +254,4 @@ def test_arrow_reads_any_file_exactly_as_the_row_reader(
         body = (",".join(a.name for a in attributes) + "\n").encode() + body
     path = tmp_path / f"r{suffix}"
     path.write_bytes(gzip.compress(body) if suffix.endswith(".gz") else body)
-    try:
-        expected: pa.Table | str = rows_to_arrow(read_rows(path, attributes), attributes)
-    except (FactsError, OverflowError, pa.ArrowInvalid) as exc:
-        expected = f"{type(exc).__name__}: {exc}"
-    try:
-        got: pa.Table | str = read_table(path, attributes)
-    except (FactsError, OverflowError, pa.ArrowInvalid) as exc:
-        got = f"{type(exc).__name__}: {exc}"
-    if isinstance(expected, str):
-        assert got == expected
-    else:
-        assert isinstance(got, pa.Table) and got.equals(expected), (body, got, expected)
+    assert_read_as_the_row_reader_reads(path, attributes)

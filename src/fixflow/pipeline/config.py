@@ -250,6 +250,28 @@ SECTIONS: dict[str, type] = {
 }
 
 
+def named_secret(
+    section: Any, where: str, name: str, error: type[Exception], *, required: bool
+) -> str | None:
+    """The secret ``name`` a config section names but never holds: read from the file
+    ``<name>_file`` when it is set (one trailing newline dropped: files written by `echo`
+    or an editor end in one), else from the environment variable ``<name>_env``. None when
+    neither holds one; an unset variable is an ``error`` when ``required``. ``where`` is
+    the section as messages write it (``[kafka]``)."""
+    path = getattr(section, f"{name}_file", "")
+    if path:
+        try:
+            text = Path(path).expanduser().read_text(encoding="utf-8")
+        except OSError as failure:
+            raise error(f"{where} {name}_file: cannot read {path}: {failure.strerror}") from None
+        return text[:-1] if text.endswith("\n") else text
+    variable = getattr(section, f"{name}_env", "")
+    value = os.environ.get(variable) if variable else None
+    if value is None and variable and required:
+        raise error(f"{where} {name}_env: the environment variable {variable} is not set")
+    return value
+
+
 def parse_host_port(address: str) -> tuple[str, int]:
     host, _, port = address.strip().rpartition(":")
     if not host or not port.isdigit():

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 from dataclasses import fields, replace
-from pathlib import Path
 from typing import Any
 
-from fixflow.pipeline.config import KafkaConfig
+from fixflow.pipeline.config import KafkaConfig, named_secret
 from fixflow.pipeline.errors import UserFacingError
 
 log = logging.getLogger(__name__)
@@ -60,22 +58,7 @@ def secured(kafka: KafkaConfig) -> bool:
 def secret(kafka: KafkaConfig, name: str) -> str:
     """The secret ``name`` (``sasl_password``, ``ssl_key_password``) from the environment
     variable or file the config names; "" when it names neither."""
-    variable, path = getattr(kafka, f"{name}_env"), getattr(kafka, f"{name}_file")
-    if variable:
-        value = os.environ.get(variable)
-        if value is None:
-            raise KafkaAccessError(
-                f"[kafka] {name}_env: the environment variable {variable} is not set"
-            )
-        return value
-    if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as error:
-            raise KafkaAccessError(f"[kafka] {name}_file: {path}: {error.strerror}") from None
-        # Files written by `echo` or an editor end in a newline that is no part of it.
-        return text[:-1] if text.endswith("\n") else text
-    return ""
+    return named_secret(kafka, "[kafka]", name, KafkaAccessError, required=True) or ""
 
 
 def librdkafka_settings(kafka: KafkaConfig) -> dict[str, Any]:

@@ -22,9 +22,8 @@ import re
 import time
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
-from fixflow.pipeline.config import LakeConfig, StorageConfig
+from fixflow.pipeline.config import LakeConfig, StorageConfig, named_secret
 from fixflow.pipeline.errors import UserFacingError
 
 log = logging.getLogger(__name__)
@@ -68,25 +67,10 @@ def storage_environment(storage: StorageConfig) -> dict[str, str]:
     if storage.region:
         environment["AWS_REGION"] = environment["AWS_DEFAULT_REGION"] = storage.region
     for name in _CREDENTIALS:
-        value = _credential(storage, name)
+        value = named_secret(storage, "[lake.storage]", name, StorageError, required=False)
         if value is not None:
             environment[f"AWS_{name.upper()}"] = value
     return environment
-
-
-def _credential(storage: StorageConfig, name: str) -> str | None:
-    """The credential ``name`` from its file when ``<name>_file`` is set, else from the
-    environment variable ``<name>_env`` names (None when that is unset)."""
-    file = getattr(storage, f"{name}_file", "")
-    if file:
-        try:
-            return Path(file).expanduser().read_text(encoding="utf-8").strip()
-        except OSError as error:
-            raise StorageError(
-                f"[lake.storage] {name}_file: cannot read {file}: {error.strerror}"
-            ) from None
-    variable = getattr(storage, f"{name}_env", "")
-    return os.environ.get(variable) if variable else None
 
 
 def check_reachable(location: str, storage: StorageConfig) -> None:
