@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from benchlib import median_s
 
 from fixflow.checker.ast import Attribute
 from fixflow.pipeline.lake.delta import rows_to_arrow
@@ -51,15 +49,6 @@ def files(directory: Path, rows: int) -> dict[str, tuple[Path, tuple[Attribute, 
     return out
 
 
-def median_s(run: Callable[[], object], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -71,9 +60,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for label, (path, attributes) in files(Path(tmp), args.rows).items():
             assert arrow_table(path, attributes) is not None, f"{label}: not read by Arrow"
-            fast = median_s(lambda p=path, a=attributes: read_table(p, a), args.repeat)
+            fast = median_s(args.repeat, lambda p=path, a=attributes: read_table(p, a))
             slow = median_s(
-                lambda p=path, a=attributes: rows_to_arrow(read_rows(p, a), a), args.repeat
+                args.repeat, lambda p=path, a=attributes: rows_to_arrow(read_rows(p, a), a)
             )
             print(f"| {label} | {fast:.2f} s | {slow:.2f} s | {slow / fast:.0f}x |")
     print(f"load after: {os.getloadavg()[0]:.2f}")

@@ -195,6 +195,12 @@ def main() -> None:
     parser.add_argument(
         "--cases", action="store_true", help="run the CASES (each on its own graph) instead"
     )
+    parser.add_argument(
+        "--facts",
+        choices=("facts", "csv"),
+        default="facts",
+        help="the edge file's form: edge.facts (tab-separated) or edge.csv (with a header)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per eval")
     parser.add_argument("--markdown", action="store_true", help="report to stdout")
@@ -207,7 +213,7 @@ def main() -> None:
         for graph_name, programs in grouped(plan):
             graph = dag(graph_name) if graph_name.startswith("dag_") else build(graph_name)
             facts = Path(scratch) / graph_name
-            write_facts(graph, facts)
+            write_facts(graph, facts, args.facts)
             for program in programs:
                 rows += run_program(program, graph, facts, Path(scratch), args)
     write_report(report(rows, load_before, os.getloadavg(), args), args)
@@ -255,10 +261,15 @@ def dag(name: str, seed: int = 42) -> Graph:
     )
 
 
-def write_facts(graph: Graph, directory: Path) -> None:
+def write_facts(graph: Graph, directory: Path, form: str = "facts") -> None:
     directory.mkdir(parents=True)
     columns = np.column_stack([graph.src, graph.dst, graph.weight])
-    np.savetxt(directory / "edge.facts", columns, fmt="%d\t%d\t%.1f")
+    if form == "csv":
+        np.savetxt(
+            directory / "edge.csv", columns, fmt="%d,%d,%.1f", header="src,dst,w", comments=""
+        )
+    else:
+        np.savetxt(directory / "edge.facts", columns, fmt="%d\t%d\t%.1f")
 
 
 def run_program(
@@ -488,7 +499,8 @@ def report(
         "# Program forms: `fixflow eval` of each spelling, whole process",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; "
-        f"load {before[0]:.2f} before, {after[0]:.2f} after; medians of {args.repeats}.",
+        f"load {before[0]:.2f} before, {after[0]:.2f} after; medians of {args.repeats}; "
+        f"facts as edge.{args.facts}.",
         "",
         "| program | spelling | class | graph | whole process (s) | engine (s) | × best | result |",
         "|---|---|---|---|---|---|---|---|",

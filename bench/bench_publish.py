@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import log
+from benchlib import log, median_s
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "bench" / "publish_baseline.py"
@@ -259,10 +259,10 @@ def readers(work: Path, size: int, repeats: int = 3) -> dict[str, float | int]:
     path = work / f"edges_{size}.csv"
     attributes = relation_attributes(parse(PROGRAM, "prog.dl"), "edge")
     found: dict[str, float | int] = {
-        "csv.reader": _median_s(repeats, lambda: _csv_rows(path)),
-        "pyarrow.csv": _median_s(repeats, lambda: _arrow_table(path)),
-        "csv typed": _median_s(repeats, lambda: read_columns(path, attributes)),
-        "pyarrow typed": _median_s(repeats, lambda: _arrow_columns(path)),
+        "csv.reader": median_s(repeats, lambda: _csv_rows(path)),
+        "pyarrow.csv": median_s(repeats, lambda: _arrow_table(path)),
+        "csv typed": median_s(repeats, lambda: read_columns(path, attributes)),
+        "pyarrow typed": median_s(repeats, lambda: _arrow_columns(path)),
     }
     table = _arrow_table(path)
     floats = table.column("w").to_pylist()
@@ -270,15 +270,6 @@ def readers(work: Path, size: int, repeats: int = 3) -> dict[str, float | int]:
     found["rows"] = table.num_rows
     found["differ"] = sum(a != repr(f) for a, f in zip(arrow_text, floats, strict=True))
     return found
-
-
-def _median_s(repeats: int, work: Callable[[], object]) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def _csv_rows(path: Path) -> list[list[str]]:

@@ -7,7 +7,10 @@ import argparse
 import os
 import platform
 import socket
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -34,6 +37,16 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def median_s(repeats: int, work: Callable[[], object]) -> float:
+    """The median wall seconds of ``repeats`` calls of ``work``."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
 
 
 def log(message: str) -> None:

@@ -34,9 +34,14 @@ class S3Server:
         return f"s3://{self.bucket}/{path}"
 
     @property
+    def credentials(self) -> dict[str, str]:
+        """The variables ``storage_section`` names, with the server's key and secret."""
+        return {"TEST_S3_KEY": ACCESS_KEY, "TEST_S3_SECRET": SECRET_KEY}
+
+    @property
     def environment(self) -> dict[str, str]:
-        """What a Fixflow process needs (the names ``storage_section`` gives)."""
-        return {**os.environ, "TEST_S3_KEY": ACCESS_KEY, "TEST_S3_SECRET": SECRET_KEY}
+        """What a Fixflow process needs: this one's environment and the credentials."""
+        return {**os.environ, **self.credentials}
 
     def storage_section(self, **keys: str) -> str:
         """``[lake.storage]`` for this server (``keys`` override a line)."""

@@ -183,9 +183,8 @@ def test_the_storage_settings_become_the_aws_environment(tmp_path: Path) -> None
 @pytest.fixture
 def s3_process(s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
     """This test process set up for ``s3`` as ``use_lake`` does it for a command."""
-    for name, value in s3.environment.items():
-        if name.startswith("TEST_S3_"):
-            monkeypatch.setenv(name, value)
+    for name, value in s3.credentials.items():
+        monkeypatch.setenv(name, value)
     config = parse_config(f'[lake]\npath = "{s3.url("unit")}"\n' + s3.storage_section())
     for name, value in storage_environment(config.lake.storage).items():
         monkeypatch.setenv(name, value)
@@ -248,9 +247,8 @@ def test_a_stream_on_an_object_store_lake(
     """`fixflow run` with an s3:// lake: the results equal the oracle; a second writer is
     refused in one line; after kill -9, a run on another machine (an empty local directory)
     takes the lease over, resumes from the checkpoint in the lake, and commits nothing twice."""
-    for name, value in s3.environment.items():
-        if name.startswith("TEST_S3_"):
-            monkeypatch.setenv(name, value)  # for the `fixflow run` processes
+    for name, value in s3.credentials.items():
+        monkeypatch.setenv(name, value)  # for the `fixflow run` processes
     config = isolated_config(broker, tmp_path / "unused")
     lake_url = s3.url(f"stream-{time.time_ns()}")
     here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"

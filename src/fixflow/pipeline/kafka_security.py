@@ -20,7 +20,7 @@ import json
 import logging
 import re
 import threading
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from fixflow.pipeline.config import KafkaConfig, named_secret
@@ -61,48 +61,66 @@ def secret(kafka: KafkaConfig, name: str) -> str:
     return named_secret(kafka, "[kafka]", name, KafkaAccessError, required=True) or ""
 
 
-def librdkafka_settings(kafka: KafkaConfig) -> dict[str, Any]:
-    """confluent-kafka (librdkafka) settings: the brokers and the security keys."""
+@dataclass(frozen=True)
+class ClientKeys:
+    """What one Kafka library calls each connection setting."""
+
+    bootstrap: str
+    protocol: str
+    mechanism: str
+    username: str
+    password: str
+    ca_file: str
+    cert_file: str
+    key_file: str
+    key_password: str
+    tls_defaults: tuple[tuple[str, Any], ...] = ()
+    """Settings the library needs to verify the broker as the other does by default."""
+
+
+LIBRDKAFKA = ClientKeys(
+    "bootstrap.servers", "security.protocol", "sasl.mechanisms", "sasl.username",
+    "sasl.password", "ssl.ca.location", "ssl.certificate.location", "ssl.key.location",
+    "ssl.key.password",
+)  # fmt: skip
+"""confluent-kafka (librdkafka): it verifies the certificate and host name by default."""
+KAFKA_PYTHON = ClientKeys(
+    "bootstrap_servers", "security_protocol", "sasl_mechanism", "sasl_plain_username",
+    "sasl_plain_password", "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password",
+    tls_defaults=(("ssl_check_hostname", True),),
+)  # fmt: skip
+
+
+def client_settings(kafka: KafkaConfig, keys: ClientKeys) -> dict[str, Any]:
+    """The brokers and the security keys, as the library of ``keys`` names them."""
     settings: dict[str, Any] = {
-        "bootstrap.servers": kafka.bootstrap_servers,
-        "security.protocol": kafka.security_protocol,
+        keys.bootstrap: kafka.bootstrap_servers,
+        keys.protocol: kafka.security_protocol,
     }
     if kafka.security_protocol.startswith("SASL_"):
-        settings["sasl.mechanisms"] = kafka.sasl_mechanism
-        settings["sasl.username"] = kafka.sasl_username
-        settings["sasl.password"] = secret(kafka, "sasl_password")
+        settings[keys.mechanism] = kafka.sasl_mechanism
+        settings[keys.username] = kafka.sasl_username
+        settings[keys.password] = secret(kafka, "sasl_password")
     if kafka.security_protocol.endswith("SSL"):
-        # librdkafka verifies the broker's certificate and host name by default.
+        settings.update(keys.tls_defaults)
         optional = {
-            "ssl.ca.location": kafka.ssl_ca_file,
-            "ssl.certificate.location": kafka.ssl_cert_file,
-            "ssl.key.location": kafka.ssl_key_file,
-            "ssl.key.password": secret(kafka, "ssl_key_password"),
+            keys.ca_file: kafka.ssl_ca_file,
+            keys.cert_file: kafka.ssl_cert_file,
+            keys.key_file: kafka.ssl_key_file,
+            keys.key_password: secret(kafka, "ssl_key_password"),
         }
         settings.update({key: value for key, value in optional.items() if value})
     return settings
+
+
+def librdkafka_settings(kafka: KafkaConfig) -> dict[str, Any]:
+    """confluent-kafka (librdkafka) settings: the brokers and the security keys."""
+    return client_settings(kafka, LIBRDKAFKA)
 
 
 def kafka_python_settings(kafka: KafkaConfig) -> dict[str, Any]:
     """kafka-python settings: the brokers and the security keys."""
-    settings: dict[str, Any] = {
-        "bootstrap_servers": kafka.bootstrap_servers,
-        "security_protocol": kafka.security_protocol,
-    }
-    if kafka.security_protocol.startswith("SASL_"):
-        settings["sasl_mechanism"] = kafka.sasl_mechanism
-        settings["sasl_plain_username"] = kafka.sasl_username
-        settings["sasl_plain_password"] = secret(kafka, "sasl_password")
-    if kafka.security_protocol.endswith("SSL"):
-        settings["ssl_check_hostname"] = True
-        optional = {
-            "ssl_cafile": kafka.ssl_ca_file,
-            "ssl_certfile": kafka.ssl_cert_file,
-            "ssl_keyfile": kafka.ssl_key_file,
-            "ssl_password": secret(kafka, "ssl_key_password"),
-        }
-        settings.update({key: value for key, value in optional.items() if value})
-    return settings
+    return client_settings(kafka, KAFKA_PYTHON)
 
 
 def spark_kafka_options(kafka: KafkaConfig) -> dict[str, str]:

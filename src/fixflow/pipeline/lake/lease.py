@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from fixflow.pipeline.config import is_object_store
 from fixflow.pipeline.errors import UserFacingError
 from fixflow.pipeline.lake.lakehouse import ProgramLake, join_path
 from fixflow.pipeline.object_store import split_location
@@ -175,7 +176,7 @@ def refuse_if_held(lake: ProgramLake, expires_s: float = EXPIRES_S) -> None:
 
 def lease_file(lake: ProgramLake) -> LeaseFile:
     location = join_path(lake.base, LEASE_FILE)
-    if "://" in location:
+    if is_object_store(location):
         return ObjectLeaseFile(location)
     return LocalLeaseFile(Path(location))
 
