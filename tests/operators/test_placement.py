@@ -20,6 +20,13 @@ from fixflow.operators.placement import (
     place,
     placement_table,
 )
+from fixflow.operators.thresholds import (
+    DRIVER_BYTES_PER_ROW,
+    DRIVER_MEMORY_SHARE,
+    auto_local_rows,
+    physical_memory,
+    resolved_local_rows,
+)
 
 SSSP = """
 .decl edge(x: number, y: number, w: float)
@@ -56,6 +63,16 @@ CONCAT = """
 .output greeting
 greeting(cat("hello ", X)) :- name(X).
 """
+PAIR = """
+.decl a(x: number, y: number)
+.input a
+.decl b(x: number, y: number)
+.input b
+.decl tc(x: number, y: number)
+.output tc
+tc(X, Y) :- a(X, Y).
+tc(X, Z) :- tc(X, Y), b(Y, Z).
+"""
 SMALL: Sizes = lambda relation: 3  # noqa: E731
 
 
@@ -89,6 +106,26 @@ def test_a_large_input_places_the_stratum_on_spark_and_names_it() -> None:
     placement = placed(TC, options(), sizes=lambda relation: None)
     assert placement.kind == ("spark", None, 1)
     assert placement.why == "input `edge` has more than local_rows 100000 rows"
+
+
+def test_inputs_count_together_against_local_rows() -> None:
+    """The memory model counts every input row a stratum holds: two inputs within the limit
+    each but not together go to Spark."""
+    sizes: Sizes = lambda relation: 60_000  # noqa: E731
+    placement = placed(TC, options(), sizes=sizes)
+    assert placement.where == "driver"
+    pair = placed(PAIR, options(), sizes=sizes)
+    assert pair.kind == ("spark", None, 1)
+    assert pair.why == "inputs 120000 rows > local_rows 100000"
+
+
+def test_auto_local_rows_is_half_the_memory_at_the_bytes_a_row_of_the_model() -> None:
+    gib = 1 << 30
+    assert auto_local_rows(24 * gib) == 42_000_000  # 12 GiB / 300 B, down to a million
+    assert auto_local_rows(gib // 4) == 1_000_000  # never below a million
+    assert resolved_local_rows("auto") == auto_local_rows()
+    assert resolved_local_rows(0) == 0 and resolved_local_rows(7) == 7
+    assert DRIVER_BYTES_PER_ROW * auto_local_rows() <= DRIVER_MEMORY_SHARE * physical_memory()
 
 
 def test_local_rows_zero_places_everything_on_spark() -> None:

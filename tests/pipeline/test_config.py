@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,7 @@ def test_eval_reads_engine_buffer_and_spark_from_conf_and_its_flags_win(tmp_path
     plain = _eval_settings(tmp_path, None)
     assert (plain.engine.mode, plain.engine.local_rows, plain.spark.master) == (
         "hybrid",
-        2_000_000,
+        "auto",
         "local[2]",
     )
     toml = (
@@ -133,7 +134,7 @@ def test_eval_reads_engine_buffer_and_spark_from_conf_and_its_flags_win(tmp_path
     )
     filed = _eval_settings(tmp_path, toml)
     assert (filed.engine.mode, filed.engine.max_iterations, filed.buffer.initial) == ("sync", 7, 64)
-    assert filed.engine.local_rows == 2_000_000  # not in the file: the embedded default
+    assert filed.engine.local_rows == "auto"  # not in the file: the embedded default
     assert filed.spark.master == "local[1]"
     assert filed.spark.conf["spark.sql.shuffle.partitions"] == "3"
     flagged = _eval_settings(tmp_path, toml, "--engine", "async", "--master", "local[2]")
@@ -141,6 +142,17 @@ def test_eval_reads_engine_buffer_and_spark_from_conf_and_its_flags_win(tmp_path
     assert flagged.spark.master == "local[2]"
     rows = _eval_settings(tmp_path, "[engine]\nlocal_rows = 5\n", "--max-iterations", "9")
     assert (rows.engine.local_rows, rows.engine.max_iterations) == (5, 9)
+    flagged_rows = _eval_settings(tmp_path, "[engine]\nlocal_rows = 5\n", "--local-rows", "auto")
+    assert flagged_rows.engine.local_rows == "auto"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [('"big"', '"big"'), ("-1", "-1"), ("1.5", "1.5"), ("true", "True")]
+)
+def test_local_rows_is_auto_or_a_number_of_rows(tmp_path: Path, value: str, shown: str) -> None:
+    expected = f'local_rows must be "auto" or an integer >= 0, got {shown}'
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        _eval_settings(tmp_path, f"[engine]\nlocal_rows = {value}\n")
 
 
 def test_eval_conf_errors_name_the_file_and_key(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from fixflow.operators.thresholds import auto_local_rows
+
 PROGRAM = """\
 .decl edge(src: number, dst: number, w: float)
 .input edge
@@ -190,7 +192,7 @@ def test_explain_says_where_each_stratum_ran_and_why(project: Path) -> None:
     lines = result.stdout.splitlines()
     assert any(
         line.startswith("stratum 0 (sssp, mra): driver, hybrid engine, 1 shard — inputs ")
-        and line.endswith("<= local_rows 2000000")
+        and line.endswith(f"<= local_rows {auto_local_rows()}")
         for line in lines
     ), result.stdout
     assert "Fixpoint mra (sssp)" in result.stdout and "Scan sssp[delta]" in result.stdout

@@ -47,7 +47,7 @@ from fixflow.operators.spark_backend import (
     relation_struct,
     spark_type,
 )
-from fixflow.operators.thresholds import LOCAL_ROWS
+from fixflow.operators.thresholds import LOCAL_ROWS, resolved_local_rows
 
 
 class EvaluationError(Exception):
@@ -110,12 +110,13 @@ class EvalOptions:
     progress: Callable[[Progress], None] | None = None
     strategy: Mapping[str, EvalClass] = field(default_factory=dict)
     """Force a strategy for the stratum holding a relation (tests compare MRA and naive)."""
-    local_rows: int = LOCAL_ROWS
-    """Strata whose inputs the driver holds (at most this many rows each) and that stay that
-    small run there, without Spark jobs (``placement.place``): batch evaluation's strata
-    (``operators.local``) and the Maintainer's min/max retractions
+    local_rows: int = field(default_factory=lambda: resolved_local_rows(LOCAL_ROWS))
+    """Strata whose inputs the driver holds (at most this many rows together) and that stay
+    that small run there, without Spark jobs (``placement.place``): batch evaluation's
+    strata (``operators.local``) and the Maintainer's min/max retractions
     (``operators.local_update``); 0: every stratum runs on Spark. One default everywhere
-    (``thresholds.LOCAL_ROWS``), which ``[engine] local_rows`` and ``--local-rows`` set."""
+    (``thresholds.LOCAL_ROWS``, ``auto``: by the driver's memory), which ``[engine]
+    local_rows`` and ``--local-rows`` set."""
     witness: bool = False
     """Keep, for min/max MRA relations, the key of the predecessor that gave each value:
     what the ``mra-retract`` update needs to handle deletions without re-evaluating. The

@@ -35,7 +35,7 @@ from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.epoch import UpdateContext
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.strategies import seminaive
-from fixflow.operators.thresholds import LOCAL_ROWS
+from fixflow.operators.thresholds import LOCAL_ROWS, resolved_local_rows
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,8 @@ def place(run: StratumView, sizes: Sizes) -> Placement:
         if rows is None:
             return on_spark(run, f"input `{relation}` has more than local_rows {limit} rows")
         held += rows
+    if held > limit:  # the memory model counts every input row the stratum holds
+        return on_spark(run, f"inputs {held} rows > local_rows {limit}")
     engine = "hybrid" if bootstrap_method(run) == "mra" else None
     return Placement("driver", engine, 1, f"inputs {held} rows <= local_rows {limit}")
 
@@ -280,7 +282,7 @@ def placement_table() -> str:
     """``DRIVER_RULES`` as a Markdown table (docs/architecture.md, checked by a test)."""
     lines = ["| tried in order: the stratum... | runs on |", "| --- | --- |"]
     lines += [f"| {condition} | {where} |" for condition, where, _ in DRIVER_RULES]
-    lines.append("| reads an input with more than `local_rows` rows | Spark |")
+    lines.append("| reads inputs of more than `local_rows` rows together | Spark |")
     lines.append("| otherwise | driver (an `mra` stratum: the hybrid shard loop, 1 shard) |")
     lines.append(
         "| grows past `local_rows` while it runs (`Outgrown`) | Spark: a semi-naive loop "
@@ -321,7 +323,7 @@ SETTINGS = (
     Setting("spark-sync", 0, "sync", 0),
     Setting("spark-sharded-1", 0, "hybrid", 1),
     Setting("spark-sharded-2", 0, "hybrid", 2),
-    Setting("driver", LOCAL_ROWS, "hybrid", 1),
+    Setting("driver", resolved_local_rows(LOCAL_ROWS), "hybrid", 1),
 )
 """Every kind of placement ``place`` returns, and options that choose it (the goldens run
 on each a program admits: ``admitted_settings``)."""

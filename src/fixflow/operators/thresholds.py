@@ -3,14 +3,49 @@ the measurement behind it. Imports nothing: the configuration (``pipeline.config
 its defaults here without loading Spark. ``placement`` reads ``local_rows``; the others
 decide how rows cross between the driver and Spark."""
 
-LOCAL_ROWS = 2_000_000
-"""The one default of ``local_rows`` (``EvalOptions``, ``[engine] local_rows``, ``fixflow
-eval --local-rows``): a stratum whose inputs hold at most this many rows each, and which
-stays that small, runs in the driver; so does a min/max retraction of a relation that
-small. It is the automatic shard size (``engines.async_engine.ROWS_PER_SHARD``): below it
-the engine would run one shard, the same loop in one Spark task, so the driver loses no
-parallelism; above it a Spark job's fixed cost (tens of ms) no longer dominates
-(bench/SMALL_RESULTS.md)."""
+import os
+
+LOCAL_ROWS = "auto"
+"""The one default of ``local_rows`` (``[engine] local_rows``, ``fixflow eval --local-rows``;
+``EvalOptions`` holds it resolved, ``resolved_local_rows``): a stratum whose inputs hold at
+most this many rows together, and which stays that small, runs in the driver; so does a
+min/max retraction of a relation that small. ``auto`` is as many rows as the driver's share
+of the machine's memory holds by the memory model below: on this 2-core, 23 GB machine
+~39M rows. The driver runs one shard without a Spark job; on Spark, a sharded stratum pays
+a job per stage and ships its rows each time, and measured slower at every size that fits
+(R-MAT 10M edges, permuted ids: SSSP 121 s on two Spark shards, 15 s in the driver, whole
+process; bench/ENGINES.md), so the driver's memory, not a row count, is the limit."""
+
+DRIVER_BYTES_PER_ROW = 300
+"""The memory model of a stratum in the driver: peak resident bytes per input row. Measured
+with ``/usr/bin/time -v`` on ``fixflow eval`` of R-MAT 10M edges (``edge(src, dst, w)``,
+number/number/float): SSSP 2.72 GB, CC 2.88-2.90 GB peak over 10M input rows, of which
+~0.15 GB is the interpreter and its libraries; the facts table, its numpy copy, each
+recursive body's auxiliary side with its join index, and the largest iteration's
+candidates make up the rest (bench/SCALE_RESULTS.md)."""
+
+DRIVER_MEMORY_SHARE = 0.5
+"""The share of the machine's physical memory ``auto`` lets the driver's strata use: the
+rest is for the process's other relations, Spark's JVM when a later stratum starts it, and
+the operating system."""
+
+
+def physical_memory() -> int:
+    """The machine's physical memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def auto_local_rows(memory: int | None = None) -> int:
+    """``local_rows = "auto"``: the input rows the driver's share of ``memory`` (default:
+    the machine's) holds, rounded down to a million, at least one million."""
+    budget = DRIVER_MEMORY_SHARE * (physical_memory() if memory is None else memory)
+    return max(1_000_000, int(budget // DRIVER_BYTES_PER_ROW) // 1_000_000 * 1_000_000)
+
+
+def resolved_local_rows(setting: int | str) -> int:
+    """A ``local_rows`` setting as rows: ``auto`` by the memory model, an integer as is."""
+    return auto_local_rows() if setting == "auto" else int(setting)
+
 
 COLLECT_AS_ROWS = 10_000
 """A frame of at most this many rows (an epoch's change) is collected as rows, which needs

@@ -36,9 +36,12 @@ def _key(
     minimum: float | None = None,
     maximum: float | None = None,
     positive: bool = False,
+    integer: bool = False,
 ) -> Any:
-    """A config key with its default and the constraints checked on load."""
+    """A config key with its default and the constraints checked on load; ``integer``: a
+    string key that also takes an integer (``local_rows = "auto"`` or ``= 5``)."""
     meta = {"choices": choices, "minimum": minimum, "maximum": maximum, "positive": positive}
+    meta["integer"] = integer
     return field(default=default, metadata=meta)
 
 
@@ -216,10 +219,11 @@ class EngineConfig:
     from 4.5M to 0.28M. The sync engine's rounds propagate every pending delta."""
     schedule_portion: float = _key(0.5, positive=True, maximum=1.0)
     check_interval_ms: int = _key(1000, positive=True)
-    local_rows: int = _key(LOCAL_ROWS, minimum=0)
-    """Strata whose inputs hold at most this many rows each, and min/max retractions of
+    local_rows: int | str = _key(LOCAL_ROWS, choices=("auto",), minimum=0, integer=True)
+    """Strata whose inputs hold at most this many rows together, and min/max retractions of
     relations that small, run in the driver without Spark jobs (``placement.place``); 0:
-    always on Spark. The default and its reason: ``operators.thresholds.LOCAL_ROWS``."""
+    always on Spark; ``auto``: as many rows as half the machine's memory holds at 300 bytes
+    a row. The default and its reason: ``operators.thresholds.LOCAL_ROWS``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +396,8 @@ def _spark_value(key: str, value: Any, where: str) -> str:
 
 def _check_value(spec: Any, value: Any, where: str) -> Any:
     name, meta, default = spec.name, spec.metadata, spec.default
+    if meta.get("integer"):
+        return _check_words_or_integer(spec, value, where)
     value = _check_type(name, default, value, where)
     choices = meta.get("choices") or ()
     if choices and value not in choices:
@@ -404,6 +410,19 @@ def _check_value(spec: Any, value: Any, where: str) -> Any:
     if meta.get("maximum") is not None and value > meta["maximum"]:
         raise ConfigError(f"{where} {name} must be <= {meta['maximum']}, got {value}")
     return value
+
+
+def _check_words_or_integer(spec: Any, value: Any, where: str) -> Any:
+    """A key that is one of its words or an integer at least its minimum."""
+    meta = spec.metadata
+    words = " or ".join(f'"{c}"' for c in meta["choices"])
+    expected = f"{words} or an integer >= {meta['minimum']}"
+    if isinstance(value, str) and value in meta["choices"]:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= meta["minimum"]:
+        return value
+    shown = f'"{value}"' if isinstance(value, str) else repr(value)
+    raise ConfigError(f"{where} {spec.name} must be {expected}, got {shown}")
 
 
 _TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}

@@ -31,6 +31,7 @@ import pyarrow as pa
 from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import head_columns
+from fixflow.operators.engines.key_groups import grouped_order
 from fixflow.operators.plan import (
     Aggregate,
     AntiJoin,
@@ -319,9 +320,11 @@ class JoinIndex:
             codes = codes * size + column_codes
             uniques.append(pd.Index(values))
             radix.append(size)
-        dense, combined = pd.factorize(codes)
-        order = np.argsort(dense, kind="stable")
-        starts = np.searchsorted(dense[order], np.arange(len(combined) + 1))
+        if len(on) == 1 and (codes >= 0).all():  # one column's codes are dense already
+            dense, combined = codes, pd.RangeIndex(radix[0])
+        else:
+            dense, combined = pd.factorize(codes)
+        order, starts = grouped_order(dense, len(combined))
         return cls(batch, uniques, radix, pd.Index(combined), starts, order)
 
     def probe(self, left: Batch, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -448,10 +451,13 @@ def _batch_of(frame: pd.DataFrame, plan: Aggregate) -> Batch:
 def distinct_rows(batch: Batch) -> Batch:
     if batch.n <= 1 or not batch.cols:
         return batch.take(np.arange(min(batch.n, 1)))
-    frame = pd.DataFrame(batch.cols)
+    frame = pd.DataFrame(batch.cols, copy=False)
     for name, valid in batch.valid.items():
         frame[name] = frame[name].where(valid)
-    return batch.take(np.flatnonzero(~frame.duplicated().to_numpy()))
+    duplicated = frame.duplicated().to_numpy()
+    if not duplicated.any():  # the usual input: no second copy of every column
+        return batch
+    return batch.take(np.flatnonzero(~duplicated))
 
 
 class Kernel:

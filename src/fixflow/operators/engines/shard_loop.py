@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from fixflow.operators.engines.blocks import BLOB, by_shard, decode, encode, layout_rows
@@ -38,6 +39,11 @@ STATE, MESSAGE, AUX, STATS = 0, 1, 2, 3
 
 DESTINATION = "@dshard"
 """The annotation of an auxiliary row: the shard of the key its candidates go to."""
+
+SLICE_CANDIDATES = 4_000_000
+"""About how many candidates one slice of a frontier derives (``ShardLoop._iterate``): a
+frontier of R-MAT 10M's SSSP reached 11M candidates, ~1.2 GB of transient columns, which
+decided the run's peak memory; slices keep that bounded whatever the graph's size."""
 
 LOCAL_ITERATION_CAP = 1_000_000
 """Local iterations per stage at most (a guard; τ normally ends a stage first)."""
@@ -111,6 +117,8 @@ class LocalTable:
         order = np.argsort(self._sort_key(keys), kind="stable")
         self.columns = [c[order] for c in keys]
         self.sort_key = self._sort_key(self.columns)
+        self._index: pd.Index | None = None
+        """The hash index of a one-column ``sort_key`` (``positions``), until an insert."""
         self.acc = acc[order]
         n = len(order)
         self.present = np.ones(n, dtype=bool)
@@ -151,36 +159,69 @@ class LocalTable:
             return
         first = distinct_rows(keys)
         keys = [k[first] for k in keys]
+        new = self.positions(keys) < 0
         unique = self._sort_key(keys)
-        pos = np.searchsorted(self.sort_key, unique)
-        found = pos < len(self)
-        found[found] = self.sort_key[pos[found]] == unique[found]
-        new = ~found
         values = np.zeros(int(new.sum()), dtype=self.acc.dtype)
-        self._insert(pos[new], [k[new] for k in keys], values, [], present=False)
+        where = np.searchsorted(self.sort_key, unique[new])
+        self._insert(where, [k[new] for k in keys], values, [], present=False)
+
+    def positions(self, keys: list[np.ndarray]) -> np.ndarray:
+        """Each key's row in the table, -1 where it has none: a hash lookup for keys of one
+        column (on R-MAT 10M, ``searchsorted`` took 2.4 s per 10M lookups, the hash 0.2 s),
+        a binary search for tuples."""
+        if len(keys) == 1:
+            if self._index is None:
+                self._index = pd.Index(self.sort_key)
+            return self._index.get_indexer(keys[0])
+        sort_key = self._sort_key(keys)
+        pos = np.searchsorted(self.sort_key, sort_key)
+        found = pos < len(self)
+        found[found] = self.sort_key[pos[found]] == sort_key[found]
+        return np.where(found, pos, -1)
 
     def merge(self, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]) -> int:
         """acc ← G(acc, candidates): improved (min/max) or changed (sum) keys become
         pending. Returns how many keys became pending."""
         if len(values) == 0:
             return 0
-        if self.params.g == "sum" and len(keys) == 1 and self.acc.dtype.kind == "f":
-            pos = np.searchsorted(self.sort_key, keys[0])
-            if (pos < len(self)).all() and (self.sort_key[pos] == keys[0]).all():
-                # Every key in place (reserved): sums by position in one pass, not a sort
-                # of the candidates (PageRank on 1M edges: 12.7 of 21 s).
-                sums = np.bincount(pos, weights=values, minlength=len(self))
-                hit = np.flatnonzero(np.bincount(pos, minlength=len(self)))
-                return self._update_existing(hit, sums[hit], [])
+        if len(keys) == 1 and self._by_position(values):
+            pos = self.positions(keys)
+            if (pos >= 0).all():
+                # Every key in place (reserved): G by position in one pass, not a sort of
+                # the candidates (PageRank on 1M edges: 12.7 of 21 s; R-MAT 10M SSSP 6 of 25 s).
+                return self._merge_in_place(pos, values, wits)
         keys, values, wits = self.combined(keys, values, wits)
-        sort_key = self._sort_key(keys)
-        pos = np.searchsorted(self.sort_key, sort_key)
-        found = pos < len(self)
-        found[found] = self.sort_key[pos[found]] == sort_key[found]
+        pos = self.positions(keys)
+        found = pos >= 0
         touched = self._update_existing(pos[found], values[found], [w[found] for w in wits])
         new = ~found
-        self._insert(pos[new], [k[new] for k in keys], values[new], [w[new] for w in wits])
+        where = np.searchsorted(self.sort_key, self._sort_key([k[new] for k in keys]))
+        self._insert(where, [k[new] for k in keys], values[new], [w[new] for w in wits])
         return touched + int(new.sum())
+
+    def _by_position(self, values: np.ndarray) -> bool:
+        """Whether G can combine ``values`` by position: an integer sum by ``bincount``
+        would pass through float64, and a NaN has no best."""
+        if self.params.g == "sum":
+            return self.acc.dtype.kind == "f"
+        return values.dtype.kind != "f" or not np.isnan(values).any()
+
+    def _merge_in_place(self, pos: np.ndarray, values: np.ndarray, wits: list[np.ndarray]) -> int:
+        """``merge`` of candidates whose keys are all in the table, at rows ``pos``."""
+        hit = np.flatnonzero(np.bincount(pos, minlength=len(self)))
+        if self.params.g == "sum":
+            sums = np.bincount(pos, weights=values, minlength=len(self))
+            return self._update_existing(hit, sums[hit].astype(self.acc.dtype), [])
+        reduce = np.minimum if self.params.g == "min" else np.maximum
+        best = np.full(len(self), _identity(self.params.g, values.dtype), dtype=values.dtype)
+        reduce.at(best, pos, values)
+        # The first candidate reaching each row's best gives its witness.
+        rows = np.arange(len(values))
+        first = np.full(len(self), len(values), dtype=np.int64)
+        winners = np.flatnonzero(values == best[pos])
+        np.minimum.at(first, pos[winners], rows[winners])
+        chosen = first[hit]
+        return self._update_existing(hit, values[chosen], [w[chosen] for w in wits])
 
     def combined(
         self, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]
@@ -240,6 +281,7 @@ class LocalTable:
         self.present = np.insert(self.present, pos, present)
         self.columns = [np.insert(c, pos, k) for c, k in zip(self.columns, keys, strict=True)]
         self.sort_key = np.insert(self.sort_key, pos, self._sort_key(keys))
+        self._index = None
         self.acc = np.insert(self.acc, pos, values.astype(self.acc.dtype))
         self.delta = np.insert(self.delta, pos, values.astype(self.delta.dtype))
         fresh = (values != 0 if self.params.g == "sum" else True) if present else False
@@ -278,6 +320,23 @@ class LocalTable:
         if func == "min":
             return float(pending.min())
         return float(pending.mean() if func == "avg" else pending.sum())
+
+
+def _slice_keys(aux_rows: int, keys: int) -> int:
+    """Frontier keys per slice: ``SLICE_CANDIDATES`` over the mean auxiliary rows per key of
+    the table (a key's candidates are its auxiliary rows; a table still growing overstates
+    that mean, but its frontier is as small: at most ``aux_rows / SLICE_CANDIDATES``
+    slices)."""
+    fanout = max(1.0, aux_rows / max(1, keys))
+    return max(1, int(SLICE_CANDIDATES / fanout))
+
+
+def _identity(g: str, dtype: np.dtype) -> float | int:
+    """The value no candidate of ``dtype`` is worse than, for G = min or max."""
+    if dtype.kind == "f":
+        return math.inf if g == "min" else -math.inf
+    limits = np.iinfo(dtype)
+    return int(limits.max if g == "min" else limits.min)
 
 
 def _firsts(
@@ -342,6 +401,7 @@ class ShardLoop:
         self.shard = shard
         self.table = table
         self.kernels = self._kernels(aux)
+        self.aux_rows = sum(batch.n for batch in aux)
         if reserve:
             self._reserve()
         self.messages = messages
@@ -424,9 +484,20 @@ class ShardLoop:
         self.table.merge(keys, _numpy(rows, "acc", p.value_type), _row_witness(rows, p))
 
     def _iterate(self) -> None:
-        p = self.params
+        """Propagate the frontier a slice at a time (``_slice_keys``), so that the
+        candidates of one slice, not of the whole frontier, are in memory at once."""
         idx, deltas = self.table.take_frontier()
         self.propagated += len(idx)
+        step = _slice_keys(self.aux_rows, len(self.table))
+        derived = 0.0
+        for start in range(0, len(idx), step):
+            derived += self._propagate(idx[start : start + step], deltas[start : start + step])
+        if self.params.g == "sum":
+            self._observe_gain(deltas, derived)
+
+    def _propagate(self, idx: np.ndarray, deltas: np.ndarray) -> float:
+        """Derive and merge the candidates of frontier keys ``idx``; their Σ|value|."""
+        p = self.params
         cols: dict[str, np.ndarray] = {}
         for j, pos in enumerate(p.key_positions):
             cols[f"c{pos}"] = self.table.columns[j][idx]
@@ -438,19 +509,22 @@ class ShardLoop:
         for kernel, sources in self.kernels:
             derived.append(kernel.run({**sources, (p.relation, "delta"): frontier}))
         candidates = valid_candidates(concat(derived), len(p.key_positions))
-        if p.g == "sum":
-            self._observe_gain(deltas, candidates.cols["v"])
+        mass = float(np.abs(candidates.cols["v"]).sum()) if p.g == "sum" else 0.0
         here = candidates.cols[DESTINATION] == self.shard
-        local = candidates.take(np.flatnonzero(here))
-        self._merge_batch(local)
+        if here.all():  # one shard (the driver's): no copy of every candidate
+            self._merge_batch(candidates)
+            return mass
+        self._merge_batch(candidates.take(np.flatnonzero(here)))
         self._buffer(candidates.take(np.flatnonzero(~here)))
+        return mass
 
-    def _observe_gain(self, deltas: np.ndarray, values: np.ndarray) -> None:
+    def _observe_gain(self, deltas: np.ndarray, derived: float) -> None:
         """Track what decides whether the order of propagation may change a sum: deltas of
-        both signs, and an F′ that does not shrink them (see ``async_support.order_dependence``)."""
+        both signs, and an F′ that does not shrink them (see ``async_support.order_dependence``):
+        ``derived`` is Σ|candidates| of the whole frontier."""
         mass = float(np.abs(deltas).sum())
         if mass > 0:
-            self.gain = max(self.gain, float(np.abs(values).sum()) / mass)
+            self.gain = max(self.gain, derived / mass)
         self.negative += int(np.count_nonzero(deltas < 0))
 
     def _merge_batch(self, batch: Batch) -> None:

@@ -31,6 +31,7 @@ from fixflow.operators.evaluate import (
     evaluate_with_stats,
     partial_relations,
 )
+from fixflow.operators.thresholds import resolved_local_rows
 from fixflow.pipeline import jvm_lookups
 from fixflow.pipeline.api import stream
 from fixflow.pipeline.api.errors import FixflowError, ProgramError
@@ -219,7 +220,7 @@ class Program:
         return EvalOptions(
             max_iterations=config.engine.max_iterations or None,  # 0: the default rule
             engine_options=engine_options(config),
-            local_rows=config.engine.local_rows,
+            local_rows=resolved_local_rows(config.engine.local_rows),
         )
 
     def _results(self, evaluation: Evaluation, edb: Mapping[str, DataFrame]) -> Results:

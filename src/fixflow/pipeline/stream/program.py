@@ -44,6 +44,7 @@ from fixflow.checker import load
 from fixflow.checker.model import Report
 from fixflow.operators.evaluate import EvalOptions, Progress
 from fixflow.operators.maintain import Epoch, Maintainer
+from fixflow.operators.thresholds import resolved_local_rows
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
 from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file
@@ -128,7 +129,7 @@ class ProgramStream:
             progress=self._on_round,
             # Deletions retract min/max values along their witness chains (mra-retract).
             witness=True,
-            local_rows=config.engine.local_rows,
+            local_rows=resolved_local_rows(config.engine.local_rows),
         )
         self.async_mode = config.stream.consistency == "async"
         self.maintainer = Maintainer(

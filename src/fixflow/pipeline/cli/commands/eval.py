@@ -138,12 +138,28 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--local-rows",
-        type=int,
+        type=_local_rows,
         default=None,
         metavar="N",
         help="run a stratum in the driver, without Spark jobs, when its inputs and results "
-        "stay within N rows (default: [engine] local_rows, 2,000,000; 0: always on Spark)",
+        "stay within N rows together (default: [engine] local_rows, auto: as many rows as "
+        "half the machine's memory holds at 300 bytes a row; 0: always on Spark)",
     )
+
+
+def _local_rows(text: str) -> int | str:
+    """``--local-rows``: ``auto`` or a number of rows, at least 0."""
+    if text == "auto":
+        return text
+    try:
+        rows = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be auto or a number of rows, got {text!r}"
+        ) from None
+    if rows < 0:
+        raise argparse.ArgumentTypeError("must be 0 (never in the driver) or more")
+    return rows
 
 
 def settings(args: argparse.Namespace) -> Config:
@@ -174,8 +190,6 @@ def run(args: argparse.Namespace) -> int:
         return _error("--shards must be 0 (automatic) or more")
     if args.max_iterations is not None and args.max_iterations < 1:
         return _error("--max-iterations must be at least 1")
-    if args.local_rows is not None and args.local_rows < 0:
-        return _error("--local-rows must be 0 (never in the driver) or more")
     try:
         config = settings(args)
         # An object store for OUT_DIR is checked now, not after the evaluation.
@@ -211,6 +225,7 @@ def _evaluate_and_write(
 ) -> int:
     from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
     from fixflow.operators.on_demand import SessionOnDemand
+    from fixflow.operators.thresholds import resolved_local_rows
     from fixflow.pipeline.engine_settings import engine_options
     from fixflow.pipeline.spark import make_session
 
@@ -225,7 +240,7 @@ def _evaluate_and_write(
         engine_options=engine_options(config),
         partitions=args.partitions,
         progress=RoundPrinter(),
-        local_rows=config.engine.local_rows,
+        local_rows=resolved_local_rows(config.engine.local_rows),
     )
     started = time.monotonic()
     try:
