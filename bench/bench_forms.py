@@ -206,6 +206,9 @@ def main() -> None:
         default="facts",
         help="the edge file's form: edge.facts (tab-separated) or edge.csv (with a header)",
     )
+    parser.add_argument(
+        "--spellings", nargs="+", default=[], help="only these spellings (default: every one)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per eval")
     parser.add_argument("--markdown", action="store_true", help="report to stdout")
@@ -286,6 +289,8 @@ def run_program(
     results: dict[str, Result] = {}
     beta = katz_beta(graph) if program == "katz" else 0.0
     for spelling, text in PROGRAMS[program].items():
+        if args.spellings and spelling not in args.spellings:
+            continue
         path = scratch / f"{program}_{spelling}.dl"
         path.write_text(text.replace("{source}", str(graph.source)).replace("{beta}", f"{beta}"))
         row = Row(program, spelling, graph.name, eval_class(path))

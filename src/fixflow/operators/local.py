@@ -303,7 +303,7 @@ class DriverMra:
         plan = replace(body.aux_plan, distinct=distinct)
         batch = Kernel(plan).run(self.stratum.sources(plan))
         out = Batch(batch.n, {f"c{i}": batch.cols[n] for i, (n, _) in enumerate(plan.schema)})
-        out.cols[DESTINATION] = np.zeros(batch.n, dtype=np.int32)
+        out.cols[DESTINATION] = np.broadcast_to(np.int32(0), batch.n)  # no memory per row
         return out
 
     def seeds(self) -> Batch:

@@ -44,4 +44,4 @@ def grouped_order(codes: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarra
     matrix = scipy.sparse.csr_matrix(
         (np.ones(rows, dtype=np.int8), (codes, np.arange(rows))), shape=(groups, rows)
     )
-    return matrix.indices.astype(np.int64, copy=False), matrix.indptr.astype(np.int64, copy=False)
+    return matrix.indices, matrix.indptr  # int32 below 2**31 rows: half an index's memory

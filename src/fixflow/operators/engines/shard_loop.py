@@ -40,7 +40,7 @@ STATE, MESSAGE, AUX, STATS = 0, 1, 2, 3
 DESTINATION = "@dshard"
 """The annotation of an auxiliary row: the shard of the key its candidates go to."""
 
-SLICE_CANDIDATES = 4_000_000
+SLICE_CANDIDATES = 1_000_000
 """About how many candidates one slice of a frontier derives (``ShardLoop._iterate``): a
 frontier of R-MAT 10M's SSSP reached 11M candidates, ~1.2 GB of transient columns, which
 decided the run's peak memory; slices keep that bounded whatever the graph's size."""

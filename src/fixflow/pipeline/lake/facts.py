@@ -225,7 +225,9 @@ def arrow_table(
         return None
     data = _content(path)
     csv_file = delimiter is None and _is_csv(path)
-    if data is None or b"\r" in data.replace(b"\r\n", b"") or (csv_file and b'"' in data):
+    # Counted, not replaced: a copy of a 1.8 GB file would double the reader's peak.
+    bare_return = data is not None and data.count(b"\r") != data.count(b"\r\n")
+    if data is None or bare_return or (csv_file and b'"' in data):
         return None
     separator = "," if csv_file else delimiter or "\t"
     if len(separator) != 1:
@@ -238,7 +240,8 @@ def arrow_table(
         _in_domain(c, a) for c, a in zip(columns, attributes, strict=True)
     ):
         return None
-    table = pa.table(columns, schema=arrow_schema(attributes))
+    # One chunk a column: the driver's kernels then read the columns without a copy.
+    table = pa.table(columns, schema=arrow_schema(attributes)).combine_chunks()
     return None if _has_blank_symbol_rows(table, attributes) else table
 
 
