@@ -10,19 +10,22 @@ LOCAL_ROWS = "auto"
 ``EvalOptions`` holds it resolved, ``resolved_local_rows``): a stratum whose inputs hold at
 most this many rows together, and which stays that small, runs in the driver; so does a
 min/max retraction of a relation that small. ``auto`` is as many rows as the driver's share
-of the machine's memory holds by the memory model below: on this 2-core, 23 GB machine
-~39M rows. The driver runs one shard without a Spark job; on Spark, a sharded stratum pays
-a job per stage and ships its rows each time, and measured slower at every size that fits
-(R-MAT 10M edges, permuted ids: SSSP 121 s on two Spark shards, 15 s in the driver, whole
-process; bench/ENGINES.md), so the driver's memory, not a row count, is the limit."""
+of the machine's memory holds by the memory model below: ~114M rows on this 2-core, 23.6 GiB
+machine. The driver runs one shard without a Spark job; on Spark, a sharded stratum pays a
+job per stage and ships its rows each time, and measured slower at every size that fits
+(R-MAT 10M edges, permuted ids: SSSP 121 s on two Spark shards, ~16 s in the driver, whole
+process; bench/SCALE_RESULTS.md), so the driver's memory, not a row count, is the limit."""
 
-DRIVER_BYTES_PER_ROW = 300
-"""The memory model of a stratum in the driver: peak resident bytes per input row. Measured
-with ``/usr/bin/time -v`` on ``fixflow eval`` of R-MAT 10M edges (``edge(src, dst, w)``,
-number/number/float): SSSP 2.72 GB, CC 2.88-2.90 GB peak over 10M input rows, of which
-~0.15 GB is the interpreter and its libraries; the facts table, its numpy copy, each
-recursive body's auxiliary side with its join index, and the largest iteration's
-candidates make up the rest (bench/SCALE_RESULTS.md)."""
+DRIVER_FIXED_BYTES = 600_000_000
+DRIVER_BYTES_PER_ROW = 105
+"""The memory model of a stratum in the driver: peak resident bytes = ``DRIVER_FIXED_BYTES``
++ ``DRIVER_BYTES_PER_ROW`` x input rows. Fitted to the peak RSS (``wait4``) of ``fixflow
+eval`` of R-MAT graphs (``edge(src, dst, w)``, number/number/float, `;` spellings): 10M
+edges SSSP 1.6 GB, CC 1.4 GB; 100M edges SSSP 10.4 GB, CC 11.0 GB (bench/SCALE_RESULTS.md,
+bench/SCALE_100M_RESULTS.md). The fixed part is the interpreter, its libraries and one
+frontier slice's candidates (``shard_loop.SLICE_CANDIDATES``); per row: the facts table
+(which the kernels read without a copy), each recursive body's join index, the table of
+keys, and the reader's transient copy of the file."""
 
 DRIVER_MEMORY_SHARE = 0.5
 """The share of the machine's physical memory ``auto`` lets the driver's strata use: the
@@ -37,9 +40,11 @@ def physical_memory() -> int:
 
 def auto_local_rows(memory: int | None = None) -> int:
     """``local_rows = "auto"``: the input rows the driver's share of ``memory`` (default:
-    the machine's) holds, rounded down to a million, at least one million."""
+    the machine's) holds by the memory model, rounded down to a million, at least one
+    million."""
     budget = DRIVER_MEMORY_SHARE * (physical_memory() if memory is None else memory)
-    return max(1_000_000, int(budget // DRIVER_BYTES_PER_ROW) // 1_000_000 * 1_000_000)
+    rows = int((budget - DRIVER_FIXED_BYTES) // DRIVER_BYTES_PER_ROW)
+    return max(1_000_000, rows // 1_000_000 * 1_000_000)
 
 
 def resolved_local_rows(setting: int | str) -> int:

@@ -222,8 +222,9 @@ class EngineConfig:
     local_rows: int | str = _key(LOCAL_ROWS, choices=("auto",), minimum=0, integer=True)
     """Strata whose inputs hold at most this many rows together, and min/max retractions of
     relations that small, run in the driver without Spark jobs (``placement.place``); 0:
-    always on Spark; ``auto``: as many rows as half the machine's memory holds at 300 bytes
-    a row. The default and its reason: ``operators.thresholds.LOCAL_ROWS``."""
+    always on Spark; ``auto``: as many rows as half the machine's memory holds by the
+    memory model (``thresholds.DRIVER_BYTES_PER_ROW``). The default and its reason:
+    ``operators.thresholds.LOCAL_ROWS``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -143,7 +143,7 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="run a stratum in the driver, without Spark jobs, when its inputs and results "
         "stay within N rows together (default: [engine] local_rows, auto: as many rows as "
-        "half the machine's memory holds at 300 bytes a row; 0: always on Spark)",
+        "half the machine's memory holds, 0.6 GB + 105 bytes a row; 0: always on Spark)",
     )
 
 
