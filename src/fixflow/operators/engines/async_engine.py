@@ -28,7 +28,9 @@ module is its Spark backend (``SparkShards``), and resumes run the same stages.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from functools import partial
@@ -44,7 +46,7 @@ from fixflow.operators.engines.async_prepare import (
     seed_candidates,
     state_rows,
 )
-from fixflow.operators.engines.async_rounds import observed, stage_metrics
+from fixflow.operators.engines.async_rounds import recorded, run_metrics
 from fixflow.operators.engines.async_support import stage_params, unsupported
 from fixflow.operators.engines.base import (
     EngineEnv,
@@ -57,6 +59,7 @@ from fixflow.operators.engines.kernels import KernelUnsupported
 from fixflow.operators.engines.mra_bootstrap import (
     OrderDependent,
     Stage,
+    StageRule,
     aux_sides,
     bootstrap_on,
     in_round_order,
@@ -64,8 +67,9 @@ from fixflow.operators.engines.mra_bootstrap import (
     run_stages,
 )
 from fixflow.operators.engines.program import MraProgram, RecursiveBody, aux_frame
-from fixflow.operators.engines.shard_loop import AUX, run_stage
-from fixflow.operators.engines.shard_map import ShardMap
+from fixflow.operators.engines.shard_loop import AUX
+from fixflow.operators.engines.shard_map import ShardMap, require_slots
+from fixflow.operators.engines.shard_run import KILL_FILE_ENV, BetaRule, RunParams, run_shards
 from fixflow.operators.engines.stage_frame import AsyncRun, AsyncState
 from fixflow.operators.engines.sync import SyncEngine
 from fixflow.operators.materialize import Stored
@@ -166,9 +170,10 @@ class SparkShards:
         return prepared(self.program, env, self.engine.shard_maps, aux)
 
     def begin(self, run: AsyncRun, frame: DataFrame) -> None:
-        """Stages over ``run`` from ``frame``, its first stage frame."""
+        """A run over ``run`` from ``frame``, its first stage frame."""
         self.run, self.count, self.started = run, 0, time.monotonic()
         self.round_order = in_round_order(run.env.options, run.shard_map.shards)
+        self.replay: Iterator[Stage] | None = None
         self.stored = Stored(frame)
         if run.shard_map.shards > 1:
             # Materialized first: a shard column the optimizer could fold to a constant
@@ -177,46 +182,73 @@ class SparkShards:
             frame = self.stored.frame.repartition(run.shard_map.shards, "shard")
         self.frame = frame
 
-    def stage(self) -> Stage:
-        run = self.run
-        stored = self._stage(self.frame)
-        run.env.materializer.release(self.stored)
-        self.stored, self.count = stored, self.count + 1
-        pending, measure, detail = observed(run, stored, self.engine.hybrid)
-        self.frame = stored.frame.where(F.col("kind") < AUX)
-        self.pending = pending
-        return Stage(pending, measure, detail, run.gain, run.negative)
+    def stage(self, rule: StageRule) -> Stage:
+        """The next of the stages the run's one job ran (``rule`` stops them in the tasks)."""
+        if self.replay is None:
+            self.replay = iter(self._ran(rule))
+        stage = next(self.replay, None)
+        if stage is None:
+            raise RuntimeError(f"{self.run.program.relation}: the shards stopped sooner")
+        self.count, self.pending = self.count + 1, stage.pending
+        return stage
 
-    def _stage(self, frame: DataFrame) -> Stored:
+    def _ran(self, rule: StageRule) -> list[Stage]:
+        """Run every stage in one job (``engines.shard_run``); the stages it recorded."""
         run = self.run
-        layout = run.layout
-        params = stage_params(
+        shards = run.shard_map.shards
+        schema = arrow_schema_of(run.layout.schema)
+        task = partial(run_shards, self._params(rule), schema)
+        union = self.frame.union(run.aux.frame)
+        if shards == 1:
+            # One task reads everything: no exchange, no barrier.
+            out = union.coalesce(1).mapInArrow(task, run.layout.schema)
+        else:
+            if union.rdd.getNumPartitions() != shards:
+                raise RuntimeError("stage frame and auxiliary rows are not partitioned alike")
+            require_slots(run.env.spark, shards)
+            # The exchange after the barrier stage makes it a map stage, which Spark runs
+            # again when a task fails (a failed barrier result stage is not retried).
+            out = union.mapInArrow(task, run.layout.schema, barrier=True)
+            out = out.repartition(shards, "shard")
+        stored = run.env.materializer.store(out, run_metrics())
+        run.env.materializer.release(self.stored)
+        self.stored = stored
+        return recorded(stored)
+
+    def _params(self, rule: StageRule) -> RunParams:
+        run = self.run
+        hybrid = self.engine.hybrid
+        buffer = run.env.options.buffer
+        stage = stage_params(
             run.program,
             run.env.options,
-            witness=layout.witness,
+            witness=run.layout.witness,
             shards=run.shard_map.shards,
-            hybrid=self.engine.hybrid,
-            beta=run.beta,
+            hybrid=hybrid,
         )
-        kernel = partial(run_stage, params, arrow_schema_of(layout.schema))
-        union = frame.union(run.aux.frame)
-        if run.shard_map.shards == 1:
-            # One task reads everything: no exchange, before the stage or after it.
-            out = union.coalesce(1).mapInArrow(kernel, layout.schema)
-            return run.env.materializer.store(out, stage_metrics(run.program))
-        if union.rdd.getNumPartitions() != run.shard_map.shards:
-            raise RuntimeError("stage frame and auxiliary rows are not partitioned alike")
-        out = union.mapInArrow(kernel, layout.schema)
-        out = out.repartition(run.shard_map.shards, "shard")
-        return run.env.materializer.store(out, stage_metrics(run.program))
+        termination = run.program.spec.termination
+        return RunParams(
+            stage=stage,
+            labels=tuple(run.shard_map.labels),
+            rule=rule,
+            beta=BetaRule(
+                float(buffer.initial), buffer.alpha, buffer.r, buffer.interval_ms / 1000.0
+            ),
+            hybrid=hybrid,
+            measure=termination.func if termination is not None else None,
+            cut=float(run.shard_map.cut or 0),
+            kill_file=os.environ.get(KILL_FILE_ENV),
+        )
 
     def end(self, abandoned: bool) -> None:
         run = self.run
         run.env.materializer.release(run.aux)
         if abandoned:
             run.env.materializer.release(self.stored)
+        elif self.replay is not None and next(self.replay, None) is not None:
+            raise RuntimeError(f"{run.program.relation}: the shards ran more stages")
         log.info(
-            "%s: %d stage(s), %.2f s, %s shards (%s, cut %s)",
+            "%s: %d stage(s) in one job, %.2f s, %s shards (%s, cut %s)",
             run.program.relation,
             self.count,
             time.monotonic() - self.started,
