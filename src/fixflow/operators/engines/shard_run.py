@@ -8,14 +8,14 @@ to the last. A *stage* (a superstep) is:
 
 1. every task runs its loop until it is locally quiescent, a buffer holds β updates or τ is
    spent (hybrid: until local quiescence), as a stage job of the old engine did;
-2. it sends each other task its buffer for it (``engines.shard_exchange``, Arrow over TCP)
-   and all tasks gather one small fact each: pending keys, messages sent, the clause's
-   partial measure, F′'s gain and negative deltas, counts for the log;
+2. it sends every other task one small fact (pending keys, messages sent, the clause's
+   partial measure, F′'s gain and negative deltas, counts for the log) and its buffer for
+   that task, and receives theirs (``engines.shard_exchange``: Arrow over TCP);
 3. every task combines the same facts into the same ``Stage`` and asks the same
    ``mra_bootstrap.StageRule`` whether to stop (nothing pending anywhere and no message in
    flight, the termination clause, the cap, or an order-dependent sum), so they agree
    without a coordinator; the clause's check interval runs on the first task's clock;
-4. each task takes the messages sent to it: merged by the next stage, or, after the last,
+4. the messages each task received are merged by the next stage, or, after the last,
    left pending as message rows.
 
 Then each task emits its shard's rows in the stage layout (state rows, messages in flight)
@@ -118,12 +118,10 @@ class ShardTask:
             seconds, _ = self.loop.run()
             outgoing = self.loop.outgoing(schema)
             sent = {self.params.labels.index(d): t for d, t in outgoing.items()}
-            self.peers.send(len(stages) + 1, sent)
-            facts = self.peers.gather(self._fact(outgoing))
+            facts, received = self.peers.exchange(len(stages) + 1, self._fact(outgoing), sent)
             stage = self._combined(facts)
             stages.append(stage)
             stop, checked = self._verdict(len(stages), stage, checked)
-            received = self.peers.receive(len(stages))
             self._adapt_beta(seconds)
             self.loop.next_stage()
             if stop:
@@ -151,7 +149,7 @@ class ShardTask:
         return {
             "pending": int(table.pending.sum()),
             "sent": sum(len(t) for t in outgoing.values()),
-            "change": _partials(change),
+            "change": change_partials(change),
             "gain": loop.gain,
             "negative": loop.negative,
             "iterations": loop.iterations,
@@ -177,7 +175,7 @@ class ShardTask:
         }
         return Stage(
             pending=sum(int(f["pending"]) for f in facts) + sent,
-            measure=_measure(self.params.measure, [f["change"] for f in facts]),
+            measure=measure_of(self.params.measure, [f["change"] for f in facts]),
             detail=detail,
             gain=self.gain,
             negative=self.negative,
@@ -225,7 +223,7 @@ class ShardTask:
         log.warning("shard task %d was not killed within %.0f s", os.getpid(), KILL_WAIT_S)
 
 
-def _partials(change: np.ndarray) -> list[float]:
+def change_partials(change: np.ndarray) -> list[float]:
     """[Σ, nonzero, n, max, min] of a shard's |Δ|: what combines into any clause measure."""
     if change.size == 0:
         return [0.0, 0.0, 0.0, 0.0, 0.0]
@@ -239,9 +237,9 @@ def _partials(change: np.ndarray) -> list[float]:
     ]
 
 
-def _measure(func: str | None, partials: Sequence[Sequence[float]]) -> float | None:
+def measure_of(func: str | None, partials: Sequence[Sequence[float]]) -> float | None:
     """The clause's aggregate of |Δ| over every shard's pending deltas and messages in
-    flight (0 over none), from the shards' ``_partials``."""
+    flight (0 over none), from the shards' ``change_partials``."""
     if func is None:
         return None
     filled = [p for p in partials if p[2] > 0]
