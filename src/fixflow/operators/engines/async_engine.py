@@ -2,18 +2,24 @@
 
 The MonoTable is split into shards that keep neighbours together (``engines.sharding``
 computes the assignment from the graph of the recursive bodies, once per bootstrap, and
-keeps it for updates). A *stage* is one Spark job: every task owns one shard and runs the
-local asynchronous loop of ``engines.shard_loop`` over vectorized kernels compiled from
-the same round plans the sync engine runs on Spark, until it is locally quiescent, one of
-its per-destination buffers holds β updates, or its time budget τ is spent. The buffers
-leave the task as message rows for their destination shards; the next stage merges them.
-A stage is therefore worth many synchronous rounds: on a road-like graph the local loops
-follow the shortest paths inside a shard and only the cut is crossed at stage boundaries.
+keeps it for updates). A run is one Spark job (``engines.shard_run``): with several shards
+a barrier stage, every task owning one shard for all the run's *stages*. In a stage each
+task runs the local asynchronous loop of ``engines.shard_loop`` over vectorized kernels
+compiled from the same round plans the sync engine runs on Spark, until it is locally
+quiescent, one of its per-destination buffers holds β updates, or its time budget τ is
+spent; then the tasks exchange their buffers and small facts directly over TCP
+(``engines.shard_exchange``) and decide together whether to stop. A stage is therefore
+worth many synchronous rounds, and costs no Spark job: on a road-like graph the local
+loops follow the shortest paths inside a shard and only the cut is crossed between stages.
 
-The stage frame (one row layout for everything, see ``Layout``) is checkpointed between
-stages, hash-partitioned by shard; the auxiliary rows are checkpointed once with the same
-partitioning, so the union of both hands each task exactly its shard without a shuffle of
-the auxiliary side. Nothing lives in a Python worker between stages.
+The first stage frame (one row layout for everything, see ``Layout``) is stored
+hash-partitioned by shard; the auxiliary rows are stored once with the same partitioning,
+so the union of both hands each task exactly its shard without a shuffle of the auxiliary
+side. The tasks emit their shards' rows in the same layout (``AsyncState``), shuffled by
+shard: the exchange makes the barrier stage a map stage, which Spark retries as a whole
+when a task fails (a failed barrier result stage is not retried). State lives in a Python
+worker for that one job only; a retry starts again from the stored inputs. A barrier stage
+needs a task slot per shard at once (``shard_map.shard_count`` and ``require_slots``).
 
 Modes: ``async`` flushes buffers by PowerLog's adaptive β rule and τ; ``hybrid`` lets every
 shard run to local quiescence before exchanging (synchronous between shards, asynchronous
@@ -22,7 +28,8 @@ say why.
 
 The bootstrap's algorithm (auxiliary sides, seeds, stages to quiescence, the clause or the
 cap, the round-order retry) is ``engines.mra_bootstrap``'s, shared with the driver; this
-module is its Spark backend (``SparkShards``), and resumes run the same stages.
+module is its Spark backend (``SparkShards``), whose first ``stage`` runs the job and whose
+others replay the stages it recorded; resumes run the same job.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ recursive body's auxiliary side (``aux_sides``), X⁰ and C's seed candidates, t
 every ``check_interval_ms``) or the cap; a sum whose deltas could be summed in another
 order to another value (``order_dependence``) runs again in round order (``round_ordered``).
 A backend (``MraBackend``) holds the rows and says what a stage is: on Spark
-(``async_engine.SparkShards``) frames, auxiliary rows packed in blocks per shard, a stage
-one job whose tasks each run a shard's loop (the engine's resumes run the same stages); in
+(``async_engine.SparkShards``) frames, auxiliary rows packed in blocks per shard, every
+stage in one job whose tasks each keep a shard's loop and stop by the same ``StageRule``
+(the driver replays their stages through it; the engine's resumes run the same job); in
 the driver (``local.DriverMra``) numpy batches, one shard's loop, a stage one run of it.
 
 Not shared, for structural reasons: how a backend shards and starts (the driver has one
