@@ -112,7 +112,10 @@ class BarrierPeers:
 
     def _accept(self) -> None:
         for _ in range(self.count - 1):
-            connection, _ = self.server.accept()
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return  # closed: this task ended before every peer connected
             threading.Thread(
                 target=self.inbox.drain, args=(connection,), name="shard-read", daemon=True
             ).start()
@@ -155,22 +158,27 @@ class Inbox:
         self.changed = threading.Condition()
 
     def drain(self, connection: socket.socket) -> None:
-        """Read one connection's frames until the peer closes it."""
+        """Read one connection's frames until the peer closes it (or it breaks)."""
         with connection:
             hello = _read(connection, HELLO.size)
             if hello is None:
                 return  # a peer that died before it said who it is: its frames never come
             (sender,) = HELLO.unpack(hello)
-            while (header := _read(connection, FRAME.size)) is not None:
-                superstep, said, size = FRAME.unpack(header)
-                body = _read(connection, said + size)
-                if body is None:
-                    break
+            try:
+                self._frames(connection, sender)
+            finally:
                 with self.changed:
-                    self.frames.setdefault(superstep, {})[sender] = (body[:said], body[said:])
+                    self.closed.add(sender)
                     self.changed.notify_all()
+
+    def _frames(self, connection: socket.socket, sender: int) -> None:
+        while (header := _read(connection, FRAME.size)) is not None:
+            superstep, said, size = FRAME.unpack(header)
+            body = _read(connection, said + size)
+            if body is None:
+                return
             with self.changed:
-                self.closed.add(sender)
+                self.frames.setdefault(superstep, {})[sender] = (body[:said], body[said:])
                 self.changed.notify_all()
 
     def take(self, superstep: int) -> dict[int, tuple[bytes, bytes]]:
@@ -186,11 +194,15 @@ class Inbox:
 
 
 def _read(connection: socket.socket, size: int) -> bytes | None:
-    """Exactly ``size`` bytes, or None when the connection closes first."""
+    """Exactly ``size`` bytes, or None when the connection closes (or breaks: a peer
+    killed mid-frame resets it) first."""
     buffer = bytearray(size)
     view, got = memoryview(buffer), 0
     while got < size:
-        n = connection.recv_into(view[got:])
+        try:
+            n = connection.recv_into(view[got:])
+        except OSError:
+            return None
         if n == 0:
             return None
         got += n
