@@ -147,7 +147,8 @@ class AsyncEngine:
 
 class SparkShards:
     """``mra_bootstrap.MraBackend`` on Spark: frames; the auxiliary rows are packed into
-    blocks per shard and a stage is one Spark job whose tasks each run a shard's loop."""
+    blocks per shard and every stage runs in one Spark job whose tasks each keep a shard's
+    loop (``engines.shard_run``); ``stage`` replays the stages that job recorded."""
 
     def __init__(self, engine: AsyncEngine, program: MraProgram, env: EngineEnv) -> None:
         reason = unsupported(program)

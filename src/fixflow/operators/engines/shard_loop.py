@@ -47,7 +47,7 @@ LOCAL_ITERATION_CAP = 1_000_000
 
 @dataclass(frozen=True)
 class StageParams:
-    """Everything a task needs for one stage (shipped with the task, small)."""
+    """Everything a shard's loop needs (shipped with a run's tasks, small)."""
 
     relation: str
     arity: int
