@@ -20,9 +20,10 @@ from pyspark.sql import SparkSession
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from fixflow.checker import load
+from fixflow.checker import ast, load
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.engines.base import BufferOptions, EngineOptions
+from fixflow.operators.engines.mra_bootstrap import Stage, StageRule, Stop
 from fixflow.operators.engines.shard_exchange import FRAME, HELLO, Inbox, PeerLost
 from fixflow.operators.engines.shard_map import InsufficientSlots, require_slots, task_slots
 from fixflow.operators.engines.shard_run import KILL_FILE_ENV, change_partials, measure_of
@@ -152,3 +153,23 @@ def test_a_peer_that_closes_before_its_frame_fails_the_waiting_task() -> None:
     with pytest.raises(PeerLost, match=r"superstep 2: task\(s\) \[1\]"):
         inbox.take(2)
     reader.join(timeout=5)
+
+
+def test_the_stop_rule_consults_the_clause_by_the_stages_clock_and_knows_the_cap() -> None:
+    """The tasks and the driver's replay decide alike: the clause is consulted when
+    ``check_interval_ms`` has passed on the clock the stages carry, not the caller's."""
+    termination = ast.Termination("sum", "v", "<", ast.FloatLit(0.5))  # sum[Δv] < 0.5
+    rule = StageRule("r", "sum", termination, 1000.0, max_stages=3, round_order=False)
+
+    def stage(measure: float, at: float) -> Stage:
+        return Stage(5, measure, {}, 0.5, 0, at)
+
+    stop, checked = rule.after(1, stage(1.0, 0.0), -float("inf"))
+    assert stop is None and checked == 0.0
+    stop, checked = rule.after(2, stage(0.1, 0.5), checked)  # holds, but not due yet
+    assert stop is None and checked == 0.0
+    stop, checked = rule.after(2, stage(0.1, 1.2), checked)
+    assert stop == Stop(capped=False) and checked == 1.2
+    stop, _ = rule.after(3, stage(1.0, 1.5), 1.2)  # the cap, the clause not met
+    assert stop == Stop(capped=True)
+    assert rule.after(1, Stage(0, 1.0, {}, 0.5, 0, 0.0), -float("inf"))[0] == Stop(capped=False)
