@@ -21,6 +21,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from fixflow.checker import ast, load
+from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.engines.base import BufferOptions, EngineOptions
 from fixflow.operators.engines.mra_bootstrap import Stage, StageRule, Stop
@@ -29,7 +30,10 @@ from fixflow.operators.engines.shard_map import InsufficientSlots, require_slots
 from fixflow.operators.engines.shard_run import KILL_FILE_ENV, change_partials, measure_of
 from fixflow.operators.evaluate import evaluate_with_stats
 from fixflow.operators.local import _measure as driver_measure
+from fixflow.operators.maintain import Epoch, Maintainer
 
+from .helpers import Row, edb_frames
+from .test_maintain import declared
 from .test_sharding import permuted_grid
 
 SSSP = """
@@ -108,6 +112,43 @@ def _kill_when_named(pid_file: Path, killed: list[int]) -> None:
             killed.append(pid)
             return
         time.sleep(0.05)
+
+
+def test_stream_updates_resume_the_shards_with_their_pending_deltas(spark: SparkSession) -> None:
+    """Two hybrid shards and 2 stages an epoch: a light arc from the source to the far
+    corner improves the far shard over several epochs, each resuming the run the last one
+    left pending (its messages in flight included); drained, the distances are scipy's."""
+    src, dst, nodes = permuted_grid(SIDE)
+    weights = 1.0 + (src * 7 + dst * 3) % 5
+    source = int(src[0])
+    report = load(SSSP.format(source=source), "sssp.dl")
+    options = EvalOptions(engine_options=EngineOptions(mode="hybrid", shards=2), local_rows=0)
+    maintainer = Maintainer(report, spark, options, switch_fraction=1e6, round_budget=2)
+    edges = [(int(a), int(b), float(w)) for a, b, w in zip(src, dst, weights, strict=True)]
+    maintainer.load(declared(report, edb_frames(spark, report, {"edge": edges})))
+    before = _distances(src, dst, weights, nodes, source)
+    far = max(before, key=before.__getitem__)
+    shortcut = (source, far, 0.5)
+    epochs = [_epoch(spark, maintainer, report, [shortcut])]
+    while maintainer.provisional and len(epochs) < 50:
+        epochs.append(_epoch(spark, maintainer, report, []))
+    assert epochs[0].provisional and not epochs[-1].provisional, [e.provisional for e in epochs]
+    assert maintainer.engine.sharded.shard_maps["sssp"].shards == 2  # type: ignore[attr-defined]
+    got = {int(r[0]): float(r[1]) for r in maintainer.relation("sssp").collect()}
+    grown = (np.r_[src, source], np.r_[dst, far], np.r_[weights, 0.5])
+    assert got == _distances(*grown, nodes, source)
+
+
+def _epoch(spark: SparkSession, maintainer: Maintainer, report: Report, rows: list[Row]) -> Epoch:
+    inserts = declared(report, edb_frames(spark, report, {"edge": rows}))
+    return maintainer.apply(inserts, declared(report, edb_frames(spark, report, {"edge": []})))
+
+
+def _distances(
+    src: np.ndarray, dst: np.ndarray, weights: np.ndarray, nodes: int, source: int
+) -> dict[int, float]:
+    distances = dijkstra(csr_matrix((weights, (src, dst)), shape=(nodes, nodes)), indices=source)
+    return {n: float(d) for n, d in enumerate(distances) if np.isfinite(d)}
 
 
 def test_more_shards_than_task_slots_run_on_as_many_slots(

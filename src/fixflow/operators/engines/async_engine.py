@@ -133,11 +133,9 @@ class AsyncEngine:
                 else:
                     base = state_rows(run, rows)
                 shards.begin(run, base.union(messages(run, seed)))
-                try:
-                    count, capped = run_stages(program, shards, env.options, max_rounds, on_round)
-                finally:
-                    if isinstance(carried, AsyncState):
-                        carried.release()
+                # ``carried`` stays: the caller still diffs the rows it holds against the
+                # new ones, and frees it (the Maintainer's garbage, ``CarriedState.carry``).
+                count, capped = run_stages(program, shards, env.options, max_rounds, on_round)
         except OrderDependent as error:
             # The carried state summed in another order: evaluate the current inputs afresh.
             self.order_dependent[program.relation] = error.reason
