@@ -1,6 +1,7 @@
 """A sharded MRA run as one Spark barrier job (engines.shard_run, engines.shard_exchange):
-its stages in one job, a killed Python worker survived with the oracle's result, shard
-counts within Spark's task slots, and the pieces the tasks agree with (the clause's
+its stages in one job, a killed Python worker survived with the oracle's result, stream
+updates resumed on it with pending deltas carried between epochs, shard counts within
+Spark's task slots, and the pieces the tasks agree with (the stop rule, the clause's
 measure from per-shard partials, a lost peer)."""
 
 from __future__ import annotations
