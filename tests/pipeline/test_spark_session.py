@@ -90,3 +90,15 @@ def test_a_local_checkpoint_is_written_by_renaming_and_others_by_sparks_default(
             assert spark.conf.get(CHECKPOINT_FILES, None) == "com.example.TheUsersManager"
     finally:
         spark.conf.unset(CHECKPOINT_FILES)
+
+
+def test_a_local_master_retries_failed_tasks_as_a_cluster_does(spark: Any) -> None:
+    """Local mode fails a job at its first failed task unless the master names how many
+    failures a task may have; Fixflow's sessions name ``spark.task.maxFailures`` (4)."""
+    retries = spark_module.with_task_retries
+    assert retries("local[2]", {}) == "local[2,4]"
+    assert retries("local", {}) == "local[1,4]"
+    assert retries("local[*]", {"spark.task.maxFailures": "2"}) == "local[*,2]"
+    assert retries("local[2,1]", {}) == "local[2,1]"
+    assert retries("spark://host:7077", {}) == "spark://host:7077"
+    assert spark.sparkContext.master == "local[2,4]"

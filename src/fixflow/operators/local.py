@@ -30,6 +30,7 @@ on every example program).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -59,6 +60,7 @@ from fixflow.operators.engines.kernels import (
 )
 from fixflow.operators.engines.mra_bootstrap import (
     Stage,
+    StageRule,
     bootstrap_on,
     in_round_order,
     round_ordered,
@@ -318,8 +320,10 @@ class DriverMra:
         messages = seed_messages(self.program, seeds, self.witness)
         limit = self.stratum.limit
         self.loop = ShardLoop.in_driver(self.params, aux, messages, row_limit=limit)
+        self.started = time.monotonic()
 
-    def stage(self) -> Stage:
+    def stage(self, rule: StageRule) -> Stage:
+        """One run of the loop; ``rule`` stops the stages between runs (``_stages``)."""
         loop = self.loop
         loop.iterations = loop.propagated = 0  # a stage's own guard and counts, as a task's
         loop.run()  # to quiescence, the clause's local bound, the row limit or the guard
@@ -335,7 +339,8 @@ class DriverMra:
             "beta_max": beta,
             "propagated": float(loop.propagated),
         }
-        return Stage(int(table.pending.sum()), measure, detail, loop.gain, loop.negative)
+        at = time.monotonic() - self.started
+        return Stage(int(table.pending.sum()), measure, detail, loop.gain, loop.negative, at)
 
     def end(self, abandoned: bool) -> None:
         """Nothing to free: the loop's arrays go with it."""

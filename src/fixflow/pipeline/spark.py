@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -45,14 +46,34 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+TASK_MAX_FAILURES = "spark.task.maxFailures"
+DEFAULT_TASK_MAX_FAILURES = "4"
+"""Spark's own default for a cluster, which Fixflow gives local masters too."""
+LOCAL_MASTER = re.compile(r"local(?:\[(\d+|\*)\])?")
+
+
+def with_task_retries(master: str, settings: dict[str, str]) -> str:
+    """``local`` or ``local[N]`` as ``local[N,F]``: in local mode Spark ignores
+    ``spark.task.maxFailures`` and fails a job at its first failed task unless the master
+    names F, so a Python worker killed mid-job (the OOM killer, an operator's ``kill -9``)
+    would end the command. F = ``spark.task.maxFailures`` (default 4, as on a cluster);
+    any other master, or one that names F itself, is left as it is."""
+    found = LOCAL_MASTER.fullmatch(master)
+    if found is None:
+        return master
+    threads = found.group(1) or "1"
+    return f"local[{threads},{settings.get(TASK_MAX_FAILURES, DEFAULT_TASK_MAX_FAILURES)}]"
+
+
 def make_session(
     master: str = "local[2]", app_name: str = "fixflow", conf: dict[str, str] | None = None
 ) -> SparkSession:
-    """A SparkSession with Fixflow's defaults; ``conf`` overrides them."""
+    """A SparkSession with Fixflow's defaults; ``conf`` overrides them. A local master
+    retries failed tasks as a cluster does (``with_task_retries``)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master).appName(app_name)
     settings = {**DEFAULT_CONF, **(conf or {})}
+    builder = SparkSession.builder.master(with_task_retries(master, settings)).appName(app_name)
     settings.update(_quiet_jvm(settings))
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -2,18 +2,24 @@
 
 The MonoTable is split into shards that keep neighbours together (``engines.sharding``
 computes the assignment from the graph of the recursive bodies, once per bootstrap, and
-keeps it for updates). A *stage* is one Spark job: every task owns one shard and runs the
-local asynchronous loop of ``engines.shard_loop`` over vectorized kernels compiled from
-the same round plans the sync engine runs on Spark, until it is locally quiescent, one of
-its per-destination buffers holds β updates, or its time budget τ is spent. The buffers
-leave the task as message rows for their destination shards; the next stage merges them.
-A stage is therefore worth many synchronous rounds: on a road-like graph the local loops
-follow the shortest paths inside a shard and only the cut is crossed at stage boundaries.
+keeps it for updates). A run is one Spark job (``engines.shard_run``): with several shards
+a barrier stage, every task owning one shard for all the run's *stages*. In a stage each
+task runs the local asynchronous loop of ``engines.shard_loop`` over vectorized kernels
+compiled from the same round plans the sync engine runs on Spark, until it is locally
+quiescent, one of its per-destination buffers holds β updates, or its time budget τ is
+spent; then the tasks exchange their buffers and small facts directly over TCP
+(``engines.shard_exchange``) and decide together whether to stop. A stage is therefore
+worth many synchronous rounds, and costs no Spark job: on a road-like graph the local
+loops follow the shortest paths inside a shard and only the cut is crossed between stages.
 
-The stage frame (one row layout for everything, see ``Layout``) is checkpointed between
-stages, hash-partitioned by shard; the auxiliary rows are checkpointed once with the same
-partitioning, so the union of both hands each task exactly its shard without a shuffle of
-the auxiliary side. Nothing lives in a Python worker between stages.
+The first stage frame (one row layout for everything, see ``Layout``) is stored
+hash-partitioned by shard; the auxiliary rows are stored once with the same partitioning,
+so the union of both hands each task exactly its shard without a shuffle of the auxiliary
+side. The tasks emit their shards' rows in the same layout (``AsyncState``), shuffled by
+shard: the exchange makes the barrier stage a map stage, which Spark retries as a whole
+when a task fails (a failed barrier result stage is not retried). State lives in a Python
+worker for that one job only; a retry starts again from the stored inputs. A barrier stage
+needs a task slot per shard at once (``shard_map.shard_count`` and ``require_slots``).
 
 Modes: ``async`` flushes buffers by PowerLog's adaptive β rule and τ; ``hybrid`` lets every
 shard run to local quiescence before exchanging (synchronous between shards, asynchronous
@@ -22,13 +28,16 @@ say why.
 
 The bootstrap's algorithm (auxiliary sides, seeds, stages to quiescence, the clause or the
 cap, the round-order retry) is ``engines.mra_bootstrap``'s, shared with the driver; this
-module is its Spark backend (``SparkShards``), and resumes run the same stages.
+module is its Spark backend (``SparkShards``), whose first ``stage`` runs the job and whose
+others replay the stages it recorded; resumes run the same job.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from functools import partial
@@ -44,7 +53,7 @@ from fixflow.operators.engines.async_prepare import (
     seed_candidates,
     state_rows,
 )
-from fixflow.operators.engines.async_rounds import observed, stage_metrics
+from fixflow.operators.engines.async_rounds import recorded, run_metrics
 from fixflow.operators.engines.async_support import stage_params, unsupported
 from fixflow.operators.engines.base import (
     EngineEnv,
@@ -57,6 +66,7 @@ from fixflow.operators.engines.kernels import KernelUnsupported
 from fixflow.operators.engines.mra_bootstrap import (
     OrderDependent,
     Stage,
+    StageRule,
     aux_sides,
     bootstrap_on,
     in_round_order,
@@ -64,8 +74,9 @@ from fixflow.operators.engines.mra_bootstrap import (
     run_stages,
 )
 from fixflow.operators.engines.program import MraProgram, RecursiveBody, aux_frame
-from fixflow.operators.engines.shard_loop import AUX, run_stage
-from fixflow.operators.engines.shard_map import ShardMap
+from fixflow.operators.engines.shard_loop import AUX
+from fixflow.operators.engines.shard_map import ShardMap, require_slots
+from fixflow.operators.engines.shard_run import KILL_FILE_ENV, BetaRule, RunParams, run_shards
 from fixflow.operators.engines.stage_frame import AsyncRun, AsyncState
 from fixflow.operators.engines.sync import SyncEngine
 from fixflow.operators.materialize import Stored
@@ -122,11 +133,9 @@ class AsyncEngine:
                 else:
                     base = state_rows(run, rows)
                 shards.begin(run, base.union(messages(run, seed)))
-                try:
-                    count, capped = run_stages(program, shards, env.options, max_rounds, on_round)
-                finally:
-                    if isinstance(carried, AsyncState):
-                        carried.release()
+                # ``carried`` stays: the caller still diffs the rows it holds against the
+                # new ones, and frees it (the Maintainer's garbage, ``CarriedState.carry``).
+                count, capped = run_stages(program, shards, env.options, max_rounds, on_round)
         except OrderDependent as error:
             # The carried state summed in another order: evaluate the current inputs afresh.
             self.order_dependent[program.relation] = error.reason
@@ -136,7 +145,8 @@ class AsyncEngine:
 
 class SparkShards:
     """``mra_bootstrap.MraBackend`` on Spark: frames; the auxiliary rows are packed into
-    blocks per shard and a stage is one Spark job whose tasks each run a shard's loop."""
+    blocks per shard and every stage runs in one Spark job whose tasks each keep a shard's
+    loop (``engines.shard_run``); ``stage`` replays the stages that job recorded."""
 
     def __init__(self, engine: AsyncEngine, program: MraProgram, env: EngineEnv) -> None:
         reason = unsupported(program)
@@ -166,9 +176,10 @@ class SparkShards:
         return prepared(self.program, env, self.engine.shard_maps, aux)
 
     def begin(self, run: AsyncRun, frame: DataFrame) -> None:
-        """Stages over ``run`` from ``frame``, its first stage frame."""
+        """A run over ``run`` from ``frame``, its first stage frame."""
         self.run, self.count, self.started = run, 0, time.monotonic()
         self.round_order = in_round_order(run.env.options, run.shard_map.shards)
+        self.replay: Iterator[Stage] | None = None
         self.stored = Stored(frame)
         if run.shard_map.shards > 1:
             # Materialized first: a shard column the optimizer could fold to a constant
@@ -177,46 +188,73 @@ class SparkShards:
             frame = self.stored.frame.repartition(run.shard_map.shards, "shard")
         self.frame = frame
 
-    def stage(self) -> Stage:
-        run = self.run
-        stored = self._stage(self.frame)
-        run.env.materializer.release(self.stored)
-        self.stored, self.count = stored, self.count + 1
-        pending, measure, detail = observed(run, stored, self.engine.hybrid)
-        self.frame = stored.frame.where(F.col("kind") < AUX)
-        self.pending = pending
-        return Stage(pending, measure, detail, run.gain, run.negative)
+    def stage(self, rule: StageRule) -> Stage:
+        """The next of the stages the run's one job ran (``rule`` stops them in the tasks)."""
+        if self.replay is None:
+            self.replay = iter(self._ran(rule))
+        stage = next(self.replay, None)
+        if stage is None:
+            raise RuntimeError(f"{self.run.program.relation}: the shards stopped sooner")
+        self.count, self.pending = self.count + 1, stage.pending
+        return stage
 
-    def _stage(self, frame: DataFrame) -> Stored:
+    def _ran(self, rule: StageRule) -> list[Stage]:
+        """Run every stage in one job (``engines.shard_run``); the stages it recorded."""
         run = self.run
-        layout = run.layout
-        params = stage_params(
+        shards = run.shard_map.shards
+        schema = arrow_schema_of(run.layout.schema)
+        task = partial(run_shards, self._params(rule), schema)
+        union = self.frame.union(run.aux.frame)
+        if shards == 1:
+            # One task reads everything: no exchange, no barrier.
+            out = union.coalesce(1).mapInArrow(task, run.layout.schema)
+        else:
+            if union.rdd.getNumPartitions() != shards:
+                raise RuntimeError("stage frame and auxiliary rows are not partitioned alike")
+            require_slots(run.env.spark, shards)
+            # The exchange after the barrier stage makes it a map stage, which Spark runs
+            # again when a task fails (a failed barrier result stage is not retried).
+            out = union.mapInArrow(task, run.layout.schema, barrier=True)
+            out = out.repartition(shards, "shard")
+        stored = run.env.materializer.store(out, run_metrics())
+        run.env.materializer.release(self.stored)
+        self.stored = stored
+        return recorded(stored)
+
+    def _params(self, rule: StageRule) -> RunParams:
+        run = self.run
+        hybrid = self.engine.hybrid
+        buffer = run.env.options.buffer
+        stage = stage_params(
             run.program,
             run.env.options,
-            witness=layout.witness,
+            witness=run.layout.witness,
             shards=run.shard_map.shards,
-            hybrid=self.engine.hybrid,
-            beta=run.beta,
+            hybrid=hybrid,
         )
-        kernel = partial(run_stage, params, arrow_schema_of(layout.schema))
-        union = frame.union(run.aux.frame)
-        if run.shard_map.shards == 1:
-            # One task reads everything: no exchange, before the stage or after it.
-            out = union.coalesce(1).mapInArrow(kernel, layout.schema)
-            return run.env.materializer.store(out, stage_metrics(run.program))
-        if union.rdd.getNumPartitions() != run.shard_map.shards:
-            raise RuntimeError("stage frame and auxiliary rows are not partitioned alike")
-        out = union.mapInArrow(kernel, layout.schema)
-        out = out.repartition(run.shard_map.shards, "shard")
-        return run.env.materializer.store(out, stage_metrics(run.program))
+        termination = run.program.spec.termination
+        return RunParams(
+            stage=stage,
+            labels=tuple(run.shard_map.labels),
+            rule=rule,
+            beta=BetaRule(
+                float(buffer.initial), buffer.alpha, buffer.r, buffer.interval_ms / 1000.0
+            ),
+            hybrid=hybrid,
+            measure=termination.func if termination is not None else None,
+            cut=float(run.shard_map.cut or 0),
+            kill_file=os.environ.get(KILL_FILE_ENV),
+        )
 
     def end(self, abandoned: bool) -> None:
         run = self.run
         run.env.materializer.release(run.aux)
         if abandoned:
             run.env.materializer.release(self.stored)
+        elif self.replay is not None and next(self.replay, None) is not None:
+            raise RuntimeError(f"{run.program.relation}: the shards ran more stages")
         log.info(
-            "%s: %d stage(s), %.2f s, %s shards (%s, cut %s)",
+            "%s: %d stage(s) in one job, %.2f s, %s shards (%s, cut %s)",
             run.program.relation,
             self.count,
             time.monotonic() - self.started,

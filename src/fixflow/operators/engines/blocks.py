@@ -1,14 +1,14 @@
 """Many rows carried as one Spark row: Arrow IPC blocks in the stage layout's ``blob`` column.
 
-Spark hands rows to a Python worker field by field (JVM rows → Arrow), so a stage that
+Spark hands rows to a Python worker field by field (JVM rows → Arrow), so a task that
 received every auxiliary row of its shard as a row of its own paid that conversion for the
-whole graph in every stage: on a 2M-edge graph about 1.5 s of a single task's time. The
-auxiliary rows never change during a run, so they are packed once, when the run is
-prepared, into blocks of up to ``BLOCK_ROWS`` rows; a stage then reads a few dozen binary
-values. The blocks are ordinary rows of a checkpointed DataFrame: nothing stays in a
-worker's memory between stages.
+whole graph: on a 2M-edge graph about 1.5 s of a single task's time. The auxiliary rows
+never change during a run, so they are packed once, when the run is prepared, into blocks
+of up to ``BLOCK_ROWS`` rows; a run's task then reads a few dozen binary values. The blocks
+are ordinary rows of a checkpointed DataFrame, which is what a retried run starts from.
 
-A shard's statistics row travels the same way (its table is small but has its own columns).
+The same Arrow IPC bytes (``encode``, ``decode``) carry the messages the tasks of a run send
+one another (``engines.shard_exchange``).
 """
 
 from __future__ import annotations

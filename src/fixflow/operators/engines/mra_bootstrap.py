@@ -6,8 +6,9 @@ recursive body's auxiliary side (``aux_sides``), X⁰ and C's seed candidates, t
 every ``check_interval_ms``) or the cap; a sum whose deltas could be summed in another
 order to another value (``order_dependence``) runs again in round order (``round_ordered``).
 A backend (``MraBackend``) holds the rows and says what a stage is: on Spark
-(``async_engine.SparkShards``) frames, auxiliary rows packed in blocks per shard, a stage
-one job whose tasks each run a shard's loop (the engine's resumes run the same stages); in
+(``async_engine.SparkShards``) frames, auxiliary rows packed in blocks per shard, every
+stage in one job whose tasks each keep a shard's loop and stop by the same ``StageRule``
+(the driver replays their stages through it; the engine's resumes run the same job); in
 the driver (``local.DriverMra``) numpy batches, one shard's loop, a stage one run of it.
 
 Not shared, for structural reasons: how a backend shards and starts (the driver has one
@@ -19,7 +20,6 @@ stage frame, the loop's table): the caller reads its backend.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
@@ -48,13 +48,70 @@ class OrderDependent(Exception):
 @dataclass(frozen=True)
 class Stage:
     """After a stage: pending deltas and messages, the clause's measure of them, the
-    round's detail and the order-dependence watch so far (F′'s gain, negative deltas)."""
+    round's detail, the order-dependence watch so far (F′'s gain, negative deltas) and
+    when it ended (seconds into the run, by the clock of whoever ran it)."""
 
     pending: int
     measure: float | None
     detail: Mapping[str, float]
     gain: float
     negative: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The stages end here (``capped``: the cap stopped them short of convergence)."""
+
+    capped: bool
+
+
+@dataclass(frozen=True)
+class StageRule:
+    """What follows a stage: another, or the end (nothing pending, the termination clause
+    consulted at most every ``check_interval_ms``, the cap), or ``OrderDependent``.
+
+    A pure function of the stages it is shown, so the tasks of a barrier run
+    (``engines.shard_run``), which decide among themselves when to stop, and the driver,
+    which replays their stages to log them, decide alike."""
+
+    relation: str
+    g: str
+    clause: ast.Termination | None
+    check_interval_ms: float
+    max_stages: int
+    round_order: bool
+
+    def after(self, count: int, stage: Stage, checked: float) -> tuple[Stop | None, float]:
+        """After stage ``count``: whether to stop, and when the clause was last consulted
+        (``checked``: until now; -``UNBOUNDED`` before the first time)."""
+        reason = order_dependence(self.g, stage.gain, stage.negative)
+        if reason is not None and not self.round_order:
+            raise OrderDependent(self.relation, reason)
+        if stage.pending == 0:
+            return Stop(capped=False), checked
+        if self.clause is not None and (stage.at - checked) * 1000.0 >= self.check_interval_ms:
+            checked = stage.at
+            if _holds(self.clause, stage.measure):
+                return Stop(capped=False), checked
+        if count >= self.max_stages:
+            # The clause may not have been consulted this stage (check_interval_ms): a
+            # stage that meets it converged, whatever the cap.
+            return Stop(capped=not _holds(self.clause, stage.measure)), checked
+        return None, checked
+
+
+def stage_rule(
+    program: MraProgram, options: EngineOptions, max_stages: int, round_order: bool
+) -> StageRule:
+    return StageRule(
+        program.relation,
+        program.g,
+        program.spec.termination,
+        options.check_interval_ms,
+        max_stages,
+        round_order,
+    )
 
 
 class Stages(Protocol):
@@ -63,7 +120,10 @@ class Stages(Protocol):
     @property
     def round_order(self) -> bool: ...
 
-    def stage(self) -> Stage: ...
+    def stage(self, rule: StageRule) -> Stage:
+        """The next stage (``rule``: where the stages will stop, for a backend that runs
+        them all at once)."""
+        ...
 
     def end(self, abandoned: bool) -> None:
         """Free what only the stages read (``abandoned``: the state too)."""
@@ -130,30 +190,15 @@ def run_stages(
 def _stages(
     program: MraProgram, stages: Stages, options: EngineOptions, max_stages: int, on_round: OnRound
 ) -> tuple[int, bool]:
-    clause = program.spec.termination
-    count, last_check = 0, -UNBOUNDED
+    rule = stage_rule(program, options, max_stages, stages.round_order)
+    count, checked = 0, -UNBOUNDED
     while True:
         count += 1
-        stage = stages.stage()
+        stage = stages.stage(rule)
         on_round(RoundInfo(count, stage.pending, stage.measure, stage.detail))
-        reason = order_dependence(program.g, stage.gain, stage.negative)
-        if reason is not None and not stages.round_order:
-            raise OrderDependent(program.relation, reason)
-        if stage.pending == 0:
-            return count, False
-        if clause is not None and _due(options, last_check):
-            last_check = time.monotonic()
-            if _holds(clause, stage.measure):
-                return count, False
-        if count >= max_stages:
-            # The clause may not have been consulted this stage (check_interval_ms): a
-            # stage that meets it converged, whatever the cap.
-            return count, not _holds(clause, stage.measure)
-
-
-def _due(options: EngineOptions, last_check: float) -> bool:
-    """The termination clause is consulted at most every ``check_interval_ms``."""
-    return (time.monotonic() - last_check) * 1000.0 >= options.check_interval_ms
+        stop, checked = rule.after(count, stage, checked)
+        if stop is not None:
+            return count, stop.capped
 
 
 def _holds(clause: ast.Termination | None, measure: float | None) -> bool:

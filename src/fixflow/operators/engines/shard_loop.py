@@ -1,10 +1,12 @@
-"""One shard's local asynchronous loop, run inside a Spark task (A3's AsyncTable, PowerLog §5.3).
+"""One shard's local asynchronous loop (A3's AsyncTable, PowerLog §5.3): in a Spark task
+of a sharded run (``engines.shard_run``), or in the driver for a small stratum
+(``operators.local``).
 
-A Spark stage of the async engine hands every task the rows of its shard: the shard's
-MonoTable rows (key, ``acc``, pending ``delta``, witness), the messages other shards sent
-it (candidate values for its keys) and its auxiliary rows (the pre-joined rest of each
-recursive body, annotated with the shard of the key each row leads to; packed in Arrow
-blocks, ``engines.blocks``). The task then
+A task of a sharded run starts from the rows of its shard: the shard's MonoTable rows (key,
+``acc``, pending ``delta``, witness), the messages other shards sent it (candidate values for
+its keys) and its auxiliary rows (the pre-joined rest of each recursive body, annotated with
+the shard of the key each row leads to; packed in Arrow blocks, ``engines.blocks``). It keeps
+them in memory for the whole run (one Spark job) and, superstep after superstep,
 
 1. merges the messages into its keys with G (min/max keep improvements, sum adds);
 2. iterates locally: the pending keys (with priority scheduling, the best
@@ -12,10 +14,10 @@ blocks, ``engines.blocks``). The task then
    from the rule bodies (``engines.kernels``) derive candidates, candidates for this shard
    are merged at once and candidates for other shards collect in per-destination buffers;
 3. stops when nothing local is pending, a buffer holds β updates, or the time budget τ is
-   spent (a flush ends the stage), and emits its rows, its buffers (combined by key with
-   G) and one statistics row per destination buffer.
+   spent (``run``), and hands its buffers, combined by key with G, to the exchange
+   (``outgoing``); ``next_stage`` then clears them and the stage's counts.
 
-Everything the next stage needs leaves the task as rows: no state stays in the worker.
+At the end of the run the task emits its table (``state_rows``) in the stage layout.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fixflow.operators.engines.blocks import BLOB, by_shard, decode, encode, layout_rows
+from fixflow.operators.engines.blocks import BLOB, decode, layout_rows
 from fixflow.operators.engines.kernels import Batch, Kernel, concat
 from fixflow.operators.engines.key_groups import distinct_rows, group_starts
 from fixflow.operators.plan import Plan
@@ -51,7 +53,7 @@ LOCAL_ITERATION_CAP = 1_000_000
 
 @dataclass(frozen=True)
 class StageParams:
-    """Everything a task needs for one stage (shipped with the task, small)."""
+    """Everything a shard's loop needs (shipped with a run's tasks, small)."""
 
     relation: str
     arity: int
@@ -560,12 +562,21 @@ class ShardLoop:
     def has_pending(self) -> bool:
         return bool(self.table.pending.any())
 
-    def emit(self, seconds: float, iterations: int, schema: pa.Schema) -> pa.Table:
-        parts = [self._state_rows(schema), *self._message_rows(schema)]
-        parts.append(self._stats_rows(schema, seconds, iterations))
-        return pa.concat_tables([t for t in parts if t is not None])
+    def receive(self, messages: pa.Table) -> None:
+        """Message rows (stage layout) merged when ``run`` starts."""
+        self.messages = messages
 
-    def _state_rows(self, schema: pa.Schema) -> pa.Table:
+    def next_stage(self) -> None:
+        """Forget what the last stage sent and counted (its buffers are on their way)."""
+        self.buffers, self.buffered = {}, {}
+        self.iterations = self.propagated = self.negative = 0
+        self.gain = 0.0
+
+    def outgoing(self, schema: pa.Schema) -> dict[int, pa.Table]:
+        """Per destination shard, its buffers as message rows of the stage layout."""
+        return dict(self._message_rows(schema))
+
+    def state_rows(self, schema: pa.Schema) -> pa.Table:
         t = self.table
         keep = np.flatnonzero(t.present)
         cols: dict[str, object] = {f"k{j}": c[keep] for j, c in enumerate(t.columns)}
@@ -575,7 +586,7 @@ class ShardLoop:
             cols[f"wit{j}"] = pa.array(w[keep], mask=~t.has_wit[keep])
         return layout_rows(schema, len(keep), self.shard, STATE, cols)
 
-    def _message_rows(self, schema: pa.Schema) -> Iterator[pa.Table]:
+    def _message_rows(self, schema: pa.Schema) -> Iterator[tuple[int, pa.Table]]:
         p = self.params
         for dest, parts in self.buffers.items():
             batch = concat(parts)
@@ -587,25 +598,7 @@ class ShardLoop:
             if wits:
                 for j, w in enumerate(wits[:-1]):
                     cols[f"wit{j}"] = pa.array(w, mask=~wits[-1])
-            yield layout_rows(schema, len(values), dest, MESSAGE, cols)
-
-    def _stats_rows(self, schema: pa.Schema, seconds: float, iterations: int) -> pa.Table:
-        """One row whose block holds a statistics row per destination buffer."""
-        dests = sorted(self.buffers) or [-1]
-        n = len(dests)
-        stats = pa.table(
-            {
-                "shard": np.full(n, self.shard, dtype=np.int32),
-                "s_dst": np.array(dests, dtype=np.int32),
-                "s_count": np.array([self.buffered.get(d, 0) for d in dests], dtype=np.int64),
-                "s_seconds": np.full(n, seconds),
-                "s_iters": np.full(n, iterations, dtype=np.int64),
-                "s_gain": np.full(n, self.gain),
-                "s_negative": np.full(n, self.negative, dtype=np.int64),
-                "s_propagated": np.full(n, self.propagated, dtype=np.int64),
-            }
-        )
-        return layout_rows(schema, 1, self.shard, STATS, {BLOB: [encode(stats)]})
+            yield dest, layout_rows(schema, len(values), dest, MESSAGE, cols)
 
 
 def _aux_batch(tables: list[pa.Table], types: tuple[str, ...]) -> Batch:
@@ -657,16 +650,3 @@ def _numpy(rows: pa.Table, name: str, type_name: str) -> np.ndarray:
     if column.null_count:
         column = column.fill_null(0 if type_name != "symbol" else "")
     return column.to_numpy(zero_copy_only=False).astype(_numpy_type(type_name))
-
-
-def run_stage(
-    params: StageParams, schema: pa.Schema, batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function of one stage: every shard in the partition, in turn."""
-    collected = list(batches)
-    if not collected:
-        return
-    for label, mine in by_shard(pa.Table.from_batches(collected)):
-        loop = ShardLoop(params, label, mine)
-        seconds, iterations = loop.run()
-        yield from loop.emit(seconds, iterations, schema).to_batches()

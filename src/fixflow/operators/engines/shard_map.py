@@ -8,19 +8,21 @@ recursive bodies form a graph (``assigned``), by hash otherwise and for keys it 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fixflow.operators.engines.base import EngineEnv
 
+log = logging.getLogger(__name__)
+
 ROWS_PER_SHARD = 2_000_000
 """With ``[engine] shards = 0``: auxiliary rows per shard before another core gets one.
-Every stage ships each shard's auxiliary rows to its task and every cut edge may cost a
-stage, so a shard must hold enough work to pay for that: on 2 cores a 1M-row grid ran
-SSSP in one shard in a fraction of the time two shards exchanging across a cut took."""
+A shard must hold enough work to pay for the exchange across its cut and the stages that
+crossing it costs (bench/ENGINES.md measures one and two shards)."""
 
 
 def murmur3_int(value: int, seed: int = 42) -> int:
@@ -83,10 +85,41 @@ class ShardMap:
 
 
 def shard_count(env: EngineEnv, aux_rows: int) -> int:
-    if env.options.shards > 0:
-        return env.options.shards
-    cores = env.spark.sparkContext.defaultParallelism
-    return max(1, min(cores, -(-aux_rows // ROWS_PER_SHARD)))
+    """``[engine] shards``, or one per ``ROWS_PER_SHARD`` auxiliary rows; at most the task
+    slots Spark has, since a sharded run's tasks all run at once (a barrier stage)."""
+    slots = task_slots(env.spark)
+    wanted = env.options.shards or -(-aux_rows // ROWS_PER_SHARD)
+    if wanted > slots and env.options.shards:
+        log.warning(
+            "[engine] shards = %d, but Spark has %d task slot(s) and a sharded run needs "
+            "one per shard at once: %d shards",
+            wanted,
+            slots,
+            max(1, slots),
+        )
+    return max(1, min(wanted, slots))
+
+
+def task_slots(spark: SparkSession) -> int:
+    """Tasks Spark can run at once now (``local[N]``: N; a cluster: its executors' cores
+    by ``spark.task.cpus``), which a barrier stage's tasks all need."""
+    context = spark.sparkContext._jsc.sc()
+    profile = context.resourceProfileManager().defaultResourceProfile()
+    return int(context.maxNumConcurrentTasks(profile))
+
+
+def require_slots(spark: SparkSession, shards: int) -> None:
+    """Fail in one line, before Spark would wait for slots that may never come."""
+    slots = task_slots(spark)
+    if shards > slots:
+        raise InsufficientSlots(
+            f"a run of {shards} shards needs {shards} Spark task slots at once; there are "
+            f"{slots} (more executor cores, or fewer [engine] shards)"
+        )
+
+
+class InsufficientSlots(RuntimeError):
+    """A sharded run's barrier stage would need more task slots than Spark has."""
 
 
 def assigned(shard_map: ShardMap, links: DataFrame | None) -> ShardMap:

@@ -25,7 +25,8 @@ from fixflow.operators.spark_backend import positional, spark_type
 @dataclass(frozen=True)
 class Layout:
     """The columns of a stage frame: state and message rows use the key, value and witness
-    columns; auxiliary and statistics rows carry an Arrow block (``engines.blocks``)."""
+    columns; auxiliary rows carry an Arrow block (``engines.blocks``), the statistics row
+    the stages of the run as JSON (``engines.shard_run``)."""
 
     program: MraProgram
     witness: bool

@@ -115,7 +115,7 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="shards of an async/hybrid MonoTable (default: [engine] shards, 0: one per 2M "
-        "auxiliary rows, at most one per Spark core)",
+        "auxiliary rows; at most one per Spark task slot)",
     )
     parser.add_argument(
         "--max-iterations",
