@@ -327,6 +327,7 @@ PACKAGE_ORDER = {
         "blocks",
         "key_groups",
         "kernels",
+        "shard_table",
         "shard_loop",
         "shard_exchange",
         "sharding",

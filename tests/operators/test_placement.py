@@ -12,6 +12,7 @@ from fixflow.checker import load
 from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions, StratumView
 from fixflow.operators.engines.base import EngineOptions
+from fixflow.operators.memory_model import auto_local_rows, physical_memory, resolved_local_rows
 from fixflow.operators.placement import (
     DRIVER_RULES,
     Placement,
@@ -24,9 +25,6 @@ from fixflow.operators.thresholds import (
     DRIVER_BYTES_PER_ROW,
     DRIVER_FIXED_BYTES,
     DRIVER_MEMORY_SHARE,
-    auto_local_rows,
-    physical_memory,
-    resolved_local_rows,
 )
 
 SSSP = """

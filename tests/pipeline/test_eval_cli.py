@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from fixflow.operators.thresholds import auto_local_rows
+from fixflow.operators.memory_model import auto_local_rows
 
 PROGRAM = """\
 .decl edge(src: number, dst: number, w: float)

@@ -36,6 +36,7 @@ from fixflow.operators.compiler import combine_plan, head_columns, rule_rows
 from fixflow.operators.engines.base import EngineEnv, EngineOptions, MraEngine, MraState, RoundInfo
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.materialize import Materializer, checkpoint_rdds, reading_checkpoints_of
+from fixflow.operators.memory_model import resolved_local_rows
 from fixflow.operators.plan import (
     Plan,
     Version,
@@ -47,7 +48,7 @@ from fixflow.operators.spark_backend import (
     relation_struct,
     spark_type,
 )
-from fixflow.operators.thresholds import LOCAL_ROWS, resolved_local_rows
+from fixflow.operators.thresholds import LOCAL_ROWS
 
 
 class EvaluationError(Exception):

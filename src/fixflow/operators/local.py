@@ -66,12 +66,8 @@ from fixflow.operators.engines.mra_bootstrap import (
     round_ordered,
 )
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
-from fixflow.operators.engines.shard_loop import (
-    DESTINATION,
-    LocalTable,
-    ShardLoop,
-    valid_candidates,
-)
+from fixflow.operators.engines.shard_loop import DESTINATION, ShardLoop, valid_candidates
+from fixflow.operators.engines.shard_table import LocalTable
 from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.placement import Outgrown, Reached, bootstrap_method
 from fixflow.operators.plan import Plan, relations_read

@@ -52,11 +52,8 @@ from fixflow.operators.engines.kernels import (
     table_rows,
 )
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
-from fixflow.operators.engines.shard_loop import (
-    DESTINATION,
-    LocalTable,
-    ShardLoop,
-)
+from fixflow.operators.engines.shard_loop import DESTINATION, ShardLoop
+from fixflow.operators.engines.shard_table import LocalTable
 from fixflow.operators.epoch import Delta, Outcome, UpdateContext
 from fixflow.operators.lazy_frame import LazyFrame, deferred
 from fixflow.operators.local import (

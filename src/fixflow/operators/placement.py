@@ -33,9 +33,10 @@ from fixflow.operators.engines.async_support import shard_keys
 from fixflow.operators.engines.async_support import unsupported as stage_unsupported
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.epoch import UpdateContext
+from fixflow.operators.memory_model import resolved_local_rows
 from fixflow.operators.plan import Plan, relations_read
 from fixflow.operators.strategies import seminaive
-from fixflow.operators.thresholds import LOCAL_ROWS, resolved_local_rows
+from fixflow.operators.thresholds import LOCAL_ROWS
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,8 @@
 """The row counts that decide whether work stays in the driver or goes to Spark, each with
 the measurement behind it. Imports nothing: the configuration (``pipeline.config``) reads
-its defaults here without loading Spark. ``placement`` reads ``local_rows``; the others
-decide how rows cross between the driver and Spark."""
-
-import os
+its defaults here without loading Spark (``operators.memory_model`` turns ``auto`` into
+rows). ``placement`` reads ``local_rows``; the others decide how rows cross between the
+driver and Spark."""
 
 LOCAL_ROWS = "auto"
 """The one default of ``local_rows`` (``[engine] local_rows``, ``fixflow eval --local-rows``;
@@ -31,25 +30,6 @@ DRIVER_MEMORY_SHARE = 0.5
 """The share of the machine's physical memory ``auto`` lets the driver's strata use: the
 rest is for the process's other relations, Spark's JVM when a later stratum starts it, and
 the operating system."""
-
-
-def physical_memory() -> int:
-    """The machine's physical memory in bytes."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def auto_local_rows(memory: int | None = None) -> int:
-    """``local_rows = "auto"``: the input rows the driver's share of ``memory`` (default:
-    the machine's) holds by the memory model, rounded down to a million, at least one
-    million."""
-    budget = DRIVER_MEMORY_SHARE * (physical_memory() if memory is None else memory)
-    rows = int((budget - DRIVER_FIXED_BYTES) // DRIVER_BYTES_PER_ROW)
-    return max(1_000_000, rows // 1_000_000 * 1_000_000)
-
-
-def resolved_local_rows(setting: int | str) -> int:
-    """A ``local_rows`` setting as rows: ``auto`` by the memory model, an integer as is."""
-    return auto_local_rows() if setting == "auto" else int(setting)
 
 
 COLLECT_AS_ROWS = 10_000

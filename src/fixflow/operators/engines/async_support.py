@@ -18,7 +18,7 @@ from fixflow.checker.ast import TypeName
 from fixflow.operators.engines import kernels
 from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.engines.program import MraProgram, RecursiveBody, plain_column
-from fixflow.operators.engines.shard_loop import StageParams
+from fixflow.operators.engines.shard_table import StageParams
 from fixflow.operators.plan import Project, Scan, children
 from fixflow.operators.rounds import constant_value
 

@@ -22,19 +22,15 @@ At the end of the run the task emits its table (``state_rows``) in the stage lay
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from fixflow.operators.engines.blocks import BLOB, decode, layout_rows
 from fixflow.operators.engines.kernels import Batch, Kernel, concat
-from fixflow.operators.engines.key_groups import distinct_rows, group_starts
-from fixflow.operators.plan import Plan
+from fixflow.operators.engines.shard_table import LocalTable, StageParams, numpy_type
 
 STATE, MESSAGE, AUX, STATS = 0, 1, 2, 3
 """Row kinds of a stage frame."""
@@ -51,279 +47,6 @@ LOCAL_ITERATION_CAP = 1_000_000
 """Local iterations per stage at most (a guard; τ normally ends a stage first)."""
 
 
-@dataclass(frozen=True)
-class StageParams:
-    """Everything a shard's loop needs (shipped with a run's tasks, small)."""
-
-    relation: str
-    arity: int
-    key_positions: tuple[int, ...]
-    value_pos: int
-    index_pos: int | None
-    key_types: tuple[str, ...]
-    value_type: str
-    g: str
-    witness: bool
-    plans: tuple[tuple[Plan, str], ...]
-    """Per recursive body: its round plan and the name of its auxiliary table."""
-    aux_types: tuple[tuple[str, ...], ...]
-    """Per body, the types of its auxiliary columns ``c0..``."""
-    dest_columns: tuple[tuple[int, ...], ...]
-    """Per body, the auxiliary columns its head key copies: the keys a shard can reach."""
-    beta: dict[tuple[int, int], float]
-    """Flush size per (source, destination) buffer; absent: ``beta0``."""
-    beta0: float
-    tau: float
-    """Seconds a stage may run locally before its buffers are flushed."""
-    priority: bool
-    portion: float
-    local_bound: float | None
-    """Sum programs with a termination clause: the local pending mass below which a shard
-    stops iterating (the rest is left to the clause); None: run to quiescence."""
-    local_func: str = "sum"
-
-
-# ---------------------------------------------------------------- the local MonoTable
-
-
-def _numpy_type(type_name: str) -> type:
-    return {"number": np.int64, "float": np.float64}.get(type_name, object)
-
-
-def changes_acc(acc: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """Whether a sum's pending delta still changes its key's value in floating point
-    (acc + Δ != acc; an integer delta always does unless 0). A delta that does not stays
-    unpropagated: later ones add to it, exactly, until it matters, and a sum without a
-    termination clause stops at its float fixpoint instead of propagating ever smaller
-    deltas (a contraction by 0.85 takes thousands of rounds to reach 0.0). What is left
-    unpropagated is below half a unit in the last place of each key's value."""
-    if not np.issubdtype(delta.dtype, np.floating):
-        return delta != 0
-    return (delta != 0) & (acc + delta != acc)
-
-
-class LocalTable:
-    """A shard's keys kept sorted, with acc, pending flag, delta and witness per key."""
-
-    def __init__(
-        self,
-        params: StageParams,
-        keys: list[np.ndarray],
-        acc: np.ndarray,
-        delta: tuple[np.ndarray, np.ndarray] | None = None,
-        wits: list[np.ndarray] | None = None,
-    ) -> None:
-        """``delta``: (pending flags, pending deltas); ``wits``: the witness columns and,
-        last, whether each row has a witness (a key seeded by X⁰ or C has none)."""
-        self.params = params
-        order = np.argsort(self._sort_key(keys), kind="stable")
-        self.columns = [c[order] for c in keys]
-        self.sort_key = self._sort_key(self.columns)
-        self._index: pd.Index | None = None
-        """The hash index of a one-column ``sort_key`` (``positions``), until an insert."""
-        self.acc = acc[order]
-        n = len(order)
-        self.present = np.ones(n, dtype=bool)
-        """False for keys reserved in advance that no candidate has reached yet."""
-        self.pending = np.zeros(n, dtype=bool)
-        self.delta = np.zeros(n, dtype=self.acc.dtype)
-        if delta is not None:
-            pending, values = delta
-            self.pending = pending[order]
-            self.delta = values[order].astype(self.acc.dtype)
-        self.wits: list[np.ndarray] = [np.zeros(n, dtype=_numpy_type(t)) for t in self._wit_types()]
-        self.has_wit = np.zeros(n, dtype=bool)
-        if wits and len(wits) == len(self.wits) + 1:
-            for j, w in enumerate(wits[:-1]):
-                self.wits[j] = w[order].astype(self.wits[j].dtype)
-            self.has_wit = wits[-1][order]
-
-    def _wit_types(self) -> tuple[str, ...]:
-        return self.params.key_types if self.params.witness else ()
-
-    @staticmethod
-    def _sort_key(keys: list[np.ndarray]) -> np.ndarray:
-        if len(keys) == 1:
-            return keys[0]
-        out = np.empty(len(keys[0]), dtype=object)
-        out[:] = list(zip(*keys, strict=True))
-        return out
-
-    def __len__(self) -> int:
-        return len(self.sort_key)
-
-    # ------------------------------------------------------------ merging candidates
-
-    def reserve(self, keys: list[np.ndarray]) -> None:
-        """Make room for keys candidates may reach, so that merges find them in place
-        instead of inserting (an insert moves every array: O(keys) per iteration)."""
-        if not len(keys[0]):
-            return
-        first = distinct_rows(keys)
-        keys = [k[first] for k in keys]
-        new = self.positions(keys) < 0
-        unique = self._sort_key(keys)
-        values = np.zeros(int(new.sum()), dtype=self.acc.dtype)
-        where = np.searchsorted(self.sort_key, unique[new])
-        self._insert(where, [k[new] for k in keys], values, [], present=False)
-
-    def positions(self, keys: list[np.ndarray]) -> np.ndarray:
-        """Each key's row in the table, -1 where it has none: a hash lookup for keys of one
-        column (on R-MAT 10M, ``searchsorted`` took 2.4 s per 10M lookups, the hash 0.2 s),
-        a binary search for tuples."""
-        if len(keys) == 1:
-            if self._index is None:
-                self._index = pd.Index(self.sort_key)
-            return self._index.get_indexer(keys[0])
-        sort_key = self._sort_key(keys)
-        pos = np.searchsorted(self.sort_key, sort_key)
-        found = pos < len(self)
-        found[found] = self.sort_key[pos[found]] == sort_key[found]
-        return np.where(found, pos, -1)
-
-    def merge(self, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]) -> int:
-        """acc ← G(acc, candidates): improved (min/max) or changed (sum) keys become
-        pending. Returns how many keys became pending."""
-        if len(values) == 0:
-            return 0
-        if len(keys) == 1 and self._by_position(values):
-            pos = self.positions(keys)
-            if (pos >= 0).all():
-                # Every key in place (reserved): G by position in one pass, not a sort of
-                # the candidates (PageRank on 1M edges: 12.7 of 21 s; R-MAT 10M SSSP 6 of 25 s).
-                return self._merge_in_place(pos, values, wits)
-        keys, values, wits = self.combined(keys, values, wits)
-        pos = self.positions(keys)
-        found = pos >= 0
-        touched = self._update_existing(pos[found], values[found], [w[found] for w in wits])
-        new = ~found
-        where = np.searchsorted(self.sort_key, self._sort_key([k[new] for k in keys]))
-        self._insert(where, [k[new] for k in keys], values[new], [w[new] for w in wits])
-        return touched + int(new.sum())
-
-    def _by_position(self, values: np.ndarray) -> bool:
-        """Whether G can combine ``values`` by position: an integer sum by ``bincount``
-        would pass through float64, and a NaN has no best."""
-        if self.params.g == "sum":
-            return self.acc.dtype.kind == "f"
-        return values.dtype.kind != "f" or not np.isnan(values).any()
-
-    def _merge_in_place(self, pos: np.ndarray, values: np.ndarray, wits: list[np.ndarray]) -> int:
-        """``merge`` of candidates whose keys are all in the table, at rows ``pos``."""
-        hit = np.flatnonzero(np.bincount(pos, minlength=len(self)))
-        if self.params.g == "sum":
-            sums = np.bincount(pos, weights=values, minlength=len(self))
-            return self._update_existing(hit, sums[hit].astype(self.acc.dtype), [])
-        reduce = np.minimum if self.params.g == "min" else np.maximum
-        best = np.full(len(self), _identity(self.params.g, values.dtype), dtype=values.dtype)
-        reduce.at(best, pos, values)
-        # The first candidate reaching each row's best gives its witness.
-        rows = np.arange(len(values))
-        first = np.full(len(self), len(values), dtype=np.int64)
-        winners = np.flatnonzero(values == best[pos])
-        np.minimum.at(first, pos[winners], rows[winners])
-        chosen = first[hit]
-        return self._update_existing(hit, values[chosen], [w[chosen] for w in wits])
-
-    def combined(
-        self, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]
-    ) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray]]:
-        """G over candidates with the same key (the best one keeps its witness)."""
-        g = self.params.g
-        # By the key columns (then rank): numpy's lexsort, not a sort of tuples in Python
-        # (21.7 of 30 s of even/odd walks keyed (node, parity) on 1M edges).
-        if len(keys) > 1:
-            ranked = (values if g == "min" else -values,) if g != "sum" else ()
-            order = np.lexsort((*ranked, *reversed(keys)))
-        else:
-            order = np.argsort(keys[0])
-        starts = group_starts([k[order] for k in keys])
-        ordered_values = values[order]
-        if g == "sum":
-            return _firsts(keys, wits, order[starts], np.add.reduceat(ordered_values, starts))
-        if len(keys) > 1:  # ordered by (key, rank): each group's first is its best
-            return _firsts(keys, wits, order[starts], ordered_values[starts])
-        reduce = np.minimum if g == "min" else np.maximum
-        best = reduce.reduceat(ordered_values, starts)
-        group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(order)]))
-        hits = np.flatnonzero(ordered_values == best[group])
-        first_hits = hits[np.r_[True, group[hits[1:]] != group[hits[:-1]]]]
-        return _firsts(keys, wits, order[first_hits], best)
-
-    def _update_existing(self, pos: np.ndarray, values: np.ndarray, wits: list[np.ndarray]) -> int:
-        if self.params.g == "sum":
-            self.acc[pos] = np.where(self.present[pos], self.acc[pos], 0) + values
-            self.present[pos] = True
-            self.delta[pos] += values
-            self.pending[pos] = changes_acc(self.acc[pos], self.delta[pos])
-            return int(np.count_nonzero(values))
-        better = values < self.acc[pos] if self.params.g == "min" else values > self.acc[pos]
-        better |= ~self.present[pos]
-        pos, values = pos[better], values[better]
-        self.acc[pos] = values
-        self.present[pos] = True
-        self.delta[pos] = values
-        self.pending[pos] = True
-        if self.wits and len(wits) == len(self.wits) + 1:
-            for column, w in zip(self.wits, wits, strict=False):
-                column[pos] = w[better]
-            self.has_wit[pos] = wits[-1][better]
-        return len(pos)
-
-    def _insert(
-        self,
-        pos: np.ndarray,
-        keys: list[np.ndarray],
-        values: np.ndarray,
-        wits: list[np.ndarray],
-        present: bool = True,
-    ) -> None:
-        if len(pos) == 0:
-            return
-        self.present = np.insert(self.present, pos, present)
-        self.columns = [np.insert(c, pos, k) for c, k in zip(self.columns, keys, strict=True)]
-        self.sort_key = np.insert(self.sort_key, pos, self._sort_key(keys))
-        self._index = None
-        self.acc = np.insert(self.acc, pos, values.astype(self.acc.dtype))
-        self.delta = np.insert(self.delta, pos, values.astype(self.delta.dtype))
-        fresh = (values != 0 if self.params.g == "sum" else True) if present else False
-        self.pending = np.insert(self.pending, pos, fresh)
-        known = len(wits) == len(self.wits) + 1
-        for j, column in enumerate(self.wits):
-            filler = wits[j] if known else np.zeros(len(pos), dtype=column.dtype)
-            self.wits[j] = np.insert(column, pos, filler)
-        self.has_wit = np.insert(self.has_wit, pos, wits[-1] if known else False)
-
-    # ------------------------------------------------------------ the frontier
-
-    def take_frontier(self) -> tuple[np.ndarray, np.ndarray]:
-        """(positions, deltas) of the keys to propagate now; they stop being pending."""
-        idx = np.flatnonzero(self.pending)
-        params = self.params
-        if params.priority and len(idx) > 64:
-            keep = max(1, math.ceil(params.portion * len(idx)))
-            rank = {"min": self.delta[idx], "max": -self.delta[idx]}.get(
-                params.g, -np.abs(self.delta[idx])
-            )
-            idx = idx[np.argpartition(rank, keep - 1)[:keep]]
-        deltas = self.delta[idx].copy()
-        self.pending[idx] = False
-        if params.g == "sum":
-            self.delta[idx] = 0
-        return idx, deltas
-
-    def local_measure(self) -> float:
-        pending = np.abs(self.delta[self.pending]).astype(np.float64)
-        if len(pending) == 0:
-            return 0.0
-        func = self.params.local_func
-        if func == "max":
-            return float(pending.max())
-        if func == "min":
-            return float(pending.min())
-        return float(pending.mean() if func == "avg" else pending.sum())
-
-
 def _slice_keys(aux_rows: int, keys: int) -> int:
     """Frontier keys per slice: ``SLICE_CANDIDATES`` over the mean auxiliary rows per key of
     the table (a key's candidates are its auxiliary rows; a table still growing overstates
@@ -331,24 +54,6 @@ def _slice_keys(aux_rows: int, keys: int) -> int:
     slices)."""
     fanout = max(1.0, aux_rows / max(1, keys))
     return max(1, int(SLICE_CANDIDATES / fanout))
-
-
-def _identity(g: str, dtype: np.dtype) -> float | int:
-    """The value no candidate of ``dtype`` is worse than, for G = min or max."""
-    if dtype.kind == "f":
-        return math.inf if g == "min" else -math.inf
-    limits = np.iinfo(dtype)
-    return int(limits.max if g == "min" else limits.min)
-
-
-def _firsts(
-    keys: list[np.ndarray], wits: list[np.ndarray], rows: np.ndarray, values: np.ndarray
-) -> tuple[list[np.ndarray], np.ndarray, list[np.ndarray]]:
-    """One candidate per key: the keys and witnesses of ``rows``, with G's ``values``."""
-    return [k[rows] for k in keys], values, [w[rows] for w in wits]
-
-
-# ---------------------------------------------------------------- one shard
 
 
 class ShardLoop:
@@ -385,8 +90,8 @@ class ShardLoop:
         loop.params = params
         loop.row_limit = row_limit
         if table is None:
-            keys: list[np.ndarray] = [np.zeros(0, dtype=_numpy_type(t)) for t in params.key_types]
-            table = LocalTable(params, keys, np.zeros(0, dtype=_numpy_type(params.value_type)))
+            keys: list[np.ndarray] = [np.zeros(0, dtype=numpy_type(t)) for t in params.key_types]
+            table = LocalTable(params, keys, np.zeros(0, dtype=numpy_type(params.value_type)))
             loop._start(0, table, aux, seeds)
         else:
             loop._start(0, table, aux, seeds, reserve=False)
@@ -457,7 +162,7 @@ class ShardLoop:
             mine = np.flatnonzero(batch.cols[DESTINATION] == self.shard)
             keys = [batch.cols[f"c{c}"][mine] for c in columns]
             types = self.params.key_types
-            self.table.reserve([k.astype(_numpy_type(t)) for k, t in zip(keys, types, strict=True)])
+            self.table.reserve([k.astype(numpy_type(t)) for k, t in zip(keys, types, strict=True)])
 
     # ------------------------------------------------------------ the loop
 
@@ -532,7 +237,7 @@ class ShardLoop:
     def _merge_batch(self, batch: Batch) -> None:
         p = self.params
         keys = [batch.cols[f"k{j}"] for j in range(len(p.key_positions))]
-        values: np.ndarray = batch.cols["v"].astype(_numpy_type(p.value_type))
+        values: np.ndarray = batch.cols["v"].astype(numpy_type(p.value_type))
         self.table.merge(keys, values, _witness(batch, p))
 
     def _buffer(self, remote: Batch) -> None:
@@ -591,7 +296,7 @@ class ShardLoop:
         for dest, parts in self.buffers.items():
             batch = concat(parts)
             keys = [batch.cols[f"k{j}"] for j in range(len(p.key_positions))]
-            values: np.ndarray = batch.cols["v"].astype(_numpy_type(p.value_type))
+            values: np.ndarray = batch.cols["v"].astype(numpy_type(p.value_type))
             keys, values, wits = self.table.combined(keys, values, _witness(batch, p))
             cols: dict[str, object] = {f"k{j}": k for j, k in enumerate(keys)}
             cols["acc"] = values
@@ -605,7 +310,7 @@ def _aux_batch(tables: list[pa.Table], types: tuple[str, ...]) -> Batch:
     """A body's auxiliary rows from its blocks: columns ``c0..`` and the destination."""
     if not tables:
         cols: dict[str, np.ndarray] = {
-            f"c{i}": np.zeros(0, dtype=_numpy_type(t)) for i, t in enumerate(types)
+            f"c{i}": np.zeros(0, dtype=numpy_type(t)) for i, t in enumerate(types)
         }
         cols[DESTINATION] = np.zeros(0, dtype=np.int32)
         return Batch(0, cols)
@@ -649,4 +354,4 @@ def _numpy(rows: pa.Table, name: str, type_name: str) -> np.ndarray:
     column = rows.column(name)
     if column.null_count:
         column = column.fill_null(0 if type_name != "symbol" else "")
-    return column.to_numpy(zero_copy_only=False).astype(_numpy_type(type_name))
+    return column.to_numpy(zero_copy_only=False).astype(numpy_type(type_name))

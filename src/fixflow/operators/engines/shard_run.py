@@ -42,7 +42,8 @@ import pyarrow as pa
 from fixflow.operators.engines.blocks import BLOB, layout_rows
 from fixflow.operators.engines.mra_bootstrap import OrderDependent, Stage, StageRule
 from fixflow.operators.engines.shard_exchange import Fact, Peers, joined
-from fixflow.operators.engines.shard_loop import STATS, ShardLoop, StageParams
+from fixflow.operators.engines.shard_loop import STATS, ShardLoop
+from fixflow.operators.engines.shard_table import StageParams
 
 log = logging.getLogger(__name__)
 

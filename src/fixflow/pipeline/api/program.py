@@ -31,7 +31,7 @@ from fixflow.operators.evaluate import (
     evaluate_with_stats,
     partial_relations,
 )
-from fixflow.operators.thresholds import resolved_local_rows
+from fixflow.operators.memory_model import resolved_local_rows
 from fixflow.pipeline import jvm_lookups
 from fixflow.pipeline.api import stream
 from fixflow.pipeline.api.errors import FixflowError, ProgramError

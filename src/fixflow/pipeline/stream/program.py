@@ -44,7 +44,7 @@ from fixflow.checker import load
 from fixflow.checker.model import Report
 from fixflow.operators.evaluate import EvalOptions, Progress
 from fixflow.operators.maintain import Epoch, Maintainer
-from fixflow.operators.thresholds import resolved_local_rows
+from fixflow.operators.memory_model import resolved_local_rows
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.engine_settings import engine_options
 from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file

@@ -224,8 +224,8 @@ def _evaluate_and_write(
     args: argparse.Namespace, config: Config, report: Report, inputs: dict[str, pa.Table]
 ) -> int:
     from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
+    from fixflow.operators.memory_model import resolved_local_rows
     from fixflow.operators.on_demand import SessionOnDemand
-    from fixflow.operators.thresholds import resolved_local_rows
     from fixflow.pipeline.engine_settings import engine_options
     from fixflow.pipeline.spark import make_session
 
