@@ -161,8 +161,9 @@ class LocalTable:
         found = pos >= 0
         touched = self._update_existing(pos[found], values[found], [w[found] for w in wits])
         new = ~found
-        where = np.searchsorted(self.sort_key, self._sort_key([k[new] for k in keys]))
-        self._insert(where, [k[new] for k in keys], values[new], [w[new] for w in wits])
+        fresh = [k[new] for k in keys]
+        where = np.searchsorted(self.sort_key, self._sort_key(fresh))
+        self._insert(where, fresh, values[new], [w[new] for w in wits])
         return touched + int(new.sum())
 
     def _by_position(self, values: np.ndarray) -> bool:
