@@ -4,10 +4,13 @@ with Spark's null semantics, and joins against prepared (indexed) tables, empty 
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fixflow.checker import load
 from fixflow.operators.engines.kernels import Batch, Kernel, evaluate_expr, unsupported
 from fixflow.operators.engines.program import MraProgram
+from fixflow.operators.engines.shard_table import _slots
 from fixflow.operators.plan import Arith, Col, Const, Func
 
 SSSP = """
@@ -77,3 +80,14 @@ def test_number_division_truncates_toward_zero() -> None:
     )
     assert valid is not None and valid.tolist() == [True] * 5 + [False, False, True]
     assert quotient.tolist()[:5] == [3, -3, -3, 3, 2] and quotient[7] == low // 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 63), min_size=1, max_size=40), st.integers(64, 2_000))
+def test_slots_number_the_rows_hit_in_order_sparse_or_dense(hits: list[int], rows: int) -> None:
+    """Both regimes of ``_slots`` (sorting few candidates, counting over the table for
+    many) give the distinct rows in order and each candidate's index among them."""
+    pos = np.array(hits, dtype=np.int64)
+    hit, slot = _slots(pos, rows)
+    assert hit.tolist() == sorted(set(hits))
+    assert hit[slot].tolist() == hits

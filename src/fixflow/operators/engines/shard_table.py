@@ -175,20 +175,19 @@ class LocalTable:
 
     def _merge_in_place(self, pos: np.ndarray, values: np.ndarray, wits: list[np.ndarray]) -> int:
         """``merge`` of candidates whose keys are all in the table, at rows ``pos``."""
-        hit = np.flatnonzero(np.bincount(pos, minlength=len(self)))
+        hit, slot = _slots(pos, len(self))
         if self.params.g == "sum":
-            sums = np.bincount(pos, weights=values, minlength=len(self))
-            return self._update_existing(hit, sums[hit].astype(self.acc.dtype), [])
+            sums = np.bincount(slot, weights=values, minlength=len(hit))
+            return self._update_existing(hit, sums.astype(self.acc.dtype), [])
         reduce = np.minimum if self.params.g == "min" else np.maximum
-        best = np.full(len(self), _identity(self.params.g, values.dtype), dtype=values.dtype)
-        reduce.at(best, pos, values)
+        best = np.full(len(hit), _identity(self.params.g, values.dtype), dtype=values.dtype)
+        reduce.at(best, slot, values)
         # The first candidate reaching each row's best gives its witness.
         rows = np.arange(len(values))
-        first = np.full(len(self), len(values), dtype=np.int64)
-        winners = np.flatnonzero(values == best[pos])
-        np.minimum.at(first, pos[winners], rows[winners])
-        chosen = first[hit]
-        return self._update_existing(hit, values[chosen], [w[chosen] for w in wits])
+        first = np.full(len(hit), len(values), dtype=np.int64)
+        winners = np.flatnonzero(values == best[slot])
+        np.minimum.at(first, slot[winners], rows[winners])
+        return self._update_existing(hit, values[first], [w[first] for w in wits])
 
     def combined(
         self, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]
@@ -287,6 +286,21 @@ class LocalTable:
         if func == "min":
             return float(pending.min())
         return float(pending.mean() if func == "avg" else pending.sum())
+
+
+def _slots(pos: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows ``pos`` hits, in order, and each candidate's index among them.
+
+    Few candidates (a road grid's frontier: tens of rows of a 1M-row table, for 1,261 local
+    iterations) are numbered by sorting them; many (PageRank: every row) by counting over
+    the table, which costs the table's size and no sort."""
+    if len(pos) * 8 < rows:
+        return np.unique(pos, return_inverse=True)
+    counts = np.bincount(pos, minlength=rows)
+    hit = np.flatnonzero(counts)
+    slot_of_row = np.zeros(rows, dtype=np.int64)
+    slot_of_row[hit] = np.arange(len(hit))
+    return hit, slot_of_row[pos]
 
 
 def _identity(g: str, dtype: np.dtype) -> float | int:
