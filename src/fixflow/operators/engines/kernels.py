@@ -346,16 +346,31 @@ class JoinIndex:
 
     def _lookup(self, left: Batch, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Per left row: the dense code of its key combination (0 where absent) and whether
-        the right side has it (a null key never does)."""
+        the right side has it (a null key never does).
+
+        Each column after the first is looked up only for the rows still found: removing
+        500 facts from a 10M-row copy hashed 3 × 10M values where the first column's
+        10M leave a few thousand."""
+        live: np.ndarray | None = None  # None: every left row
         codes = np.zeros(left.n, dtype=np.int64)
-        found = np.ones(left.n, dtype=bool)
         for name, index, size in zip(on, self.uniques, self.radix, strict=True):
-            column_codes = index.get_indexer(left.cols[name])
-            found &= (column_codes >= 0) & left.mask(name)
-            codes = codes * size + column_codes
-        dense = self.combined.get_indexer(np.where(found, codes, 0))
-        found &= dense >= 0
-        return np.where(found, dense, 0), found
+            values, valid = left.cols[name], left.valid.get(name)
+            if live is not None:
+                values = values[live]
+                valid = None if valid is None else valid[live]
+            column_codes = index.get_indexer(values)
+            ok = column_codes >= 0 if valid is None else (column_codes >= 0) & valid
+            kept = np.flatnonzero(ok)
+            live = kept if live is None else live[kept]
+            codes = codes[kept] * size + column_codes[kept]
+        assert live is not None, "a join on no columns has no index"
+        dense = self.combined.get_indexer(codes)
+        hit = dense >= 0
+        found = np.zeros(left.n, dtype=bool)
+        found[live[hit]] = True
+        out = np.zeros(left.n, dtype=np.int64)
+        out[live[hit]] = dense[hit]
+        return out, found
 
 
 def anti_join(left: Batch, right: Batch, on: tuple[str, ...]) -> Batch:
