@@ -20,8 +20,9 @@ from fixflow.checker.ast import Attribute
 from fixflow.checker.parser import parse
 from fixflow.pipeline.kafka.messages import Fact, encode_fact, fact_key
 from fixflow.pipeline.lake.delta import arrow_schema
-from fixflow.pipeline.lake.lakehouse import ProgramLake, read_table
+from fixflow.pipeline.lake.lakehouse import ProgramLake, append_rows, read_table
 from fixflow.pipeline.stream.ingest import (
+    HeldEdb,
     _last_operations,
     _sorted_records,
     ensure_edb_tables,
@@ -344,3 +345,52 @@ def test_ingestion_imports_no_spark() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_held_edb_rows_stand_for_the_table_until_another_writer_or_a_replay(
+    tmp_path: Path,
+) -> None:
+    """``HeldEdb``: after each commit it holds exactly the table's rows; a batch normalizes
+    against them only while the table is at the version the last commit left. A row
+    appended by another writer in between, and a replay of a committed batch, are read from
+    Delta (a replay sees the table before its first run, as without ``held``)."""
+    lake = ProgramLake(str(tmp_path / "lake"), "held")
+    ensure_edb_tables(PROGRAM, lake)
+    batch = random_messages(n_valid=600, n_bad=0, seed=11)
+    records = as_records(batch, "h.")
+    slices = [records.slice(start, 150) for start in range(0, records.num_rows, 150)]
+    held = HeldEdb()
+    edge = lake.edb("edge")
+    for batch_id, records_of_batch in enumerate(slices[:2]):
+        result = ingest_records(
+            records_of_batch, batch_id, PROGRAM, lake, query_id="q", topic_prefix="h.", held=held
+        )
+        result.commit_edb()
+        version, _, kept = held.rows[edge]
+        assert version == _version(edge)
+        assert rows(kept) == rows(read_table(edge))
+
+    stranger = pa.table({"src": [10**9], "dst": [10**9], "w": [1.0]}, schema=arrow_schema(EDGE))
+    assert append_rows(edge, stranger)  # another writer: the table moves past the held version
+    assert rows(held.before_batch(edge, "q", 2)) == rows(read_table(edge))
+    assert (10**9, 10**9, 1.0) in rows(held.before_batch(edge, "q", 2))
+
+    for batch_id, records_of_batch in enumerate(slices[2:], start=2):
+        result = ingest_records(
+            records_of_batch, batch_id, PROGRAM, lake, query_id="q", topic_prefix="h.", held=held
+        )
+        result.commit_edb()
+    expected = expected_edb(batch, "edge") | {(10**9, 10**9, 1.0)}
+    assert rows(read_table(edge)) == expected
+    assert rows(held.rows[edge][2]) == expected
+
+    last = len(slices) - 1
+    without_held = ingest_records(
+        slices[last], last, PROGRAM, lake, query_id="q", topic_prefix="h."
+    )
+    replay = ingest_records(
+        slices[last], last, PROGRAM, lake, query_id="q", topic_prefix="h.", held=held
+    )
+    assert replay.replayed and without_held.replayed
+    assert rows(replay.changes["edge"].before) == rows(without_held.changes["edge"].before)
+    assert rows(replay.changes["edge"].before) != expected, "a replay normalizes as it first ran"

@@ -27,6 +27,7 @@ from fixflow.pipeline.lake.checkpoint_mirror import CheckpointMirror
 from fixflow.pipeline.lake.lakehouse import ProgramLake
 from fixflow.pipeline.stream.ingest import (
     RECORD_COLUMNS,
+    HeldEdb,
     IngestResult,
     Phases,
     ensure_edb_tables,
@@ -143,6 +144,8 @@ class BatchPipeline:
     mirror: CheckpointMirror | None = None
     """For an object-store lake: Spark's local checkpoint, copied into the lake before the
     batch commits anything (``checkpoint_mirror``)."""
+    held: HeldEdb = field(default_factory=HeldEdb)
+    """The EDB rows the last batch committed, which the next one normalizes against."""
 
     def run(self, read: Callable[[], pa.Table], batch_id: int, query_id: str) -> IngestResult:
         """One batch: ``read`` gives its records (timed as the ``read`` phase)."""
@@ -166,6 +169,7 @@ class BatchPipeline:
                 query_id=query_id,
                 topic_prefix=self.topic_prefix,
                 phases=phases,
+                held=self.held,
             )
             if self.maintain is not None:
                 self.maintain(result)
