@@ -44,9 +44,8 @@ from fixflow.checker import load
 from fixflow.checker.model import Report
 from fixflow.operators.evaluate import EvalOptions, Progress
 from fixflow.operators.maintain import Epoch, Maintainer
-from fixflow.operators.memory_model import resolved_local_rows
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.engine_settings import engine_options
+from fixflow.pipeline.engine_settings import engine_options, local_rows
 from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file
 from fixflow.pipeline.lake.checkpoint_mirror import CheckpointMirror
 from fixflow.pipeline.lake.delta import declared_rows
@@ -129,7 +128,7 @@ class ProgramStream:
             progress=self._on_round,
             # Deletions retract min/max values along their witness chains (mra-retract).
             witness=True,
-            local_rows=resolved_local_rows(config.engine.local_rows),
+            local_rows=local_rows(config),
         )
         self.async_mode = config.stream.consistency == "async"
         self.maintainer = Maintainer(
