@@ -1,10 +1,10 @@
 """Finding and killing a PySpark Python worker of a running process tree, from outside it.
 
 Spark's JVM forks its Python workers from ``pyspark.daemon``; a worker running a task of a
-sharded MRA run (``engines/shard_run.py``, a barrier job) listens on a TCP port for its
-peers for as long as the task runs (``shard_exchange.BarrierPeers``). So a forked worker
-of the tree that holds a listening TCP socket is running a shard task *now*: SIGKILLing it
-kills a barrier task mid-run, with no hook in the library. Linux ``/proc`` only.
+sharded MRA run (``engines/shard_run.py``, a barrier job) listens on a TCP port of every
+address for its peers for as long as the task runs (``shard_exchange.BarrierPeers``). So a
+forked worker of the tree that holds such a socket is running a shard task *now*: SIGKILLing
+it kills a barrier task mid-run, with no hook in the library. Linux ``/proc`` only.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ def python_workers(root: int) -> list[int]:
 
 
 def _listening_inodes() -> set[str]:
+    """The inodes of the TCP sockets listening on every address (0.0.0.0 or ::), as a
+    shard task's does; ``pyspark.daemon`` listens on loopback only, and a worker it has
+    just forked holds that socket until it closes it."""
     inodes = set()
     for table in ("tcp", "tcp6"):
         try:
@@ -74,13 +77,13 @@ def _listening_inodes() -> set[str]:
             continue
         for line in lines:
             fields = line.split()
-            if fields[3] == LISTEN:
+            if fields[3] == LISTEN and fields[1].split(":")[0].strip("0") == "":
                 inodes.add(fields[9])
     return inodes
 
 
 def listens(pid: int, inodes: set[str] | None = None) -> bool:
-    """Whether ``pid`` holds a listening TCP socket."""
+    """Whether ``pid`` holds a TCP socket listening on every address."""
     inodes = _listening_inodes() if inodes is None else inodes
     try:
         fds = list((PROC / str(pid) / "fd").iterdir())
