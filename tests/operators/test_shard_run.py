@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
-import time
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -28,10 +25,11 @@ from fixflow.operators.engines.base import BufferOptions, EngineOptions
 from fixflow.operators.engines.mra_bootstrap import Stage, StageRule, Stop
 from fixflow.operators.engines.shard_exchange import FRAME, HELLO, Inbox, PeerLost
 from fixflow.operators.engines.shard_map import InsufficientSlots, require_slots, task_slots
-from fixflow.operators.engines.shard_run import KILL_FILE_ENV, change_partials, measure_of
+from fixflow.operators.engines.shard_run import change_partials, measure_of
 from fixflow.operators.evaluate import evaluate_with_stats
 from fixflow.operators.local import _measure as driver_measure
 from fixflow.operators.maintain import Epoch, Maintainer
+from python_workers import WorkerKiller, gone
 
 from .helpers import Row, edb_frames
 from .test_maintain import declared
@@ -83,36 +81,20 @@ def test_a_sharded_run_is_one_job_however_many_stages(spark: SparkSession) -> No
     assert jobs < stages, (jobs, stages)
 
 
-def test_a_killed_python_worker_is_survived_with_the_oracle_result(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The first task writes its pid after its first stage and waits; this test kills that
-    Python worker with SIGKILL. Spark runs the barrier stage again from its stored inputs
-    (local[2] included: a failed barrier task fails its stage, which is retried whole) and
-    the distances are scipy's."""
-    pid_file = tmp_path / "worker.pid"
-    monkeypatch.setenv(KILL_FILE_ENV, str(pid_file))
-    killed: list[int] = []
-    watcher = threading.Thread(target=_kill_when_named, args=(pid_file, killed), daemon=True)
-    watcher.start()
-    got, expected, stages, _ = _grid_sssp(spark, "hybrid", 2)
-    watcher.join(timeout=5)
-    assert killed, "no worker was killed"
-    with pytest.raises(ProcessLookupError):
-        os.kill(killed[0], 0)  # that worker is gone
+def test_a_killed_python_worker_is_survived_with_the_oracle_result(spark: SparkSession) -> None:
+    """The first shard task seen running (a Python worker of this process's JVM holding
+    its peers' listening socket, ``python_workers``) is killed with SIGKILL mid-job. Spark
+    runs the barrier stage again from its stored inputs (local[2] included: a failed
+    barrier task fails its stage, which is retried whole) and the distances are scipy's."""
+    killer = WorkerKiller(os.getpid(), after_s=0.3).start()
+    try:
+        got, expected, stages, _ = _grid_sssp(spark, "hybrid", 2)
+    finally:
+        killer.stop()
+    assert killer.killed, "no shard task was seen running"
+    assert gone(killer.killed[0])  # that worker is gone
     assert stages > 1
     assert got == expected
-
-
-def _kill_when_named(pid_file: Path, killed: list[int]) -> None:
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if pid_file.exists() and (text := pid_file.read_text()):
-            pid = int(text)
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-            return
-        time.sleep(0.05)
 
 
 def test_stream_updates_resume_the_shards_with_their_pending_deltas(spark: SparkSession) -> None:

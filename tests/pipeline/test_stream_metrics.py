@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fixflow.operators.thresholds import DRIVER_BYTES_PER_ROW
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka.messages import REASON_KINDS
 from streams.cli import total
@@ -74,6 +75,18 @@ def test_strategy_chosen_names_update_or_bootstrap(last: dict[Any, float]) -> No
 def test_result_rows_gauge_equals_the_result_size(run: LiveRun, last: dict[Any, float]) -> None:
     rows = len(oracle(run.program, {"edge": run.scraped_facts})["sssp"])
     assert total(last, "fixflow_result_rows", relation="sssp") == rows
+
+
+def test_state_bytes_are_the_memory_model_of_the_rows_held(
+    run: LiveRun, last: dict[Any, float]
+) -> None:
+    """``fixflow_state_bytes{relation}``: the model's bytes a row (docs/scale.md) times the
+    rows the stream holds of the relation: the input's facts, the output's result rows."""
+    facts = len(run.scraped_facts)
+    rows = len(oracle(run.program, {"edge": run.scraped_facts})["sssp"])
+    assert facts and rows
+    assert total(last, "fixflow_state_bytes", relation="edge") == DRIVER_BYTES_PER_ROW * facts
+    assert total(last, "fixflow_state_bytes", relation="sssp") == DRIVER_BYTES_PER_ROW * rows
 
 
 def test_a_converging_stream_has_no_partial_strata(last: dict[Any, float]) -> None:

@@ -222,9 +222,14 @@ class EngineConfig:
     local_rows: int | str = _key(LOCAL_ROWS, choices=("auto",), minimum=0, integer=True)
     """Strata whose inputs hold at most this many rows together, and min/max retractions of
     relations that small, run in the driver without Spark jobs (``placement.place``); 0:
-    always on Spark; ``auto``: as many rows as half the machine's memory holds by the
+    always on Spark; ``auto``: as many rows as half of ``memory`` (the machine's) holds by the
     memory model (``thresholds.DRIVER_BYTES_PER_ROW``). The default and its reason:
     ``operators.thresholds.LOCAL_ROWS``."""
+    memory: int | str = _key("auto", choices=("auto",), minimum=1, integer=True)
+    """The bytes the driver may use by the memory model (docs/scale.md): ``auto``, the
+    machine's physical memory. ``local_rows = "auto"`` takes half of it, and a run whose
+    driver strata it cannot hold (``operators.memory_check``) is refused before it
+    starts."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,6 @@ others replay the stages it recorded; resumes run the same job.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -76,7 +75,7 @@ from fixflow.operators.engines.mra_bootstrap import (
 from fixflow.operators.engines.program import MraProgram, RecursiveBody, aux_frame
 from fixflow.operators.engines.shard_loop import AUX
 from fixflow.operators.engines.shard_map import ShardMap, require_slots
-from fixflow.operators.engines.shard_run import KILL_FILE_ENV, BetaRule, RunParams, run_shards
+from fixflow.operators.engines.shard_run import BetaRule, RunParams, run_shards
 from fixflow.operators.engines.stage_frame import AsyncRun, AsyncState
 from fixflow.operators.engines.sync import SyncEngine
 from fixflow.operators.materialize import Stored
@@ -243,7 +242,6 @@ class SparkShards:
             hybrid=hybrid,
             measure=termination.func if termination is not None else None,
             cut=float(run.shard_map.cut or 0),
-            kill_file=os.environ.get(KILL_FILE_ENV),
         )
 
     def end(self, abandoned: bool) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -46,13 +45,6 @@ from fixflow.operators.engines.shard_loop import STATS, ShardLoop
 from fixflow.operators.engines.shard_table import StageParams
 
 log = logging.getLogger(__name__)
-
-KILL_FILE_ENV = "FIXFLOW_TEST_KILL_FILE"
-"""Tests only: the driver passes this variable's value to its sharded runs' tasks, and the
-first task of the first attempt writes its process id there after its first stage, then
-waits to be killed (tests/operators/test_shard_run.py kills it with SIGKILL)."""
-KILL_WAIT_S = 120.0
-"""How long that task waits for its end before it goes on (a test that never kills it)."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +72,6 @@ class RunParams:
     measure: str | None
     """The termination clause's aggregate (None: no clause)."""
     cut: float
-    kill_file: str | None = None
-    """Tests only (``KILL_FILE_ENV``)."""
 
 
 def run_shards(
@@ -128,7 +118,6 @@ class ShardTask:
             if stop:
                 return self._emitted(schema, received, stages)
             self.loop.receive(_concat(schema, received))
-            self._maybe_wait_to_be_killed(len(stages))
 
     def _verdict(self, count: int, stage: Stage, checked: float) -> tuple[bool, float]:
         try:
@@ -206,22 +195,6 @@ class ShardTask:
             record = json.dumps([_stage_json(s) for s in stages]).encode("utf-8")
             parts.append(layout_rows(schema, 1, self.label, STATS, {BLOB: [record]}))
         return pa.concat_tables(parts)
-
-    def _maybe_wait_to_be_killed(self, count: int) -> None:
-        """Tests only (``KILL_FILE_ENV``): the first attempt's first task, once."""
-        path = self.params.kill_file
-        if path is None or self.peers.index != 0 or count != 1:
-            return
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return  # a later attempt: this one runs to the end
-        with os.fdopen(fd, "w") as pid_file:
-            pid_file.write(str(os.getpid()))
-        deadline = time.monotonic() + KILL_WAIT_S
-        while time.monotonic() < deadline:
-            time.sleep(0.1)
-        log.warning("shard task %d was not killed within %.0f s", os.getpid(), KILL_WAIT_S)
 
 
 def change_partials(change: np.ndarray) -> list[float]:

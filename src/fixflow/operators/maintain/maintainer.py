@@ -84,6 +84,11 @@ class Maintainer:
     def relations(self) -> dict[str, DataFrame]:
         return {rel: self.relation(rel) for rel in sorted(self.report.analysis.idb)}
 
+    def held_facts(self) -> dict[str, int]:
+        """Per ``.input`` relation, the facts it holds now (counted as they change: no job)."""
+        facts = self.inputs.facts
+        return {user: facts.get(edb, 0) for user, edb in self.setting.loaded().items()}
+
     @property
     def provisional(self) -> bool:
         """Some relation has pending deltas: an epoch without input would make progress."""

@@ -31,7 +31,6 @@ from fixflow.operators.evaluate import (
     evaluate_with_stats,
     partial_relations,
 )
-from fixflow.operators.memory_model import resolved_local_rows
 from fixflow.pipeline import jvm_lookups
 from fixflow.pipeline.api import stream
 from fixflow.pipeline.api.errors import FixflowError, ProgramError
@@ -45,7 +44,7 @@ from fixflow.pipeline.config import (
     default_config,
     load_config,
 )
-from fixflow.pipeline.engine_settings import engine_options
+from fixflow.pipeline.engine_settings import engine_options, local_rows
 from fixflow.pipeline.lake.explain import ExplainFailed, Explanation, explain_row
 from fixflow.pipeline.lake.lakehouse import ProgramLake
 from fixflow.pipeline.object_store import use_lake
@@ -220,7 +219,7 @@ class Program:
         return EvalOptions(
             max_iterations=config.engine.max_iterations or None,  # 0: the default rule
             engine_options=engine_options(config),
-            local_rows=resolved_local_rows(config.engine.local_rows),
+            local_rows=local_rows(config),
         )
 
     def _results(self, evaluation: Evaluation, edb: Mapping[str, DataFrame]) -> Results:

@@ -130,6 +130,13 @@ class Metrics:
         self.result_rows = Gauge(
             "fixflow_result_rows", "Rows in a result table, by relation", ["relation"], registry=r
         )
+        self.state_bytes = Gauge(
+            "fixflow_state_bytes",
+            "Bytes the memory model predicts for the rows the stream holds (105 bytes a row, "
+            "docs/scale.md), by relation: an input's facts, an output's result rows",
+            ["relation"],
+            registry=r,
+        )
         self.last_batch_id = Gauge(
             "fixflow_last_batch_id", "Id of the last committed micro-batch", registry=r
         )

@@ -44,9 +44,9 @@ from fixflow.checker import load
 from fixflow.checker.model import Report
 from fixflow.operators.evaluate import EvalOptions, Progress
 from fixflow.operators.maintain import Epoch, Maintainer
-from fixflow.operators.memory_model import resolved_local_rows
+from fixflow.operators.memory_model import driver_bytes
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.engine_settings import engine_options
+from fixflow.pipeline.engine_settings import engine_options, local_rows
 from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file
 from fixflow.pipeline.lake.checkpoint_mirror import CheckpointMirror
 from fixflow.pipeline.lake.delta import declared_rows
@@ -129,7 +129,7 @@ class ProgramStream:
             progress=self._on_round,
             # Deletions retract min/max values along their witness chains (mra-retract).
             witness=True,
-            local_rows=resolved_local_rows(config.engine.local_rows),
+            local_rows=local_rows(config),
         )
         self.async_mode = config.stream.consistency == "async"
         self.maintainer = Maintainer(
@@ -337,6 +337,11 @@ class ProgramStream:
                     self.metrics.rounds.labels(stratum=str(stratum.stratum)).inc(stratum.rounds)
         for relation, rows in self.results.result_rows.items():
             self.metrics.result_rows.labels(relation=relation).set(rows)
+        # The model's bytes of what the stream holds (an output that is also an input: its
+        # result rows, which include its facts); the fixed 0.6 GB is not a relation's.
+        held = {**self.maintainer.held_facts(), **self.results.result_rows}
+        for relation, rows in held.items():
+            self.metrics.state_bytes.labels(relation=relation).set(driver_bytes(rows))
 
     def adapt_batch_size(self, report: BatchReport, lag: int) -> int:
         """PowerLog's β rule on the per-trigger record limit (docs/architecture.md, micro-batch).

@@ -143,7 +143,8 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="run a stratum in the driver, without Spark jobs, when its inputs and results "
         "stay within N rows together (default: [engine] local_rows, auto: as many rows as "
-        "half the machine's memory holds, 0.6 GB + 105 bytes a row; 0: always on Spark)",
+        "half of [engine] memory (the machine's) holds, 0.6 GB + 105 bytes a row; 0: always "
+        "on Spark)",
     )
 
 
@@ -224,11 +225,19 @@ def _evaluate_and_write(
     args: argparse.Namespace, config: Config, report: Report, inputs: dict[str, pa.Table]
 ) -> int:
     from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
-    from fixflow.operators.memory_model import resolved_local_rows
     from fixflow.operators.on_demand import SessionOnDemand
-    from fixflow.pipeline.engine_settings import engine_options
+    from fixflow.pipeline.engine_settings import (
+        MemoryExceeded,
+        engine_options,
+        local_rows,
+        refuse_beyond_memory,
+    )
     from fixflow.pipeline.spark import make_session
 
+    try:  # before anything starts: the inputs' rows are known, nothing is evaluated yet
+        refuse_beyond_memory(config, report, {r: t.num_rows for r, t in inputs.items()})
+    except MemoryExceeded as exc:
+        return _error(str(exc))
     # Spark starts when the first stratum or input placed on it needs it: a program whose
     # strata all run in the driver starts no JVM (docs/architecture.md, placement).
     on_demand = SessionOnDemand(
@@ -240,7 +249,7 @@ def _evaluate_and_write(
         engine_options=engine_options(config),
         partitions=args.partitions,
         progress=RoundPrinter(),
-        local_rows=resolved_local_rows(config.engine.local_rows),
+        local_rows=local_rows(config),
     )
     started = time.monotonic()
     try:

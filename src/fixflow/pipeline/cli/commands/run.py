@@ -41,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
     from fixflow.pipeline.api import FixflowError, Program, ProgramError
     from fixflow.pipeline.api.stream import refuse_nullary_inputs
     from fixflow.pipeline.broker.processes import BrokerError
+    from fixflow.pipeline.engine_settings import refuse_beyond_memory
     from fixflow.pipeline.errors import UserFacingError
-    from fixflow.pipeline.lake.lakehouse import ProgramLake
+    from fixflow.pipeline.lake.lakehouse import ProgramLake, table_rows
     from fixflow.pipeline.lake.lease import refuse_if_held
     from fixflow.pipeline.object_store import use_lake
     from fixflow.pipeline.stream.metrics import MetricsPortBusy
@@ -59,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
             kafka = replace(config.kafka, on_data_loss=args.on_data_loss)
             config = replace(config, kafka=kafka)
         use_lake(config.lake)  # an object store that does not answer: before Spark starts
-        refuse_if_held(ProgramLake.of(config.lake, Path(program.name).stem))
+        lake = ProgramLake.of(config.lake, Path(program.name).stem)
+        refuse_if_held(lake)
+        # The facts the lake holds are what the first batch loads: refused before Spark.
+        edb = {r: table_rows(lake.edb(r)) for r in program.report.analysis.program.inputs}
+        refuse_beyond_memory(config, program.report, edb)
         return _run(config, program, args.available_now)
     except ProgramError as error:
         print(error.render(), file=sys.stderr)
