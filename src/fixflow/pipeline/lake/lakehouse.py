@@ -356,7 +356,7 @@ def _append(
         rows,
         mode="append",
         partition_by=list(partition_by) if partition_by else None,
-        commit_properties=_properties(commit, metadata),
+        commit_properties=commit_properties(commit, metadata),
     )
 
 
@@ -375,12 +375,12 @@ def overwrite_rows(
         rows,
         mode="overwrite",
         schema_mode="overwrite",
-        commit_properties=_properties(commit, metadata),
+        commit_properties=commit_properties(commit, metadata),
     )
     return True
 
 
-def _properties(
+def commit_properties(
     commit: BatchCommit | None, metadata: Mapping[str, str] | None
 ) -> CommitProperties | None:
     """A batch's commit properties, or plain metadata for a commit between batches."""
@@ -437,7 +437,7 @@ def merge_changes(
         predicate=_key_predicate(key_columns),
         source_alias="s",
         target_alias="t",
-        commit_properties=_properties(commit, metadata),
+        commit_properties=commit_properties(commit, metadata),
     )
     is_delete = f"s.{OP_COLUMN} = 'delete'"
     is_upsert = f"s.{OP_COLUMN} = 'upsert'"
