@@ -220,3 +220,47 @@ def test_async_consistency_carries_deltas_on_before_an_available_now_run_returns
     assert len(second) > 2 and all(r.between_batches for r in second[1:])
     assert not second[-1].provisional
     assert distances() == {1: 0.0, 2: 10.0, **{i: 1.0 + 10.0 * (i - 3) for i in range(3, 8)}}
+
+
+TASK_FILE = re.compile(r"part-[0-9a-f]{32}-c000\.snappy\.parquet")
+"""A file a Spark task wrote (``lake/task_write.py``); delta-rs names its own otherwise."""
+
+
+def test_a_first_batch_over_task_write_rows_is_appended_by_spark_tasks(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """With every stratum on Spark and ``[lake] task_write_rows = 0``, the first batch's
+    results (into an empty table) are written by Spark tasks with the batch's commit; the
+    deletions of the second batch are merged by the driver over those files; both equal
+    scipy's distances, and a batch is committed once."""
+    src, dst, w = road_grid(6, seed=2)
+    edges = list(zip(src.tolist(), dst.tolist(), w.tolist(), strict=True))
+    source = int(src[0])
+    inputs, lake = tmp_path / "in", tmp_path / "lake"
+    write_csv(inputs / "edge" / "1.csv", [(*e, "insert") for e in edges], "src,dst,w,op")
+    write_csv(inputs / "source" / "1.csv", [(source,)], "node")
+    conf = tmp_path / "tasks.toml"
+    conf.write_text(f'[lake]\npath = "{lake}"\ntask_write_rows = 0\n[engine]\nlocal_rows = 0\n')
+    program = fixflow.Program.from_file(SSSP)
+
+    def run_with_conf() -> None:
+        query = program.stream(
+            spark, str(conf), name="roads", trigger="available_now", **streams(spark, inputs)
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None
+
+    run_with_conf()
+    assert results(lake) == pytest.approx(distances(src, dst, w, source))
+    table = DeltaTable(str(lake / "roads" / "results" / "sssp"))
+    files = [Path(uri).name for uri in table.file_uris()]
+    assert files and all(TASK_FILE.fullmatch(name) for name in files)
+    batches = [h for h in table.history() if "fixflow.batch_id" in h]
+    assert [h["fixflow.batch_id"] for h in batches] == ["0"]  # one commit for the batch
+
+    gone = np.random.default_rng(4).choice(len(edges), 10, replace=False)
+    write_csv(inputs / "edge" / "2.csv", [(*edges[i], "delete") for i in gone], "src,dst,w,op")
+    run_with_conf()
+    keep = np.ones(len(edges), bool)
+    keep[gone] = False
+    assert results(lake) == pytest.approx(distances(src[keep], dst[keep], w[keep], source))

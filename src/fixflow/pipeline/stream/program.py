@@ -154,7 +154,13 @@ class ProgramStream:
         self.reports: list[BatchReport] = []
         self._last_finished: float | None = None
         self._last_lag = 0
-        self.results = ResultCommits(self.report, self.lake, self.maintainer, self.async_mode)
+        self.results = ResultCommits(
+            self.report,
+            self.lake,
+            self.maintainer,
+            self.async_mode,
+            config.lake.task_write_rows,
+        )
         self.results.ensure_result_tables()
 
     # ------------------------------------------------------------ the hook
