@@ -6,6 +6,7 @@ reason; a second run on the same lake continues from the checkpoint."""
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -226,12 +227,13 @@ TASK_FILE = re.compile(r"part-[0-9a-f]{32}-c000\.snappy\.parquet")
 """A file a Spark task wrote (``lake/task_write.py``); delta-rs names its own otherwise."""
 
 
-def test_a_first_batch_over_task_write_rows_is_appended_by_spark_tasks(
-    spark: SparkSession, tmp_path: Path
+def test_a_first_batch_over_task_io_rows_is_appended_by_spark_tasks(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """With every stratum on Spark and ``[lake] task_write_rows = 0``, the first batch's
+    """With every stratum on Spark and ``[lake] task_io_rows = 0``, the first batch's
     results (into an empty table) are written by Spark tasks with the batch's commit; the
-    deletions of the second batch are merged by the driver over those files; both equal
+    second run, a new query, has its EDB and results read back by Spark tasks, and the
+    deletions of its batch are merged by the driver over the tasks' files; both equal
     scipy's distances, and a batch is committed once."""
     src, dst, w = road_grid(6, seed=2)
     edges = list(zip(src.tolist(), dst.tolist(), w.tolist(), strict=True))
@@ -240,7 +242,7 @@ def test_a_first_batch_over_task_write_rows_is_appended_by_spark_tasks(
     write_csv(inputs / "edge" / "1.csv", [(*e, "insert") for e in edges], "src,dst,w,op")
     write_csv(inputs / "source" / "1.csv", [(source,)], "node")
     conf = tmp_path / "tasks.toml"
-    conf.write_text(f'[lake]\npath = "{lake}"\ntask_write_rows = 0\n[engine]\nlocal_rows = 0\n')
+    conf.write_text(f'[lake]\npath = "{lake}"\ntask_io_rows = 0\n[engine]\nlocal_rows = 0\n')
     program = fixflow.Program.from_file(SSSP)
 
     def run_with_conf() -> None:
@@ -260,7 +262,11 @@ def test_a_first_batch_over_task_write_rows_is_appended_by_spark_tasks(
 
     gone = np.random.default_rng(4).choice(len(edges), 10, replace=False)
     write_csv(inputs / "edge" / "2.csv", [(*edges[i], "delete") for i in gone], "src,dst,w,op")
+    caplog.set_level(logging.INFO, logger="fixflow.pipeline.lake.task_read")
     run_with_conf()
+    read_by_tasks = [r.getMessage() for r in caplog.records if "tasks read" in r.getMessage()]
+    assert any("/edb/edge" in m for m in read_by_tasks), read_by_tasks
+    assert any("/results/sssp" in m for m in read_by_tasks), read_by_tasks
     keep = np.ones(len(edges), bool)
     keep[gone] = False
     assert results(lake) == pytest.approx(distances(src[keep], dst[keep], w[keep], source))

@@ -23,9 +23,11 @@ from fixflow.pipeline.lake.lakehouse import (
     already_committed,
     append_rows,
     batch_commits,
+    merge_changes,
     table_rows,
 )
 from fixflow.pipeline.lake.results import sorted_rows
+from fixflow.pipeline.lake.task_read import read_frame, readable_by_tasks, version_rows
 from fixflow.pipeline.lake.task_write import by_tasks, write_frame
 
 SCHEMA = pa.schema([("node", pa.int64()), ("dist", pa.float64()), ("name", pa.string())])
@@ -170,7 +172,7 @@ ON_SPARK = ("--local-rows", "0")
 
 @pytest.mark.spark  # the `fixflow eval` subprocesses start Spark of their own
 def test_eval_writes_spark_results_by_tasks_above_the_threshold(tmp_path: Path) -> None:
-    """`fixflow eval` with every stratum on Spark: with ``[lake] task_write_rows = 0`` the
+    """`fixflow eval` with every stratum on Spark: with ``[lake] task_io_rows = 0`` the
     result tables are written by tasks, with the default (more rows than these) by the
     driver; the tables are equal."""
     (tmp_path / "prog.dl").write_text(PATH_PROGRAM)
@@ -178,7 +180,7 @@ def test_eval_writes_spark_results_by_tasks_above_the_threshold(tmp_path: Path) 
     tree = [(i, 2 * i + k) for i in range(31) for k in (1, 2)]  # depth 5: few rounds
     edges = "".join(f"{a}\t{b}\t{0.5 * (b % 3) + 1}\n" for a, b in tree)
     (tmp_path / "facts" / "edge.facts").write_text(edges)
-    (tmp_path / "low.toml").write_text("[lake]\ntask_write_rows = 0\n")
+    (tmp_path / "low.toml").write_text("[lake]\ntask_io_rows = 0\n")
     outputs = {}
     for name, conf in (("tasks", ["--conf", tmp_path / "low.toml"]), ("driver", [])):
         out = tmp_path / name
@@ -199,3 +201,35 @@ def test_eval_writes_spark_results_by_tasks_above_the_threshold(tmp_path: Path) 
         )
         assert all(TASK_FILE.fullmatch(f) for f in committed_files(by_tasks_table))
         assert not any(TASK_FILE.fullmatch(f) for f in committed_files(by_driver_table))
+
+
+def test_tasks_read_a_table_at_a_version_as_the_driver_does(spark: Any, tmp_path: Path) -> None:
+    """Files from the tasks, delta-rs's appends and a merge's rewrites: read by tasks
+    (``lake/task_read.py``), the latest version and an older one equal the driver's read."""
+    path = str(tmp_path / "t")
+    write_frame(path, frame(spark, 3_000), SCHEMA, "overwrite")
+    by_driver(Path(path), frame(spark, 10, 1, 50_000), "append")
+    merge_changes(
+        path,
+        ["node"],
+        upserts=pa.table({"node": [1, 60_000], "dist": [-1.0, 2.0], "name": ["x", "y"]}),
+        deletes=pa.table({"node": list(range(100, 200))}),
+    )
+    for version in (1, None):
+        table = DeltaTable(path, version=version)
+        assert readable_by_tasks(table)
+        read = read_frame(spark, table).toArrow()
+        assert read.schema == SCHEMA
+        assert sorted_rows(read).to_pylist() == rows_of_version(path, version)
+        assert version_rows(table) == read.num_rows
+    partitioned = str(tmp_path / "p")
+    append_rows(partitioned, pa.table({"a": [1, 2], "b": ["x", "y"]}), partition_by=["b"])
+    assert not readable_by_tasks(DeltaTable(partitioned))  # its values live in the log
+
+
+def rows_of_version(path: str, version: int | None) -> list[dict[str, Any]]:
+    from fixflow.pipeline.lake.lakehouse import read_table as read_version
+
+    table = read_version(path, version)
+    assert table is not None
+    return sorted_rows(table).to_pylist()

@@ -49,8 +49,8 @@ each epoch's lazy rows on the previous ones instead made a chain as deep as the 
 first job to read it replayed every epoch (22 s after 64) and overflowed the JVM's stack
 after a few hundred, and it read stored rows the garbage collection had released."""
 
-TASK_WRITE_ROWS = 1_000_000
-"""The default of ``[lake] task_write_rows``: a relation on Spark of more than this many rows
+TASK_IO_ROWS = 1_000_000
+"""The default of ``[lake] task_io_rows``: a relation on Spark of more than this many rows
 is written into its Delta table by Spark tasks (a Parquet file each, committed by the driver
 in one transaction, ``pipeline/lake/task_write.py``); one of at most this many is collected
 to the driver and written by delta-rs, one file. Measured (``bench/bench_lake_write.py``,

@@ -276,14 +276,23 @@ def read_before_batch(table_path: str, query_id: str, batch_id: int) -> pa.Table
     time travel to the version before that commit, so that a replayed batch sees the same
     state as its first run did.
     """
+    version = version_before_batch(table_path, query_id, batch_id)
+    return None if version is None else read_table(table_path, version)
+
+
+def version_before_batch(table_path: str, query_id: str, batch_id: int) -> int | None:
+    """The version ``read_before_batch`` reads; None when the table did not exist then."""
+    table = open_table(table_path)
+    if table is None:
+        return None
     if not already_committed(table_path, query_id, batch_id):
-        return read_table(table_path)
+        return table.version()
     for info in batch_commits(table_path):
         if info.get("fixflow.query_id") == query_id and info.get("fixflow.batch_id") == str(
             batch_id
         ):
             version = int(info["version"])
-            return read_table(table_path, version - 1) if version > 0 else None
+            return version - 1 if version > 0 else None
     raise LookupError(
         f"{table_path}: batch {batch_id} of query {query_id} is recorded as "
         "committed but no commit carries it (history cleaned up?)"

@@ -11,8 +11,8 @@ other commit.
 Only the files whose rows the successful job returned are committed. A failed or retried
 task attempt may leave a file behind in the directory: no commit names it, so readers never
 see it, and ``DeltaTable.vacuum`` removes such files once they are older than the retention
-period. ``lakehouse`` keeps the driver's path for frames of at most ``task_write_rows`` rows
-(``thresholds.TASK_WRITE_ROWS``) and for merges of changes (delta-rs merges in the driver).
+period. ``lakehouse`` keeps the driver's path for frames of at most ``task_io_rows`` rows
+(``thresholds.TASK_IO_ROWS``) and for merges of changes (delta-rs merges in the driver).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def write_frame(
 
 def by_tasks(frame: DataFrame, limit: int) -> bool:
     """Whether Spark tasks write ``frame``: it is not a local relation (rows the driver
-    holds already) and holds more than ``limit`` rows (``[lake] task_write_rows``), which
+    holds already) and holds more than ``limit`` rows (``[lake] task_io_rows``), which
     one job finds without counting past ``limit + 1``."""
     if frame.isLocal():
         return False

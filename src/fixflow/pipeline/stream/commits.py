@@ -3,7 +3,7 @@
 Per changed output relation one idempotent Delta commit (``lakehouse.merge_changes`` with the
 batch's (query id, batch id)), made from the change the ``Maintainer`` hands out: rows made in
 the driver are committed as they are, a Spark change is collected in one job. The one
-exception: a Spark change of more than ``[lake] task_write_rows`` rows into an empty result
+exception: a Spark change of more than ``[lake] task_io_rows`` rows into an empty result
 table (a fresh stream's first batch: every row new) is appended by Spark tasks
 (``lake.task_write``) with the same batch commit; merges of later changes pass through the
 driver (delta-rs merges there). Under async consistency every commit says whether its rows
@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from fixflow.checker.model import Report
 from fixflow.operators.evaluate import partial_relations
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
-from fixflow.operators.thresholds import TASK_WRITE_ROWS
+from fixflow.operators.thresholds import TASK_IO_ROWS
 from fixflow.pipeline.lake.delta import arrow_schema, table_keys, table_schema, with_table_columns
 from fixflow.pipeline.lake.lakehouse import (
     BatchCommit,
@@ -48,11 +48,11 @@ class ResultCommits:
         lake: ProgramLake,
         maintainer: Maintainer,
         async_mode: bool,
-        task_write_rows: int = TASK_WRITE_ROWS,
+        task_io_rows: int = TASK_IO_ROWS,
     ) -> None:
         self.report = report
-        self.task_write_rows = task_write_rows
-        """``[lake] task_write_rows``: a larger change into an empty result table is
+        self.task_io_rows = task_io_rows
+        """``[lake] task_io_rows``: a larger change into an empty result table is
         appended by Spark tasks."""
         self.program = report.analysis.program
         self.lake = lake
@@ -141,7 +141,7 @@ class ResultCommits:
         provisional: bool,
     ) -> bool:
         """Append a Spark change's upserts to an EMPTY result table by Spark tasks when
-        they hold more than ``task_write_rows`` rows: into an empty table, a merge of
+        they hold more than ``task_io_rows`` rows: into an empty table, a merge of
         upserts (one per key) inserts them, and a delete matches nothing. The table's row
         count (kept without a job) says it is empty, so later epochs pay no check."""
         empty = self.result_rows.get(relation) == 0
@@ -149,7 +149,7 @@ class ResultCommits:
         if not (empty and spark_change and self.report.catalog[relation].result):
             return False
         upserts = self._table_columns(relation, change.upserts)
-        if not by_tasks(upserts, self.task_write_rows):
+        if not by_tasks(upserts, self.task_io_rows):
             return False
         path, schema = self.lake.results(relation), self.result_schema(relation)
         written = write_frame(path, upserts, schema, "append", commit, entries)

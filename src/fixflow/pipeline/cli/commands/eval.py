@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, cast
 
 from fixflow.checker.ast import Attribute
 from fixflow.checker.mutual import tagged_title
-from fixflow.operators.thresholds import TASK_WRITE_ROWS
+from fixflow.operators.thresholds import TASK_IO_ROWS
 from fixflow.pipeline.cli.commands.progress import RoundPrinter, engine_figures
 from fixflow.pipeline.config import (
     Config,
@@ -254,7 +254,7 @@ def _evaluate_and_write(
         return EXIT_PARTIAL if evaluation.capped else 0
     printer = options.progress if isinstance(options.progress, RoundPrinter) else None
     results = _Results(report, evaluation, inputs)
-    _write_outputs(args, report, results, printer, config.lake.task_write_rows)
+    _write_outputs(args, report, results, printer, config.lake.task_io_rows)
     _summarize(config, evaluation, options)
     for stats in evaluation.capped:
         last = printer.last.get(stats.stratum) if printer is not None else None
@@ -344,17 +344,17 @@ class _Results:
         residual = residual_entry(self.report, relation, measure, converged=not entries)
         return {**entries, **residual}
 
-    def spark_frame(self, relation: str, task_write_rows: int) -> DataFrame | None:
+    def spark_frame(self, relation: str, task_io_rows: int) -> DataFrame | None:
         """The relation's rows as a Spark frame in its table's columns when Spark tasks
         write its table (``lake.task_write.by_tasks``: evaluated on Spark, more than
-        ``task_write_rows`` rows); None when the driver writes it."""
+        ``task_io_rows`` rows); None when the driver writes it."""
         from fixflow.pipeline.lake.task_write import by_tasks
 
         attributes = _result_attributes(self.report, relation)
         frame = self.evaluation.relations.get(relation)
         if relation in self.evaluation.tables or frame is None or not attributes:
             return None
-        return frame if by_tasks(frame, task_write_rows) else None
+        return frame if by_tasks(frame, task_io_rows) else None
 
     def table(self, relation: str) -> pa.Table | None:
         from fixflow.pipeline.lake.delta import positional_to_arrow, to_arrow
@@ -374,10 +374,10 @@ def _write_outputs(
     report: Report,
     results: _Results,
     printer: RoundPrinter | None = None,
-    task_write_rows: int = TASK_WRITE_ROWS,
+    task_io_rows: int = TASK_IO_ROWS,
 ) -> None:
     """The Delta table (and files) of every ``.output``, then every ``.printsize`` line. A
-    relation on Spark of more than ``task_write_rows`` rows is written by Spark tasks
+    relation on Spark of more than ``task_io_rows`` rows is written by Spark tasks
     (``lake.task_write``) unless files of it are asked for too (``--csv``, Soufflé's
     ``.output`` options: written from the driver)."""
     from fixflow.pipeline.lake.delta import table_schema, write_csv, write_table
@@ -392,7 +392,7 @@ def _write_outputs(
         metadata = results.metadata(relation, printer)
         path = join_path(args.output, relation)
         files = args.csv or any(program.output_directives(relation))
-        frame = None if files else results.spark_frame(relation, task_write_rows)
+        frame = None if files else results.spark_frame(relation, task_io_rows)
         if frame is not None:
             by_tasks = write_frame(
                 path, frame, table_schema(attributes), "overwrite", None, metadata
