@@ -130,7 +130,8 @@ def test_a_failed_task_attempt_leaves_no_committed_duplicate(spark: Any, tmp_pat
     try:
         source = frame(spark, 20_000, partitions=2)
         flaky = source.mapInArrow(fails_once, source.schema)
-        written = write_frame(str(path), flaky, SCHEMA, "overwrite")
+        # a row group a batch, so the failing attempt has written some before it fails
+        written = write_frame(str(path), flaky, SCHEMA, "overwrite", row_group_rows=1000)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert written is not None and written.rows == 20_000

@@ -57,3 +57,9 @@ to the driver and written by delta-rs, one file. Measured (``bench/bench_lake_wr
 bench/SCALE_RESULTS.md): at 10M rows the tasks' path holds the driver's peak at its resting
 size where collecting the result adds ~0.5 GB; at 1M rows both take about as long, and below
 it the tasks' path costs a file per partition and a job to count the rows for nothing."""
+
+ROW_GROUP_ROWS = 1_000_000
+"""Rows a Spark task gathers from its Arrow batches (Spark sends 10,000 rows a batch) before
+it writes them as one Parquet row group (``pipeline/lake/task_write.py``): a row group a
+batch made a 10M-row table of 1,000 row groups and the tasks' write slower than
+collecting it (bench/SCALE_RESULTS.md); a task holds at most this many rows besides."""

@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import Schema
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+from fixflow.operators.thresholds import ROW_GROUP_ROWS
 from fixflow.pipeline.lake.lakehouse import (
     BatchCommit,
     already_committed,
@@ -84,15 +86,17 @@ def write_frame(
     mode: Literal["append", "overwrite"],
     commit: BatchCommit | None = None,
     metadata: Mapping[str, str] | None = None,
+    row_group_rows: int = ROW_GROUP_ROWS,
 ) -> TaskWrite | None:
     """Write ``frame`` (the table's columns by position) into the Delta table at
     ``table_path`` with the table's ``schema``: ``append`` adds its rows, ``overwrite``
     replaces the table's rows (and schema). With ``commit``, a batch already in the table
-    is skipped (None), as ``lakehouse.append_rows`` and ``overwrite_rows`` do."""
+    is skipped (None), as ``lakehouse.append_rows`` and ``overwrite_rows`` do.
+    ``row_group_rows``: rows a task gathers into each Parquet row group."""
     if commit is not None and already_committed(table_path, commit.query_id, commit.batch_id):
         log.info("%s: batch %d already committed, skipping", table_path, commit.batch_id)
         return None
-    files = write_files(table_path, frame, schema)
+    files = write_files(table_path, frame, schema, row_group_rows)
     commit_files(table_path, files, schema, mode, commit, metadata)
     written = TaskWrite(tuple(files))
     log.info(
@@ -110,12 +114,16 @@ def by_tasks(frame: DataFrame, limit: int) -> bool:
     return bool(frame.limit(limit + 1).count() > limit)
 
 
-def write_files(table_path: str, frame: DataFrame, schema: pa.Schema) -> list[WrittenFile]:
+def write_files(
+    table_path: str, frame: DataFrame, schema: pa.Schema, row_group_rows: int = ROW_GROUP_ROWS
+) -> list[WrittenFile]:
     """Spark tasks write ``frame``'s partitions as Parquet files into the table's directory;
     the driver receives only a row per file (one Spark job)."""
     if len(frame.columns) != len(schema):
         raise ValueError(f"expected {len(schema)} columns, got {len(frame.columns)}")
-    rows = frame.mapInArrow(partition_writer(table_path, schema), FILE_ROW).collect()
+    rows = frame.mapInArrow(
+        partition_writer(table_path, schema, row_group_rows), FILE_ROW
+    ).collect()
     return [
         WrittenFile(r["path"], r["size"], r["num_records"], r["stats"], r["modified"]) for r in rows
     ]
@@ -144,12 +152,12 @@ def commit_files(
 
 
 def partition_writer(
-    table_path: str, schema: pa.Schema
+    table_path: str, schema: pa.Schema, row_group_rows: int = ROW_GROUP_ROWS
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function each task runs over its partition's Arrow batches (``mapInArrow``)."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        written = _write_partition(table_path, schema, batches)
+        written = _write_partition(table_path, schema, batches, row_group_rows)
         if written is not None:
             yield pa.RecordBatch.from_pylist(
                 [
@@ -179,7 +187,7 @@ _FILE_ROW_SCHEMA = pa.schema(
 
 
 def _write_partition(
-    table_path: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch]
+    table_path: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch], row_group_rows: int
 ) -> WrittenFile | None:
     """One partition's batches as one Parquet file (none for an empty partition). The name
     is new for every call, so a retried attempt never overwrites the file of another."""
@@ -187,18 +195,24 @@ def _write_partition(
     name = f"part-{uuid.uuid4().hex}-c000.snappy.parquet"
     stats = _Stats(schema)
     writer: pq.ParquetWriter | None = None
+    pending: list[pa.RecordBatch] = []
+    held = 0
     try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             conformed = _conformed(batch, schema)
-            if writer is None:
-                filesystem.create_dir(base, recursive=True)
-                writer = pq.ParquetWriter(
-                    join_path(base, name), schema, filesystem=filesystem, compression="snappy"
-                )
-            writer.write_batch(conformed)
             stats.add(conformed)
+            pending.append(conformed)
+            held += conformed.num_rows
+            if held < row_group_rows:
+                continue
+            writer = writer or _open_writer(filesystem, base, name, schema)
+            writer.write_table(pa.Table.from_batches(pending, schema))
+            pending, held = [], 0
+        if pending:
+            writer = writer or _open_writer(filesystem, base, name, schema)
+            writer.write_table(pa.Table.from_batches(pending, schema))
     finally:
         if writer is not None:
             writer.close()
@@ -207,6 +221,13 @@ def _write_partition(
     size = filesystem.get_file_info(join_path(base, name)).size
     assert size is not None, "a file just written has a size"
     return WrittenFile(name, int(size), stats.rows, stats.json(), int(time.time() * 1000))
+
+
+def _open_writer(
+    filesystem: pafs.FileSystem, base: str, name: str, schema: pa.Schema
+) -> pq.ParquetWriter:
+    filesystem.create_dir(base, recursive=True)
+    return pq.ParquetWriter(join_path(base, name), schema, filesystem=filesystem)
 
 
 def _conformed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
