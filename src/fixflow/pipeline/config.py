@@ -140,8 +140,9 @@ class LakeConfig:
     path: str = "./lake"
     task_io_rows: int = _key(TASK_IO_ROWS, minimum=0)
     """A relation on Spark of more than this many rows is written into its Delta table by
-    Spark tasks and committed by the driver; one of at most this many passes through the
-    driver (``operators.thresholds.TASK_IO_ROWS``: the default and its reason)."""
+    Spark tasks and committed by the driver, and a stream's EDB or result table that large
+    is read back by tasks; smaller ones pass through the driver
+    (``operators.thresholds.TASK_IO_ROWS``: the default and its reason)."""
     storage: StorageConfig = field(default_factory=StorageConfig)
 
     @property
