@@ -6,6 +6,7 @@ reason; a second run on the same lake continues from the checkpoint."""
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import sys
@@ -220,3 +221,52 @@ def test_async_consistency_carries_deltas_on_before_an_available_now_run_returns
     assert len(second) > 2 and all(r.between_batches for r in second[1:])
     assert not second[-1].provisional
     assert distances() == {1: 0.0, 2: 10.0, **{i: 1.0 + 10.0 * (i - 3) for i in range(3, 8)}}
+
+
+TASK_FILE = re.compile(r"part-[0-9a-f]{32}-c000\.snappy\.parquet")
+"""A file a Spark task wrote (``lake/task_write.py``); delta-rs names its own otherwise."""
+
+
+def test_a_first_batch_over_task_io_rows_is_appended_by_spark_tasks(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With every stratum on Spark and ``[lake] task_io_rows = 0``, the first batch's
+    results (into an empty table) are written by Spark tasks with the batch's commit; the
+    second run, a new query, has its EDB and results read back by Spark tasks, and the
+    deletions of its batch are merged by the driver over the tasks' files; both equal
+    scipy's distances, and a batch is committed once."""
+    src, dst, w = road_grid(6, seed=2)
+    edges = list(zip(src.tolist(), dst.tolist(), w.tolist(), strict=True))
+    source = int(src[0])
+    inputs, lake = tmp_path / "in", tmp_path / "lake"
+    write_csv(inputs / "edge" / "1.csv", [(*e, "insert") for e in edges], "src,dst,w,op")
+    write_csv(inputs / "source" / "1.csv", [(source,)], "node")
+    conf = tmp_path / "tasks.toml"
+    conf.write_text(f'[lake]\npath = "{lake}"\ntask_io_rows = 0\n[engine]\nlocal_rows = 0\n')
+    program = fixflow.Program.from_file(SSSP)
+
+    def run_with_conf() -> None:
+        query = program.stream(
+            spark, str(conf), name="roads", trigger="available_now", **streams(spark, inputs)
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None
+
+    run_with_conf()
+    assert results(lake) == pytest.approx(distances(src, dst, w, source))
+    table = DeltaTable(str(lake / "roads" / "results" / "sssp"))
+    files = [Path(uri).name for uri in table.file_uris()]
+    assert files and all(TASK_FILE.fullmatch(name) for name in files)
+    batches = [h for h in table.history() if "fixflow.batch_id" in h]
+    assert [h["fixflow.batch_id"] for h in batches] == ["0"]  # one commit for the batch
+
+    gone = np.random.default_rng(4).choice(len(edges), 10, replace=False)
+    write_csv(inputs / "edge" / "2.csv", [(*edges[i], "delete") for i in gone], "src,dst,w,op")
+    caplog.set_level(logging.INFO, logger="fixflow.pipeline.lake.task_read")
+    run_with_conf()
+    read_by_tasks = [r.getMessage() for r in caplog.records if "tasks read" in r.getMessage()]
+    assert any("/edb/edge" in m for m in read_by_tasks), read_by_tasks
+    assert any("/results/sssp" in m for m in read_by_tasks), read_by_tasks
+    keep = np.ones(len(edges), bool)
+    keep[gone] = False
+    assert results(lake) == pytest.approx(distances(src[keep], dst[keep], w[keep], source))

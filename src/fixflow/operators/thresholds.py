@@ -48,3 +48,22 @@ hold at most this many rows; then it is stored (one job) and becomes the new bas
 each epoch's lazy rows on the previous ones instead made a chain as deep as the epochs: the
 first job to read it replayed every epoch (22 s after 64) and overflowed the JVM's stack
 after a few hundred, and it read stored rows the garbage collection had released."""
+
+TASK_IO_ROWS = 10_000_000
+"""The default of ``[lake] task_io_rows``: a relation on Spark of more than this many rows is
+written into its Delta table by Spark tasks (a Parquet file each, committed by the driver in
+one transaction, ``pipeline/lake/task_write.py``), and a stream's EDB or result table of more
+than this many rows is read back by tasks (``pipeline/lake/task_read.py``); smaller ones pass
+through the driver. Chosen by the driver's memory, not by time: collecting a (number, float)
+result raised the driver's peak by ~23 bytes a row (0.23 GB at 10M rows, 0.08 GB at 1M),
+which the tasks' path does not (flat at its resting size), but on this 2-core machine the
+tasks' path was the slower at both sizes (10M rows: 18-45 s against 3-26 s, load ~20;
+bench/bench_lake_write.py, bench/SCALE_RESULTS.md): each task pays Spark's Arrow transfer to
+a Python worker, and the check of the size is a job. So the driver keeps what costs it
+under a quarter of a GB."""
+
+ROW_GROUP_ROWS = 1_000_000
+"""Rows a Spark task gathers from its Arrow batches (Spark sends 10,000 rows a batch) before
+it writes them as one Parquet row group (``pipeline/lake/task_write.py``): a row group a
+batch made a 10M-row table of 1,000 row groups and the tasks' write slower than
+collecting it (bench/SCALE_RESULTS.md); a task holds at most this many rows besides."""

@@ -18,7 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fixflow.operators.thresholds import LOCAL_ROWS
+from fixflow.operators.thresholds import LOCAL_ROWS, TASK_IO_ROWS
 
 DEFAULT_SOURCE = "<embedded conf/local.toml>"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -138,6 +138,11 @@ OBJECT_STORE_SCHEMES = ("s3://", "s3a://")
 @dataclass(frozen=True, slots=True)
 class LakeConfig:
     path: str = "./lake"
+    task_io_rows: int = _key(TASK_IO_ROWS, minimum=0)
+    """A relation on Spark of more than this many rows is written into its Delta table by
+    Spark tasks and committed by the driver, and a stream's EDB or result table that large
+    is read back by tasks; smaller ones pass through the driver
+    (``operators.thresholds.TASK_IO_ROWS``: the default and its reason)."""
     storage: StorageConfig = field(default_factory=StorageConfig)
 
     @property

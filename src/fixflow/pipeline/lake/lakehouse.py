@@ -276,14 +276,23 @@ def read_before_batch(table_path: str, query_id: str, batch_id: int) -> pa.Table
     time travel to the version before that commit, so that a replayed batch sees the same
     state as its first run did.
     """
+    version = version_before_batch(table_path, query_id, batch_id)
+    return None if version is None else read_table(table_path, version)
+
+
+def version_before_batch(table_path: str, query_id: str, batch_id: int) -> int | None:
+    """The version ``read_before_batch`` reads; None when the table did not exist then."""
+    table = open_table(table_path)
+    if table is None:
+        return None
     if not already_committed(table_path, query_id, batch_id):
-        return read_table(table_path)
+        return table.version()
     for info in batch_commits(table_path):
         if info.get("fixflow.query_id") == query_id and info.get("fixflow.batch_id") == str(
             batch_id
         ):
             version = int(info["version"])
-            return read_table(table_path, version - 1) if version > 0 else None
+            return version - 1 if version > 0 else None
     raise LookupError(
         f"{table_path}: batch {batch_id} of query {query_id} is recorded as "
         "committed but no commit carries it (history cleaned up?)"
@@ -356,7 +365,7 @@ def _append(
         rows,
         mode="append",
         partition_by=list(partition_by) if partition_by else None,
-        commit_properties=_properties(commit, metadata),
+        commit_properties=commit_properties(commit, metadata),
     )
 
 
@@ -375,12 +384,12 @@ def overwrite_rows(
         rows,
         mode="overwrite",
         schema_mode="overwrite",
-        commit_properties=_properties(commit, metadata),
+        commit_properties=commit_properties(commit, metadata),
     )
     return True
 
 
-def _properties(
+def commit_properties(
     commit: BatchCommit | None, metadata: Mapping[str, str] | None
 ) -> CommitProperties | None:
     """A batch's commit properties, or plain metadata for a commit between batches."""
@@ -437,7 +446,7 @@ def merge_changes(
         predicate=_key_predicate(key_columns),
         source_alias="s",
         target_alias="t",
-        commit_properties=_properties(commit, metadata),
+        commit_properties=commit_properties(commit, metadata),
     )
     is_delete = f"s.{OP_COLUMN} = 'delete'"
     is_upsert = f"s.{OP_COLUMN} = 'upsert'"

@@ -2,9 +2,12 @@
 
 Per changed output relation one idempotent Delta commit (``lakehouse.merge_changes`` with the
 batch's (query id, batch id)), made from the change the ``Maintainer`` hands out: rows made in
-the driver are committed as they are, a Spark change is collected in one job. Under async
-consistency every commit says whether its rows are provisional, and ``state/<relation>``
-holds the pending deltas of each MRA relation.
+the driver are committed as they are, a Spark change is collected in one job. The one
+exception: a Spark change of more than ``[lake] task_io_rows`` rows into an empty result
+table (a fresh stream's first batch: every row new) is appended by Spark tasks
+(``lake.task_write``) with the same batch commit; merges of later changes pass through the
+driver (delta-rs merges there). Under async consistency every commit says whether its rows
+are provisional, and ``state/<relation>`` holds the pending deltas of each MRA relation.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pyspark.sql import functions as F
 from fixflow.checker.model import Report
 from fixflow.operators.evaluate import partial_relations
 from fixflow.operators.maintain import Epoch, Maintainer, RelationChange
+from fixflow.operators.thresholds import TASK_IO_ROWS
 from fixflow.pipeline.lake.delta import arrow_schema, table_keys, table_schema, with_table_columns
 from fixflow.pipeline.lake.lakehouse import (
     BatchCommit,
@@ -31,6 +35,7 @@ from fixflow.pipeline.lake.lakehouse import (
     table_rows,
 )
 from fixflow.pipeline.lake.results import PARTIAL, partial_metadata, residual_entry
+from fixflow.pipeline.lake.task_write import by_tasks, write_frame
 
 
 class ResultCommits:
@@ -38,9 +43,17 @@ class ResultCommits:
     one program's lake, and keeps the result tables' row counts."""
 
     def __init__(
-        self, report: Report, lake: ProgramLake, maintainer: Maintainer, async_mode: bool
+        self,
+        report: Report,
+        lake: ProgramLake,
+        maintainer: Maintainer,
+        async_mode: bool,
+        task_io_rows: int = TASK_IO_ROWS,
     ) -> None:
         self.report = report
+        self.task_io_rows = task_io_rows
+        """``[lake] task_io_rows``: a larger change into an empty result table is
+        appended by Spark tasks."""
         self.program = report.analysis.program
         self.lake = lake
         self.maintainer = maintainer
@@ -81,6 +94,14 @@ class ResultCommits:
         metadata = self._metadata(epoch)
         partial = partial_relations(self.report, (s.stratum for s in epoch.partial))
         for relation, change in epoch.changes.items():
+            entries = self._with_residual(
+                self._with_partial(metadata, epoch, partial.get(relation, frozenset())),
+                relation,
+                residuals or {},
+            )
+            if self._append_by_tasks(relation, change, commit, entries, epoch.provisional):
+                changed[relation] = self.result_rows[relation]
+                continue
             upserts, deletes = self._arrow_change(relation, change)
             new_rows = change.new_rows  # appended: no scan of the result table
             if not (upserts.num_rows or deletes.num_rows) and self._flag_unchanged(relation, epoch):
@@ -99,11 +120,7 @@ class ResultCommits:
                 upserts,
                 deletes,
                 commit,
-                self._with_residual(
-                    self._with_partial(metadata, epoch, partial.get(relation, frozenset())),
-                    relation,
-                    residuals or {},
-                ),
+                entries,
                 new_rows=new_rows,
             )
             if merged is not None:
@@ -114,6 +131,32 @@ class ResultCommits:
         if self.async_mode:
             self._commit_state(commit, metadata)
         return changed
+
+    def _append_by_tasks(
+        self,
+        relation: str,
+        change: RelationChange,
+        commit: BatchCommit | None,
+        entries: dict[str, str] | None,
+        provisional: bool,
+    ) -> bool:
+        """Append a Spark change's upserts to an EMPTY result table by Spark tasks when
+        they hold more than ``task_io_rows`` rows: into an empty table, a merge of
+        upserts (one per key) inserts them, and a delete matches nothing. The table's row
+        count (kept without a job) says it is empty, so later epochs pay no check."""
+        empty = self.result_rows.get(relation) == 0
+        spark_change = change.tables is None and not change.unchanged
+        if not (empty and spark_change and self.report.catalog[relation].result):
+            return False
+        upserts = self._table_columns(relation, change.upserts)
+        if not by_tasks(upserts, self.task_io_rows):
+            return False
+        path, schema = self.lake.results(relation), self.result_schema(relation)
+        written = write_frame(path, upserts, schema, "append", commit, entries)
+        self.result_rows[relation] = table_rows(path) if written is None else written.rows
+        if self.async_mode:
+            self._flagged[relation] = provisional
+        return True
 
     def _arrow_change(self, relation: str, change: RelationChange) -> tuple[pa.Table, pa.Table]:
         schema = self.result_schema(relation)

@@ -50,7 +50,14 @@ from fixflow.pipeline.engine_settings import engine_options, local_rows
 from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file
 from fixflow.pipeline.lake.checkpoint_mirror import CheckpointMirror
 from fixflow.pipeline.lake.delta import declared_rows
-from fixflow.pipeline.lake.lakehouse import ProgramLake, read_before_batch, record_program
+from fixflow.pipeline.lake.lakehouse import (
+    ProgramLake,
+    open_table,
+    read_table,
+    record_program,
+    version_before_batch,
+)
+from fixflow.pipeline.lake.task_read import read_frame, readable_by_tasks, version_rows
 from fixflow.pipeline.stream.commits import ResultCommits
 from fixflow.pipeline.stream.ingest import IngestResult, Phases, ensure_edb_tables
 from fixflow.pipeline.stream.metrics import Metrics, MetricsServer, Strategy
@@ -154,7 +161,13 @@ class ProgramStream:
         self.reports: list[BatchReport] = []
         self._last_finished: float | None = None
         self._last_lag = 0
-        self.results = ResultCommits(self.report, self.lake, self.maintainer, self.async_mode)
+        self.results = ResultCommits(
+            self.report,
+            self.lake,
+            self.maintainer,
+            self.async_mode,
+            config.lake.task_io_rows,
+        )
         self.results.ensure_result_tables()
 
     # ------------------------------------------------------------ the hook
@@ -252,17 +265,32 @@ class ProgramStream:
     def _tables_before(
         self, path_of: Callable[[str], str], relations: Sequence[str], result: IngestResult
     ) -> dict[str, DataFrame]:
+        """Each relation's table as it was before the batch, as a frame: read by Spark
+        tasks when it holds more than ``[lake] task_io_rows`` rows (``lake.task_read``),
+        else through the driver."""
         tables = {}
         for relation in relations:
-            table = read_before_batch(path_of(relation), result.commit.query_id, result.batch_id)
-            if table is None:
+            path = path_of(relation)
+            version = version_before_batch(path, result.commit.query_id, result.batch_id)
+            if version is None:
                 continue
-            rows = declared_rows(table, self.report.catalog[relation].result)
+            delta = open_table(path, version)
+            assert delta is not None, "the version was found in the table"
+            attributes = self.report.catalog[relation].result
+            rows = version_rows(delta)
             # An empty table is left out: the Maintainer takes a missing relation as empty,
             # and a missing result table spares the first epoch diffing against nothing
             # (two EXCEPTs, i.e. shuffles, over everything the bootstrap derived).
-            if rows.num_rows:
-                tables[relation] = self._frame(rows)
+            if rows == 0:
+                continue
+            large = rows is None or rows > self.config.lake.task_io_rows
+            if attributes and large and readable_by_tasks(delta):
+                tables[relation] = read_frame(self.spark, delta)
+                continue
+            table = read_table(path, version)
+            declared = None if table is None else declared_rows(table, attributes)
+            if declared is not None and declared.num_rows:
+                tables[relation] = self._frame(declared)
         return tables
 
     # ------------------------------------------------------------ async: between batches

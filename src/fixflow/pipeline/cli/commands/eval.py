@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, cast
 
 from fixflow.checker.ast import Attribute
 from fixflow.checker.mutual import tagged_title
+from fixflow.operators.thresholds import TASK_IO_ROWS
 from fixflow.pipeline.cli.commands.progress import RoundPrinter, engine_figures
 from fixflow.pipeline.config import (
     Config,
@@ -41,7 +42,7 @@ from fixflow.pipeline.object_store import StorageError, use_lake
 
 if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command needs them
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from fixflow.checker.model import Report
     from fixflow.operators.evaluate import EvalOptions, Evaluation, Progress
@@ -261,7 +262,8 @@ def _evaluate_and_write(
         _explain(report, evaluation, options)
         return EXIT_PARTIAL if evaluation.capped else 0
     printer = options.progress if isinstance(options.progress, RoundPrinter) else None
-    _write_outputs(args, report, _Results(report, evaluation, inputs), printer)
+    results = _Results(report, evaluation, inputs)
+    _write_outputs(args, report, results, printer, config.lake.task_io_rows)
     _summarize(config, evaluation, options)
     for stats in evaluation.capped:
         last = printer.last.get(stats.stratum) if printer is not None else None
@@ -351,6 +353,18 @@ class _Results:
         residual = residual_entry(self.report, relation, measure, converged=not entries)
         return {**entries, **residual}
 
+    def spark_frame(self, relation: str, task_io_rows: int) -> DataFrame | None:
+        """The relation's rows as a Spark frame in its table's columns when Spark tasks
+        write its table (``lake.task_write.by_tasks``: evaluated on Spark, more than
+        ``task_io_rows`` rows); None when the driver writes it."""
+        from fixflow.pipeline.lake.task_write import by_tasks
+
+        attributes = _result_attributes(self.report, relation)
+        frame = self.evaluation.relations.get(relation)
+        if relation in self.evaluation.tables or frame is None or not attributes:
+            return None
+        return frame if by_tasks(frame, task_io_rows) else None
+
     def table(self, relation: str) -> pa.Table | None:
         from fixflow.pipeline.lake.delta import positional_to_arrow, to_arrow
 
@@ -369,27 +383,47 @@ def _write_outputs(
     report: Report,
     results: _Results,
     printer: RoundPrinter | None = None,
+    task_io_rows: int = TASK_IO_ROWS,
 ) -> None:
-    """The Delta table (and files) of every ``.output``, then every ``.printsize`` line."""
-    from fixflow.pipeline.lake.delta import write_csv, write_table
+    """The Delta table (and files) of every ``.output``, then every ``.printsize`` line. A
+    relation on Spark of more than ``task_io_rows`` rows is written by Spark tasks
+    (``lake.task_write``) unless files of it are asked for too (``--csv``, Soufflé's
+    ``.output`` options: written from the driver)."""
+    from fixflow.pipeline.lake.delta import table_schema, write_csv, write_table
     from fixflow.pipeline.lake.lakehouse import join_path
     from fixflow.pipeline.lake.results import PARTIAL
+    from fixflow.pipeline.lake.task_write import write_frame
 
     program = report.analysis.program
+    written: dict[str, int] = {}
     for relation in program.outputs:
         attributes = _result_attributes(report, relation)
-        table = results.table(relation)
-        assert table is not None, f"`{relation}` is neither evaluated nor an input"
         metadata = results.metadata(relation, printer)
-        write_table(join_path(args.output, relation), table, attributes, metadata=metadata)
-        if args.csv:
-            write_csv(join_path(args.output, f"{relation}.csv"), table, attributes)
+        path = join_path(args.output, relation)
+        files = args.csv or any(program.output_directives(relation))
+        frame = None if files else results.spark_frame(relation, task_io_rows)
+        if frame is not None:
+            by_tasks = write_frame(
+                path, frame, table_schema(attributes), "overwrite", None, metadata
+            )
+            assert by_tasks is not None, "a write without a batch is never skipped"
+            written[relation] = by_tasks.rows
+        else:
+            table = results.table(relation)
+            assert table is not None, f"`{relation}` is neither evaluated nor an input"
+            write_table(path, table, attributes, metadata=metadata)
+            written[relation] = table.num_rows
+            if args.csv:
+                write_csv(join_path(args.output, f"{relation}.csv"), table, attributes)
+            for options in program.output_directives(relation):  # Soufflé writes every one
+                if options:
+                    _write_souffle_output(args.output, relation, table, attributes, options)
         partial = " (partial)" if PARTIAL in metadata else ""
-        print(f"{relation}: {table.num_rows} rows{partial} -> {join_path(args.output, relation)}")
-        for options in program.output_directives(relation):  # Soufflé writes every one
-            if options:
-                _write_souffle_output(args.output, relation, table, attributes, options)
+        print(f"{relation}: {written[relation]} rows{partial} -> {path}")
     for relation in program.printsizes:
+        if relation in written:
+            print(f"{relation}\t{written[relation]}")
+            continue
         sized = results.table(relation)
         print(f"{relation}\t{0 if sized is None else sized.num_rows}")  # Soufflé's format
     if args.explainable:
