@@ -74,6 +74,7 @@ from fixflow.operators.engines.mra_bootstrap import (
     run_stages,
 )
 from fixflow.operators.engines.program import MraProgram, RecursiveBody, aux_frame
+from fixflow.operators.engines.shard_exchange import Rendezvous
 from fixflow.operators.engines.shard_loop import AUX
 from fixflow.operators.engines.shard_map import ShardMap, require_slots
 from fixflow.operators.engines.shard_run import KILL_FILE_ENV, BetaRule, RunParams, run_shards
@@ -203,25 +204,32 @@ class SparkShards:
         run = self.run
         shards = run.shard_map.shards
         schema = arrow_schema_of(run.layout.schema)
-        task = partial(run_shards, self._params(rule), schema)
         union = self.frame.union(run.aux.frame)
         if shards == 1:
             # One task reads everything: no exchange, no barrier.
-            out = union.coalesce(1).mapInArrow(task, run.layout.schema)
+            task = partial(run_shards, self._params(rule), schema)
+            stored = run.env.materializer.store(
+                union.coalesce(1).mapInArrow(task, run.layout.schema), run_metrics()
+            )
         else:
             if union.rdd.getNumPartitions() != shards:
                 raise RuntimeError("stage frame and auxiliary rows are not partitioned alike")
             require_slots(run.env.spark, shards)
-            # The exchange after the barrier stage makes it a map stage, which Spark runs
-            # again when a task fails (a failed barrier result stage is not retried).
-            out = union.mapInArrow(task, run.layout.schema, barrier=True)
-            out = out.repartition(shards, "shard")
-        stored = run.env.materializer.store(out, run_metrics())
+            rendezvous = Rendezvous(run.env.spark.conf.get("spark.driver.host") or "localhost")
+            try:
+                task = partial(run_shards, self._params(rule, rendezvous.address), schema)
+                # The exchange after the barrier stage makes it a map stage, which Spark runs
+                # again when a task fails (a failed barrier result stage is not retried).
+                out = union.mapInArrow(task, run.layout.schema, barrier=True)
+                out = out.repartition(shards, "shard")
+                stored = run.env.materializer.store(out, run_metrics())
+            finally:
+                rendezvous.close()
         run.env.materializer.release(self.stored)
         self.stored = stored
         return recorded(stored)
 
-    def _params(self, rule: StageRule) -> RunParams:
+    def _params(self, rule: StageRule, rendezvous: tuple[str, int] | None = None) -> RunParams:
         run = self.run
         hybrid = self.engine.hybrid
         buffer = run.env.options.buffer
@@ -243,6 +251,7 @@ class SparkShards:
             hybrid=hybrid,
             measure=termination.func if termination is not None else None,
             cut=float(run.shard_map.cut or 0),
+            rendezvous=rendezvous,
             kill_file=os.environ.get(KILL_FILE_ENV),
         )
 

@@ -80,6 +80,8 @@ class RunParams:
     measure: str | None
     """The termination clause's aggregate (None: no clause)."""
     cut: float
+    rendezvous: tuple[str, int] | None = None
+    """Where the tasks of a run of several shards meet (``shard_exchange.Rendezvous``)."""
     kill_file: str | None = None
     """Tests only (``KILL_FILE_ENV``)."""
 
@@ -89,7 +91,7 @@ def run_shards(
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function of a run: this task's shard, every stage."""
     rows = pa.Table.from_batches(list(batches), schema=schema)
-    peers = joined(len(params.labels))
+    peers = joined(len(params.labels), params.rendezvous)
     try:
         out = ShardTask(params, peers, rows).run(schema)
     finally:
