@@ -181,6 +181,7 @@ class SparkShards:
         self.run, self.count, self.started = run, 0, time.monotonic()
         self.round_order = in_round_order(run.env.options, run.shard_map.shards)
         self.replay: Iterator[Stage] | None = None
+        self.stages: list[Stage] = []
         self.stored = Stored(frame)
         if run.shard_map.shards > 1:
             # Materialized first: a shard column the optimizer could fold to a constant
@@ -192,7 +193,8 @@ class SparkShards:
     def stage(self, rule: StageRule) -> Stage:
         """The next of the stages the run's one job ran (``rule`` stops them in the tasks)."""
         if self.replay is None:
-            self.replay = iter(self._ran(rule))
+            self.stages = self._ran(rule)
+            self.replay = iter(self.stages)
         stage = next(self.replay, None)
         if stage is None:
             raise RuntimeError(f"{self.run.program.relation}: the shards stopped sooner")
@@ -262,14 +264,20 @@ class SparkShards:
             run.env.materializer.release(self.stored)
         elif self.replay is not None and next(self.replay, None) is not None:
             raise RuntimeError(f"{run.program.relation}: the shards ran more stages")
+        stages = self.stages
         log.info(
-            "%s: %d stage(s) in one job, %.2f s, %s shards (%s, cut %s)",
+            "%s: %d stage(s) in one job, %.2f s, %s shards (%s, cut %s); in the tasks: setup "
+            "%.2f s, loops %.2f s, exchanges %.2f s, the first task's run %.2f s",
             run.program.relation,
             self.count,
             time.monotonic() - self.started,
             run.shard_map.shards,
             run.shard_map.method,
             run.shard_map.cut,
+            max([s.detail.get("setup_s", 0.0) for s in stages] or [0.0]),
+            sum(s.detail.get("loop_s", 0.0) for s in stages),
+            sum(s.detail.get("wait_s", 0.0) for s in stages),
+            stages[-1].at if stages else 0.0,
         )
 
     def outcome(self, stages: int, capped: bool) -> MraOutcome:
