@@ -67,6 +67,10 @@ class Cell:
     """Against scipy on the last run: "ok", or what differs (empty: not checked)."""
     verify: Callable[[], str] | None = field(default=None, repr=False)
     """Computes ``check`` after the clock stopped."""
+    times: list[float] = field(default_factory=list)
+    """Every timed run's seconds (``seconds`` is their median)."""
+    load: tuple[float, float] = (0.0, 0.0)
+    """The load average (1 min) before the first and after the last timed run."""
 
 
 @dataclass
@@ -245,21 +249,39 @@ def incremental_runner(
 
 
 def timed(run: Callable[[], Cell], runs: int, warmup: int) -> Cell:
-    for _ in range(warmup):
-        run()
-    times, cell = [], None
+    return alternated([run], runs, warmup)[0]
+
+
+def alternated(runs_of: list[Callable[[], Cell]], runs: int, warmup: int) -> list[Cell]:
+    """Each configuration's cell (median of ``runs``), the configurations taking turns run
+    by run, so that they share the machine's load; the load average (1 min) before the
+    first and after the last timed run goes into every cell's detail."""
+    for run in runs_of:
+        for _ in range(warmup):
+            run()
+    times: list[list[float]] = [[] for _ in runs_of]
+    cells: list[Cell | None] = [None for _ in runs_of]
+    load_start = os.getloadavg()[0]
     for _ in range(runs):
-        started = time.perf_counter()
-        cell = run()
-        seconds = time.perf_counter() - started
-        times.append(cell.detail.pop("stratum_seconds", seconds))
-        if cell.verify is not None:
-            cell.check = cell.verify()
-            if cell.check != "ok" and not cell.check.startswith("to the fixpoint"):
-                log.warning("%s %s %s: %s", cell.graph, cell.program, cell.engine, cell.check)
-    assert cell is not None
-    cell.seconds, cell.runs = statistics.median(times), runs
-    return cell
+        for i, run in enumerate(runs_of):
+            started = time.perf_counter()
+            cell = run()
+            seconds = time.perf_counter() - started
+            times[i].append(cell.detail.pop("stratum_seconds", seconds))
+            if cell.verify is not None:
+                cell.check = cell.verify()
+                if cell.check != "ok" and not cell.check.startswith("to the fixpoint"):
+                    log.warning("%s %s %s: %s", cell.graph, cell.program, cell.engine, cell.check)
+            cells[i] = cell
+    load_end = os.getloadavg()[0]
+    out = []
+    for cell, seconds in zip(cells, times, strict=True):
+        assert cell is not None
+        cell.seconds, cell.runs = statistics.median(seconds), runs
+        cell.times = seconds
+        cell.load = (load_start, load_end)
+        out.append(cell)
+    return out
 
 
 def main() -> int:
@@ -273,7 +295,14 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--shards", type=int, default=0, help="[engine] shards (0: automatic)")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="[engine] shards (0: automatic); several: each Fixflow cell is run with every "
+        "count, the counts alternating run by run in the same session",
+    )
     parser.add_argument(
         "--cap",
         type=int,
@@ -296,13 +325,14 @@ def main() -> int:
         loaded = load_graph(spark, name)
         for program in args.programs:
             for engine in args.engines:
-                cell = timed(
-                    _runner(spark, program, loaded, engine, args),
-                    args.runs,
-                    0 if engine == "scipy" else args.warmup,
-                )
-                log.info("%s", cell)
-                cells.append(cell)
+                counts = args.shards if engine in ("async", "hybrid", "sync") else [0]
+                runners = [_runner(spark, program, loaded, engine, args, n) for n in counts]
+                warmup = 0 if engine == "scipy" else args.warmup
+                for n, cell in zip(counts, alternated(runners, args.runs, warmup), strict=True):
+                    if len(counts) > 1:
+                        cell.engine = f"{engine}, {n} shard{'s' if n != 1 else ''}"
+                    log.info("%s", cell)
+                    cells.append(cell)
                 write_results(args.out, cells, args)
         if name in args.incremental:
             cells += incremental_cells(spark, loaded, args)
@@ -316,7 +346,7 @@ def incremental_cells(spark: SparkSession, loaded: Loaded, args: argparse.Namesp
         # Not sync: its bootstrap alone needs one round per hop (CC on the 100k grid ran
         # for more than 15 minutes); the issue measured its epochs at 2.5–22 s.
         for engine in [e for e in args.engines if e in ("async", "hybrid")]:
-            run = incremental_runner(spark, program, loaded, engine, args.shards)
+            run = incremental_runner(spark, program, loaded, engine, args.shards[0])
             cell = timed(run, args.runs, args.warmup)
             log.info("%s", cell)
             cells.append(cell)
@@ -324,14 +354,19 @@ def incremental_cells(spark: SparkSession, loaded: Loaded, args: argparse.Namesp
 
 
 def _runner(
-    spark: SparkSession, program: str, loaded: Loaded, engine: str, args: argparse.Namespace
+    spark: SparkSession,
+    program: str,
+    loaded: Loaded,
+    engine: str,
+    args: argparse.Namespace,
+    shards: int,
 ) -> Callable[[], Cell]:
     if engine == "scipy":
         return scipy_runner(program, loaded)
     if engine == "plain":
         return plain_runner(spark, program, loaded, args.cap)
     cap = args.cap if engine == "sync" else 100_000
-    return fixflow_runner(spark, program, loaded, engine, cap, args.shards)
+    return fixflow_runner(spark, program, loaded, engine, cap, shards)
 
 
 def write_results(path: Path, cells: list[Cell], args: argparse.Namespace) -> None:
@@ -346,8 +381,8 @@ def write_results(path: Path, cells: list[Cell], args: argparse.Namespace) -> No
         " a capped cell did not finish. Generated by `bench/bench_engines.py`.",
         "",
         "| graph | program | engine | seconds | rounds/stages | jobs | capped "
-        "| local iterations | messages | β min–max | cut | result |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|---|---:|---|",
+        "| local iterations | messages | β min–max | cut | result | runs (s) | load |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---|---:|---|---|---|",
     ]
     for c in cells:
         d = c.detail
@@ -357,7 +392,8 @@ def write_results(path: Path, cells: list[Cell], args: argparse.Namespace) -> No
             f"| {c.jobs or ''} | {'capped' if c.capped else ''} "
             f"| {d.get('local_iterations', '') and int(d['local_iterations'])} "
             f"| {d.get('messages', '') and int(d['messages'])} | {beta} "
-            f"| {d.get('cut', '') and int(d['cut'])} | {c.check} |"
+            f"| {d.get('cut', '') and int(d['cut'])} | {c.check} "
+            f"| {' '.join(f'{t:.2f}' for t in c.times)} | {c.load[0]:.1f}–{c.load[1]:.1f} |"
         )
     path.write_text("\n".join(lines) + "\n")
 

@@ -6,10 +6,12 @@ measure from per-shard partials, a lost peer)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +25,15 @@ from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.engines.base import BufferOptions, EngineOptions
 from fixflow.operators.engines.mra_bootstrap import Stage, StageRule, Stop
-from fixflow.operators.engines.shard_exchange import FRAME, HELLO, Inbox, PeerLost
+from fixflow.operators.engines.shard_exchange import (
+    FRAME,
+    HELLO,
+    SIZE,
+    Inbox,
+    PeerLost,
+    Rendezvous,
+    _met_at,
+)
 from fixflow.operators.engines.shard_map import InsufficientSlots, require_slots, task_slots
 from fixflow.operators.engines.shard_run import change_partials, measure_of
 from fixflow.operators.evaluate import evaluate_with_stats
@@ -197,3 +207,40 @@ def test_the_stop_rule_consults_the_clause_by_the_stages_clock_and_knows_the_cap
     stop, _ = rule.after(3, stage(1.0, 1.5), 1.2)  # the cap, the clause not met
     assert stop == Stop(capped=True)
     assert rule.after(1, Stage(0, 1.0, {}, 0.5, 0, 0.0), -float("inf"))[0] == Stop(capped=False)
+
+
+def test_the_rendezvous_answers_every_task_with_every_port_and_a_retry_meets_afresh() -> None:
+    """The driver's rendezvous (instead of allGather, which answers after a second at the
+    soonest): each task gets every task's port by index; the waiting task of a failed
+    attempt, killed before its peers came, does not count, and a task of an index already
+    waiting replaces it."""
+    rendezvous = Rendezvous("127.0.0.1")
+
+    def said(index: int, port: int) -> socket.socket:
+        link = socket.create_connection(rendezvous.address)
+        body = json.dumps({"index": index, "tasks": 2, "port": port}).encode("utf-8")
+        link.sendall(SIZE.pack(len(body)) + body)
+        return link
+
+    try:
+        said(0, 1).close()  # attempt 0's task 0, killed while it waited
+        time.sleep(0.2)
+        replaced = said(1, 2)
+        time.sleep(0.2)
+        got: dict[int, list[int]] = {}
+
+        def meet(index: int, port: int) -> None:
+            got[index] = _met_at(rendezvous.address, index, 2, port)
+
+        threads = [threading.Thread(target=meet, args=(i, 100 + i)) for i in (1, 0)]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.2)
+        for thread in threads:
+            thread.join(10)
+        assert got == {0: [100, 101], 1: [100, 101]}
+        replaced.settimeout(5)
+        assert replaced.recv(1) == b""  # closed without an answer
+        replaced.close()
+    finally:
+        rendezvous.close()

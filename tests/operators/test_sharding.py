@@ -58,24 +58,46 @@ def test_rcm_cuts_far_fewer_links_than_hash(grid_assignment: sharding.Assignment
     assert a.method == "rcm" and a.shards == SHARDS and a.links == links
     assert a.hash_cut is not None and a.hash_cut > 0.6 * links  # ~3/4 of the links
     assert a.cut < a.hash_cut / 10, a.describe()
-    # the reported cut is the cut of the frame
+    # the reported cut is the cut of the table
     src, dst, _ = permuted_grid()
-    rows = a.frame.collect()  # type: ignore[union-attr]
-    shard = {row["key"]: row["shard"] for row in rows}
+    assert a.table is not None
+    shard = dict(zip(a.table.keys.tolist(), a.table.shard.tolist(), strict=True))
     assert a.cut == sum(shard[int(s)] != shard[int(d)] for s, d in zip(src, dst, strict=True))
 
 
 def test_every_key_gets_exactly_one_shard_in_range(
     grid_assignment: sharding.Assignment,
 ) -> None:
-    frame = grid_assignment.frame
-    assert frame is not None and frame.is_cached
-    assert frame.schema["key"].dataType.simpleString() == "bigint"
-    assert frame.schema["shard"].dataType.simpleString() == "int"
-    rows = frame.collect()
-    keys = [row["key"] for row in rows]
-    assert sorted(keys) == list(range(SIDE * SIDE))  # every node once
-    assert {row["shard"] for row in rows} == set(range(SHARDS))
+    table = grid_assignment.table
+    assert table is not None and grid_assignment.shared is not None
+    assert table.keys.dtype == np.int64 and table.shard.dtype == np.int32
+    assert sorted(table.keys.tolist()) == list(range(SIDE * SIDE))  # every node once
+    assert set(table.shard.tolist()) == set(range(SHARDS))
+
+
+def test_tasks_label_rows_by_the_broadcast_assignment_and_hash_the_rest(
+    grid_assignment: sharding.Assignment, spark: SparkSession
+) -> None:
+    """The lookup in the tasks (no join): assigned keys get their shard, unknown keys the
+    hash fallback Spark computes, a null key Spark's hash of null; one pass labels two key
+    columns."""
+    table = grid_assignment.table
+    assert table is not None
+    probe = spark.createDataFrame([(0, 5), (17, 2**40 + 3), (None, 1), (-7, 0)], "a long, b long")
+    got = sharding.labelled(
+        probe,
+        grid_assignment.shared,
+        [("a", "sa"), ("b", "sb")],  # type: ignore[arg-type]
+    ).withColumns(
+        {
+            "ha": sharding.hash_shard("a", SHARDS),
+            "hb": sharding.hash_shard("b", SHARDS),
+        }
+    )
+    known = dict(zip(table.keys.tolist(), table.shard.tolist(), strict=True))
+    for row in got.collect():
+        for key, label, hashed in ((row.a, row.sa, row.ha), (row.b, row.sb, row.hb)):
+            assert label == known.get(key, hashed), (key, label, hashed)
 
 
 def test_shards_are_balanced_by_out_links(grid_assignment: sharding.Assignment) -> None:
@@ -124,9 +146,8 @@ def test_string_keys(spark: SparkSession) -> None:
     try:
         assert a.method == "rcm" and a.links == len(src) and a.nodes == nodes
         assert a.hash_cut is not None and a.cut < a.hash_cut / 5
-        assert a.frame is not None
-        assert a.frame.schema["key"].dataType.simpleString() == "string"
-        shard = {row["key"]: row["shard"] for row in a.frame.collect()}
+        assert a.table is not None and a.table.keys.dtype == object
+        shard = dict(zip(a.table.keys.tolist(), a.table.shard.tolist(), strict=True))
         assert set(shard) == {f"n{i}" for i in range(nodes)}
         assert set(shard.values()) == {0, 1, 2}
         assert a.cut == sum(shard[s] != shard[d] for s, d in rows[:-1])
@@ -181,7 +202,7 @@ def test_guard_falls_back_to_hash_and_logs_once(
         first = sharding.assign(grid_links, SHARDS, max_links=100)
         second = sharding.assign(grid_links, SHARDS, max_links=100)
     for a in (first, second):
-        assert a.method == "hash" and a.frame is None and "exceed" in a.reason
+        assert a.method == "hash" and a.table is None and "exceed" in a.reason
         assert a.cut == a.hash_cut and a.links == 4 * SIDE * (SIDE - 1)
     warnings = [r for r in caplog.records if "hash sharding" in r.getMessage()]
     assert len(warnings) == 1

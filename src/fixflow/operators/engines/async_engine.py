@@ -73,6 +73,7 @@ from fixflow.operators.engines.mra_bootstrap import (
     run_stages,
 )
 from fixflow.operators.engines.program import MraProgram, RecursiveBody, aux_frame
+from fixflow.operators.engines.shard_exchange import Rendezvous
 from fixflow.operators.engines.shard_loop import AUX
 from fixflow.operators.engines.shard_map import ShardMap, require_slots
 from fixflow.operators.engines.shard_run import BetaRule, RunParams, run_shards
@@ -179,6 +180,7 @@ class SparkShards:
         self.run, self.count, self.started = run, 0, time.monotonic()
         self.round_order = in_round_order(run.env.options, run.shard_map.shards)
         self.replay: Iterator[Stage] | None = None
+        self.stages: list[Stage] = []
         self.stored = Stored(frame)
         if run.shard_map.shards > 1:
             # Materialized first: a shard column the optimizer could fold to a constant
@@ -190,7 +192,8 @@ class SparkShards:
     def stage(self, rule: StageRule) -> Stage:
         """The next of the stages the run's one job ran (``rule`` stops them in the tasks)."""
         if self.replay is None:
-            self.replay = iter(self._ran(rule))
+            self.stages = self._ran(rule)
+            self.replay = iter(self.stages)
         stage = next(self.replay, None)
         if stage is None:
             raise RuntimeError(f"{self.run.program.relation}: the shards stopped sooner")
@@ -202,25 +205,32 @@ class SparkShards:
         run = self.run
         shards = run.shard_map.shards
         schema = arrow_schema_of(run.layout.schema)
-        task = partial(run_shards, self._params(rule), schema)
         union = self.frame.union(run.aux.frame)
         if shards == 1:
             # One task reads everything: no exchange, no barrier.
-            out = union.coalesce(1).mapInArrow(task, run.layout.schema)
+            task = partial(run_shards, self._params(rule), schema)
+            stored = run.env.materializer.store(
+                union.coalesce(1).mapInArrow(task, run.layout.schema), run_metrics()
+            )
         else:
             if union.rdd.getNumPartitions() != shards:
                 raise RuntimeError("stage frame and auxiliary rows are not partitioned alike")
             require_slots(run.env.spark, shards)
-            # The exchange after the barrier stage makes it a map stage, which Spark runs
-            # again when a task fails (a failed barrier result stage is not retried).
-            out = union.mapInArrow(task, run.layout.schema, barrier=True)
-            out = out.repartition(shards, "shard")
-        stored = run.env.materializer.store(out, run_metrics())
+            rendezvous = Rendezvous(run.env.spark.conf.get("spark.driver.host") or "localhost")
+            try:
+                task = partial(run_shards, self._params(rule, rendezvous.address), schema)
+                # The exchange after the barrier stage makes it a map stage, which Spark runs
+                # again when a task fails (a failed barrier result stage is not retried).
+                out = union.mapInArrow(task, run.layout.schema, barrier=True)
+                out = out.repartition(shards, "shard")
+                stored = run.env.materializer.store(out, run_metrics())
+            finally:
+                rendezvous.close()
         run.env.materializer.release(self.stored)
         self.stored = stored
         return recorded(stored)
 
-    def _params(self, rule: StageRule) -> RunParams:
+    def _params(self, rule: StageRule, rendezvous: tuple[str, int] | None = None) -> RunParams:
         run = self.run
         hybrid = self.engine.hybrid
         buffer = run.env.options.buffer
@@ -242,6 +252,7 @@ class SparkShards:
             hybrid=hybrid,
             measure=termination.func if termination is not None else None,
             cut=float(run.shard_map.cut or 0),
+            rendezvous=rendezvous,
         )
 
     def end(self, abandoned: bool) -> None:
@@ -251,14 +262,20 @@ class SparkShards:
             run.env.materializer.release(self.stored)
         elif self.replay is not None and next(self.replay, None) is not None:
             raise RuntimeError(f"{run.program.relation}: the shards ran more stages")
+        stages = self.stages
         log.info(
-            "%s: %d stage(s) in one job, %.2f s, %s shards (%s, cut %s)",
+            "%s: %d stage(s) in one job, %.2f s, %s shards (%s, cut %s); in the tasks: setup "
+            "%.2f s, loops %.2f s, exchanges %.2f s, the first task's run %.2f s",
             run.program.relation,
             self.count,
             time.monotonic() - self.started,
             run.shard_map.shards,
             run.shard_map.method,
             run.shard_map.cut,
+            max([s.detail.get("setup_s", 0.0) for s in stages] or [0.0]),
+            sum(s.detail.get("loop_s", 0.0) for s in stages),
+            sum(s.detail.get("wait_s", 0.0) for s in stages),
+            stages[-1].at if stages else 0.0,
         )
 
     def outcome(self, stages: int, capped: bool) -> MraOutcome:

@@ -6,7 +6,7 @@ its first stage frame: seeds as message rows, current relation rows as state row
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 
 import pyarrow as pa
@@ -66,12 +66,11 @@ def _single_shard(
     still to be chosen (None: they are too many for one shard)."""
     single = ShardMap(1, shard_labels(1))
     observations = [Observation() for _ in aux]
-    frames = _labelled_aux(program, layout, single, aux)
-    labelled = [
+    counted_aux = [
         frame.observe(o, F.count(F.lit(1)).alias("n"))
-        for frame, o in zip(frames, observations, strict=True)
+        for frame, o in zip(aux, observations, strict=True)
     ]
-    stored = env.materializer.store(_packed(layout, labelled))
+    stored = env.materializer.store(_packed(_labelled_aux(program, layout, single, counted_aux)))
     rows = sum(int(o.get.get("n") or 0) for o in observations)
     if counted and shard_count(env, rows) > 1:
         env.materializer.release(stored)
@@ -96,28 +95,24 @@ def _sharded(
     shard_map = shard_maps.get(program.relation)
     if shard_map is None:
         rows = sum(int(t.metric("n")) for t in tables)
-        shard_map = _shard_map(program, env, frames, shard_count(env, rows))
+        shard_map = _shard_map(program, env, frames, shard_count(env, rows), rows)
         shard_maps[program.relation] = shard_map
     labelled = _labelled_aux(program, layout, shard_map, frames)
-    stored = _partitioned(env, _packed(layout, labelled), shard_map)
+    stored = _partitioned(env, _packed(labelled), shard_map)
     for table in tables:
         env.materializer.release(table)
     return AsyncRun(program, env, layout, shard_map, stored)
 
 
 def _partitioned(env: EngineEnv, packed: DataFrame, shard_map: ShardMap) -> Stored:
-    """The packed auxiliary rows checkpointed hash-partitioned by shard: materialized,
-    then partitioned and materialized again (a checkpoint keeps the partitioning by
-    shard only when the plan it stores is a plain exchange; the second job moves a
-    few blocks)."""
-    stored = env.materializer.store(packed)
-    try:
-        return env.materializer.store(stored.frame.repartition(shard_map.shards, "shard"))
-    finally:
-        env.materializer.release(stored)
+    """The packed auxiliary rows checkpointed hash-partitioned by shard (one job: the
+    exchange moves a few blocks)."""
+    return env.materializer.store(packed.repartition(shard_map.shards, "shard"))
 
 
-def _shard_map(program: MraProgram, env: EngineEnv, aux: list[DataFrame], shards: int) -> ShardMap:
+def _shard_map(
+    program: MraProgram, env: EngineEnv, aux: list[DataFrame], shards: int, rows: int
+) -> ShardMap:
     shard_map = ShardMap(shards, shard_labels(shards))
     if len(shard_keys(program)) != 1:
         return shard_map
@@ -132,43 +127,53 @@ def _shard_map(program: MraProgram, env: EngineEnv, aux: list[DataFrame], shards
             F.col(positional(src[0])).alias("src"), F.col(positional(dst[0])).alias("dst")
         )
         links = pairs if links is None else links.union(pairs)
-    return assigned(shard_map, links)
+    return assigned(shard_map, links, rows)
 
 
 def _labelled_aux(
     program: MraProgram, layout: Layout, shard_map: ShardMap, aux: list[DataFrame]
 ) -> list[DataFrame]:
-    """Each body's auxiliary rows ``shard, dshard, c0..``: labelled with their shard
-    and the shard of the key they lead to."""
+    """Each body's auxiliary rows ``shard, dshard, c0..``, labelled with their shard and
+    the shard of the key they lead to, as layout rows packed in blocks (``_packed``):
+    keys the assignment holds are looked up in the packing task itself (one pass over the
+    rows, no join)."""
+    arrow_schema = arrow_schema_of(layout.schema)
     out = []
     for i, (body, frame) in enumerate(zip(program.bodies, aux, strict=True)):
         scan = aux_scan(body)
         assert scan is not None
         src = [positional(p) for p in _join_key_columns(program, i, scan) or []]
         dst = [positional(p) for p in _head_key_columns(program, body, scan) or []]
-        labelled = shard_map.label(frame, src, "shard")
-        labelled = shard_map.label(labelled, dst, "dshard")
+        hashed, looked_up = shard_map.hashed(frame, [(src, "shard"), (dst, "dshard")])
         types = zip(frame.columns, layout.aux_types[i], strict=True)
-        out.append(
-            labelled.select(
-                "shard",
-                F.col("dshard").cast("int"),
-                *(F.col(c).cast(spark_type(t)) for c, t in types),
-            )
+        rows = hashed.select(
+            *(
+                F.col(name).cast("int")
+                for name in ("shard", "dshard")
+                if name not in dict(looked_up).values()
+            ),
+            *(F.col(c).cast(spark_type(t)) for c, t in types),
         )
+        task = partial(_pack, arrow_schema, {"body": str(i)}, shard_map.lookup(looked_up))
+        out.append(rows.mapInArrow(task, layout.schema))
     return out
 
 
-def _packed(layout: Layout, labelled: list[DataFrame]) -> DataFrame:
-    """The labelled auxiliary rows as layout rows, one block per shard and
+def _pack(
+    schema: pa.Schema,
+    metadata: dict[str, str],
+    lookup: Callable[[pa.RecordBatch], pa.RecordBatch],
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function labelling (``lookup``) and packing auxiliary rows."""
+    return blocks.pack(schema, AUX, metadata, map(lookup, batches))
+
+
+def _packed(labelled: list[DataFrame]) -> DataFrame:
+    """The auxiliary rows of every body as layout rows, one block per shard and
     ``BLOCK_ROWS`` rows (the body's index in the block's metadata)."""
-    arrow_schema = arrow_schema_of(layout.schema)
-    parts = [
-        frame.mapInArrow(partial(blocks.pack, arrow_schema, AUX, {"body": str(i)}), layout.schema)
-        for i, frame in enumerate(labelled)
-    ]
-    union = parts[0]
-    for other in parts[1:]:
+    union = labelled[0]
+    for other in labelled[1:]:
         union = union.union(other)
     return union
 
@@ -238,7 +243,7 @@ def indexed_start(run: AsyncRun, aux: list[DataFrame]) -> DataFrame:
 
 def messages(run: AsyncRun, candidates: DataFrame) -> DataFrame:
     """Candidates ``k0.., v`` (and witnesses ``w0..`` when given) as message rows."""
-    labelled = run.shard_map.label(candidates, list(shard_keys(run.program)), "shard")
+    labelled = run.shard_map.label(candidates, [(list(shard_keys(run.program)), "shard")])
     rows = labelled.select(
         "shard",
         F.lit(MESSAGE).alias("kind"),
@@ -260,7 +265,7 @@ def state_rows(run: AsyncRun, rows: DataFrame) -> DataFrame:
         F.col(positional(spec.value_pos)).alias("acc"),
         *witness_columns(run, rows),
     )
-    labelled = run.shard_map.label(named, list(shard_keys(run.program)), "shard")
+    labelled = run.shard_map.label(named, [(list(shard_keys(run.program)), "shard")])
     return run.layout.conform(labelled.withColumn("kind", F.lit(STATE)))
 
 

@@ -1,8 +1,10 @@
 """How the tasks of a sharded run's barrier job talk to one another (``engines.shard_run``).
 
-Each task's listening address goes through ``BarrierTaskContext.allGather``, once: it
-passes its strings through the driver's JVM and answers in about a second (measured: 1.0 s
-per call on local[2], however small the message), as much as a Spark job. Everything else
+Each task's listening port goes, once, to a ``Rendezvous`` the driver opens for the run:
+a socket that answers every task of a stage attempt with every task's port as soon as
+the last one has said its own. (``BarrierTaskContext.allGather`` did that before: the
+JVM side of a task polls for its answer once a second, so it never answered sooner than a
+second, as much as a Spark job.) Everything else
 goes straight from task to task over TCP (``exchange``): per superstep, every task sends
 every other one exactly one frame holding its small fact (pending counts, the clause's
 partial measure, statistics; JSON) and its buffer for that task (Arrow IPC, empty when it
@@ -20,6 +22,7 @@ A run of one shard has no peers (``Alone``) and runs in an ordinary task.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -41,6 +44,11 @@ HELLO = struct.Struct("!q")
 """What a connecting task says first: its index."""
 CONNECT_TIMEOUT_S = 60.0
 """How long a task tries to reach another's port (they open theirs at about the same time)."""
+RENDEZVOUS_TIMEOUT_S = 600.0
+"""How long a task waits for the other tasks' ports (a barrier stage starts its tasks
+together; a task that fails meanwhile makes Spark kill the others)."""
+SIZE = struct.Struct("!q")
+"""The length of a JSON message to or from the rendezvous."""
 
 
 class PeerLost(RuntimeError):
@@ -85,17 +93,109 @@ class Alone:
         """Nothing to close."""
 
 
-def joined(tasks: int) -> Peers:
-    """This task's peers: none for one task, else the barrier job's other tasks."""
+def joined(tasks: int, rendezvous: tuple[str, int] | None) -> Peers:
+    """This task's peers: none for one task, else the barrier job's other tasks, met
+    through the driver's ``Rendezvous`` at ``rendezvous`` (host, port)."""
     if tasks == 1:
         return Alone()
-    return BarrierPeers(BarrierTaskContext.get())
+    if rendezvous is None:
+        raise RuntimeError(f"a run of {tasks} tasks needs the driver's rendezvous")
+    return BarrierPeers(BarrierTaskContext.get(), rendezvous)
+
+
+class Rendezvous:
+    """In the driver, for one run: where its tasks trade their listening ports.
+
+    A task sends ``{"index", "tasks", "port"}`` (length-prefixed JSON); once a task of
+    every index has, each gets the list of ports by task index. A retried stage's tasks
+    meet afresh: a task of an index already waiting replaces it (the waiting one belongs
+    to the failed attempt, and its connection is closed). Closed when the run's job ends."""
+
+    def __init__(self, host: str) -> None:
+        self.server = socket.create_server(("", 0))
+        self.address = (host, int(self.server.getsockname()[1]))
+        self.waiting: dict[int, tuple[socket.socket, int]] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, name="shard-rendezvous", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return  # closed: the run is over
+            threading.Thread(
+                target=self._met, args=(connection,), name="shard-meet", daemon=True
+            ).start()
+
+    def _met(self, connection: socket.socket) -> None:
+        said = _message(connection)
+        if said is None:
+            connection.close()
+            return
+        tasks, group = int(said["tasks"]), self.waiting
+        with self.lock:
+            stale = [group.pop(int(said["index"]), None)]
+            # A waiting task whose connection closed was killed with a failed attempt.
+            stale += [group.pop(i) for i, (link, _) in list(group.items()) if _closed(link)]
+            group[int(said["index"])] = (connection, int(said["port"]))
+            complete = len(group) == tasks
+            if complete:
+                self.waiting = {}
+        for gone in stale:
+            if gone is not None:
+                gone[0].close()
+        if complete:
+            ports = json.dumps([group[i][1] for i in range(tasks)]).encode("utf-8")
+            for link, _ in group.values():
+                # A task gone meanwhile: its peers find out when they connect to it.
+                with link, contextlib.suppress(OSError):
+                    link.sendall(SIZE.pack(len(ports)) + ports)
+
+    def close(self) -> None:
+        self.server.close()
+        with self.lock:
+            for link, _ in self.waiting.values():
+                link.close()
+            self.waiting = {}
+
+
+def _met_at(rendezvous: tuple[str, int], index: int, tasks: int, port: int) -> list[int]:
+    """Every task's port, by index, from the driver's ``Rendezvous``."""
+    said = {"index": index, "tasks": tasks, "port": port}
+    body = json.dumps(said).encode("utf-8")
+    with socket.create_connection(rendezvous, timeout=CONNECT_TIMEOUT_S) as link:
+        link.settimeout(RENDEZVOUS_TIMEOUT_S)
+        link.sendall(SIZE.pack(len(body)) + body)
+        ports = _message(link)
+    if not isinstance(ports, list) or len(ports) != tasks:
+        raise PeerLost(f"task {index}: the rendezvous closed before every task came")
+    return [int(p) for p in ports]
+
+
+def _closed(connection: socket.socket) -> bool:
+    """Whether the other end closed ``connection`` (a waiting task says nothing more)."""
+    try:
+        return connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _message(connection: socket.socket) -> Any:
+    """One length-prefixed JSON message, or None when the connection closes first."""
+    size = _read(connection, SIZE.size)
+    if size is None:
+        return None
+    body = _read(connection, SIZE.unpack(size)[0])
+    return None if body is None else json.loads(body)
 
 
 class BarrierPeers:
     """The tasks of a barrier stage, connected to one another."""
 
-    def __init__(self, context: BarrierTaskContext) -> None:
+    def __init__(self, context: BarrierTaskContext, rendezvous: tuple[str, int]) -> None:
         self.context = context
         self.index = context.partitionId()
         hosts = [info.address.rsplit(":", 1)[0] for info in context.getTaskInfos()]
@@ -104,7 +204,7 @@ class BarrierPeers:
         self.inbox = Inbox(self.count - 1)
         threading.Thread(target=self._accept, name="shard-accept", daemon=True).start()
         port = self.server.getsockname()[1]
-        ports = [int(p) for p in context.allGather(str(port))]
+        ports = _met_at(rendezvous, self.index, self.count, port)
         self.links: dict[int, socket.socket] = {}
         for peer, (host, peer_port) in enumerate(zip(hosts, ports, strict=True)):
             if peer != self.index:

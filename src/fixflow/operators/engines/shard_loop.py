@@ -171,7 +171,7 @@ class ShardLoop:
         started = time.perf_counter()
         p = self.params
         self._merge_messages()
-        while self.table.pending.any() and self.iterations < LOCAL_ITERATION_CAP:
+        while self.table.has_pending and self.iterations < LOCAL_ITERATION_CAP:
             if p.local_bound is not None and self.table.local_measure() < p.local_bound:
                 break
             self._iterate()
@@ -265,7 +265,7 @@ class ShardLoop:
 
     @property
     def has_pending(self) -> bool:
-        return bool(self.table.pending.any())
+        return self.table.has_pending
 
     def receive(self, messages: pa.Table) -> None:
         """Message rows (stage layout) merged when ``run`` starts."""

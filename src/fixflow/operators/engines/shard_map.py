@@ -9,13 +9,17 @@ recursive bodies form a graph (``assigned``), by hash otherwise and for keys it 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
-from pyspark.sql import Column, DataFrame, SparkSession
+import pyarrow as pa
+from pyspark import Broadcast
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fixflow.operators.engines.base import EngineEnv
+from fixflow.operators.engines.sharding import KeyShards, assign, label_batch, labelled
 
 log = logging.getLogger(__name__)
 
@@ -61,27 +65,50 @@ class ShardMap:
 
     shards: int
     labels: list[int]
-    assignment: DataFrame | None = None
-    """(key, shard index) for single-column keys; None: hash sharding only."""
+    assignment: Broadcast[KeyShards] | None = None
+    """(key, shard index) for single-column keys, broadcast to the tasks; None: hash
+    sharding only."""
     method: str = "hash"
     cut: int | None = None
     links: int | None = None
 
-    def label(self, frame: DataFrame, keys: Sequence[str], out: str) -> DataFrame:
-        """``frame`` with column ``out`` = the shard label of the key columns ``keys``."""
+    def label(self, frame: DataFrame, columns: Sequence[tuple[Sequence[str], str]]) -> DataFrame:
+        """``frame`` with, per (key columns, out), column ``out`` = the shard label of the
+        key: keys of the assignment looked up in the tasks, in one pass
+        (``sharding.labelled``), others hashed by Spark."""
+        frame, looked_up = self.hashed(frame, columns)
+        if looked_up and self.assignment is not None:
+            frame = labelled(frame, self.assignment, looked_up, self.labels)
+        return frame
+
+    def hashed(
+        self, frame: DataFrame, columns: Sequence[tuple[Sequence[str], str]]
+    ) -> tuple[DataFrame, list[tuple[str, str]]]:
+        """``frame`` with the labels Spark computes (one shard, or the hash), and the
+        (key column, out) pairs left for a lookup in the assignment (``lookup``)."""
         if self.shards == 1:  # nothing to hash or look up
-            return frame.withColumn(out, F.lit(self.labels[0]))
-        fallback = F.pmod(F.xxhash64(*(F.col(k) for k in keys)), F.lit(self.shards))
-        index: Column = fallback
-        if self.assignment is not None and len(keys) == 1:
-            lookup = self.assignment.select(
-                F.col("key").alias("#key"), F.col("shard").alias("#shard")
-            )
-            frame = frame.join(lookup, frame[keys[0]] == lookup["#key"], "left")
-            index = F.coalesce(F.col("#shard").cast("long"), fallback)
+            return frame.withColumns({out: F.lit(self.labels[0]) for _, out in columns}), []
         labels = F.array(*(F.lit(x) for x in self.labels))
-        labelled = frame.withColumn(out, F.element_at(labels, (index + 1).cast("int")))
-        return labelled.drop("#key", "#shard")
+        looked_up = []
+        for keys, out in columns:
+            if self.assignment is not None and len(keys) == 1:
+                looked_up.append((keys[0], out))
+                continue
+            index = F.pmod(F.xxhash64(*(F.col(k) for k in keys)), F.lit(self.shards))
+            frame = frame.withColumn(out, F.element_at(labels, (index + 1).cast("int")))
+        return frame, looked_up
+
+    def lookup(
+        self, looked_up: list[tuple[str, str]]
+    ) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+        """For a task: a batch with the labels ``hashed`` left to look up."""
+        if not looked_up or self.assignment is None:
+            return _unchanged
+        return partial(label_batch, self.assignment, looked_up, self.labels)
+
+
+def _unchanged(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch
 
 
 def shard_count(env: EngineEnv, aux_rows: int) -> int:
@@ -122,14 +149,13 @@ class InsufficientSlots(RuntimeError):
     """A sharded run's barrier stage would need more task slots than Spark has."""
 
 
-def assigned(shard_map: ShardMap, links: DataFrame | None) -> ShardMap:
-    """The locality-aware assignment of ``engines.sharding`` (hash when there is no graph)."""
+def assigned(shard_map: ShardMap, links: DataFrame | None, count: int | None = None) -> ShardMap:
+    """The locality-aware assignment of ``engines.sharding`` (hash when there is no graph;
+    ``count``: how many links there are at most, when known)."""
     if links is None or shard_map.shards == 1:
         return shard_map
-    from fixflow.operators.engines import sharding
-
-    assignment = sharding.assign(links, shard_map.shards)
-    shard_map.assignment = assignment.frame
+    assignment = assign(links, shard_map.shards, count=count)
+    shard_map.assignment = assignment.shared
     shard_map.method = assignment.method
     shard_map.cut = assignment.cut
     shard_map.links = assignment.links

@@ -72,6 +72,8 @@ class RunParams:
     measure: str | None
     """The termination clause's aggregate (None: no clause)."""
     cut: float
+    rendezvous: tuple[str, int] | None = None
+    """Where the tasks of a run of several shards meet (``shard_exchange.Rendezvous``)."""
 
 
 def run_shards(
@@ -79,7 +81,7 @@ def run_shards(
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function of a run: this task's shard, every stage."""
     rows = pa.Table.from_batches(list(batches), schema=schema)
-    peers = joined(len(params.labels))
+    peers = joined(len(params.labels), params.rendezvous)
     try:
         out = ShardTask(params, peers, rows).run(schema)
     finally:
@@ -91,6 +93,7 @@ class ShardTask:
     """One task's shard and its stages."""
 
     def __init__(self, params: RunParams, peers: Peers, rows: pa.Table) -> None:
+        self.started = time.monotonic()
         self.params = params
         self.peers = peers
         self.label = params.labels[peers.index]
@@ -98,8 +101,11 @@ class ShardTask:
         if not labels <= {self.label}:
             raise RuntimeError(f"task {peers.index} (shard {self.label}) was handed {labels}")
         self.loop = ShardLoop(params.stage, self.label, rows)
-        self.started = time.monotonic()
+        self.setup = time.monotonic() - self.started
+        """Seconds from the task's rows to its loop (indexes, table, kernels)."""
         self.gain, self.negative = 0.0, 0
+        self.waited = 0.0
+        """Seconds of the last exchange: sending, and waiting for every other task."""
 
     def run(self, schema: pa.Schema) -> pa.Table:
         """Stages until the rule stops them; this shard's rows and (first task) the stages."""
@@ -109,7 +115,10 @@ class ShardTask:
             seconds, _ = self.loop.run()
             outgoing = self.loop.outgoing(schema)
             sent = {self.params.labels.index(d): t for d, t in outgoing.items()}
-            facts, received = self.peers.exchange(len(stages) + 1, self._fact(outgoing), sent)
+            fact = self._fact(outgoing, seconds)
+            exchanged = time.monotonic()
+            facts, received = self.peers.exchange(len(stages) + 1, fact, sent)
+            self.waited = time.monotonic() - exchanged
             stage = self._combined(facts)
             stages.append(stage)
             stop, checked = self._verdict(len(stages), stage, checked)
@@ -128,7 +137,7 @@ class ShardTask:
 
     # ------------------------------------------------------------ facts
 
-    def _fact(self, outgoing: dict[int, pa.Table]) -> Fact:
+    def _fact(self, outgoing: dict[int, pa.Table], seconds: float) -> Fact:
         loop, table = self.loop, self.loop.table
         changes = [np.abs(table.delta[table.pending]).astype(np.float64)]
         changes += [
@@ -146,6 +155,9 @@ class ShardTask:
             "propagated": loop.propagated,
             "betas": [min(betas), max(betas)] if betas else None,
             "at": time.monotonic() - self.started,
+            "loop_s": seconds,
+            "wait_s": self.waited,
+            "setup_s": self.setup,
         }
 
     def _combined(self, facts: Sequence[Fact]) -> Stage:
@@ -162,6 +174,11 @@ class ShardTask:
             "messages": float(sent),
             "cut": self.params.cut,
             "propagated": float(sum(int(f["propagated"]) for f in facts)),
+            # Where the tasks' time goes: the busiest loop of the stage, the longest
+            # exchange of the stage before (sending and waiting), the slowest setup.
+            "loop_s": max(float(f["loop_s"]) for f in facts),
+            "wait_s": max(float(f["wait_s"]) for f in facts),
+            "setup_s": max(float(f["setup_s"]) for f in facts),
         }
         return Stage(
             pending=sum(int(f["pending"]) for f in facts) + sent,

@@ -91,10 +91,16 @@ class LocalTable:
         """False for keys reserved in advance that no candidate has reached yet."""
         self.pending = np.zeros(n, dtype=bool)
         self.delta = np.zeros(n, dtype=self.acc.dtype)
+        self._touched: list[np.ndarray] | None = []
+        """Rows that became pending since the frontier was last taken (a superset of the
+        pending rows), so that taking it costs the frontier, not the table (a road grid's
+        frontier is tens of rows of 1M, for thousands of local iterations); None: not
+        known (after rows moved), the next frontier scans the table."""
         if delta is not None:
             pending, values = delta
             self.pending = pending[order]
             self.delta = values[order].astype(self.acc.dtype)
+            self._touched = None
         self.wits: list[np.ndarray] = [np.zeros(n, dtype=numpy_type(t)) for t in self._wit_types()]
         self.has_wit = np.zeros(n, dtype=bool)
         if wits and len(wits) == len(self.wits) + 1:
@@ -220,6 +226,7 @@ class LocalTable:
             self.present[pos] = True
             self.delta[pos] += values
             self.pending[pos] = changes_acc(self.acc[pos], self.delta[pos])
+            self._touch(pos)
             return int(np.count_nonzero(values))
         better = values < self.acc[pos] if self.params.g == "min" else values > self.acc[pos]
         better |= ~self.present[pos]
@@ -228,6 +235,7 @@ class LocalTable:
         self.present[pos] = True
         self.delta[pos] = values
         self.pending[pos] = True
+        self._touch(pos)
         if self.wits and len(wits) == len(self.wits) + 1:
             for column, w in zip(self.wits, wits, strict=False):
                 column[pos] = w[better]
@@ -252,6 +260,7 @@ class LocalTable:
         self.delta = np.insert(self.delta, pos, values.astype(self.delta.dtype))
         fresh = (values != 0 if self.params.g == "sum" else True) if present else False
         self.pending = np.insert(self.pending, pos, fresh)
+        self._touched = None  # rows moved
         known = len(wits) == len(self.wits) + 1
         for j, column in enumerate(self.wits):
             filler = wits[j] if known else np.zeros(len(pos), dtype=column.dtype)
@@ -260,16 +269,43 @@ class LocalTable:
 
     # ------------------------------------------------------------ the frontier
 
+    def _touch(self, pos: np.ndarray) -> None:
+        if self._touched is not None and len(pos):
+            self._touched.append(pos)
+
+    def pending_rows(self) -> np.ndarray:
+        """The pending rows, in order: from the rows touched since the last frontier
+        when they are known, else by a scan of the table."""
+        if self._touched is None:
+            idx = np.flatnonzero(self.pending)
+        elif not self._touched:
+            idx = np.zeros(0, dtype=np.int64)
+        else:
+            idx = np.unique(np.concatenate(self._touched))
+            idx = idx[self.pending[idx]]
+        self._touched = [idx]
+        return idx
+
+    @property
+    def has_pending(self) -> bool:
+        return len(self.pending_rows()) > 0
+
     def take_frontier(self) -> tuple[np.ndarray, np.ndarray]:
         """(positions, deltas) of the keys to propagate now; they stop being pending."""
-        idx = np.flatnonzero(self.pending)
+        idx = self.pending_rows()
         params = self.params
         if params.priority and len(idx) > 64:
             keep = max(1, math.ceil(params.portion * len(idx)))
             rank = {"min": self.delta[idx], "max": -self.delta[idx]}.get(
                 params.g, -np.abs(self.delta[idx])
             )
-            idx = idx[np.argpartition(rank, keep - 1)[:keep]]
+            picked = np.argpartition(rank, keep - 1)[:keep]
+            rest = np.ones(len(idx), dtype=bool)
+            rest[picked] = False
+            self._touched = [idx[rest]]
+            idx = idx[picked]
+        else:
+            self._touched = []
         deltas = self.delta[idx].copy()
         self.pending[idx] = False
         if params.g == "sum":
