@@ -96,7 +96,7 @@ def test_a_killed_python_worker_is_survived_with_the_oracle_result(spark: SparkS
     its peers' listening socket, ``python_workers``) is killed with SIGKILL mid-job. Spark
     runs the barrier stage again from its stored inputs (local[2] included: a failed
     barrier task fails its stage, which is retried whole) and the distances are scipy's."""
-    killer = WorkerKiller(os.getpid(), after_s=0.3).start()
+    killer = WorkerKiller(os.getpid(), after_s=0.1).start()
     try:
         got, expected, stages, _ = _grid_sssp(spark, "hybrid", 2)
     finally:

@@ -27,7 +27,7 @@ from python_workers import WorkerKiller, descendants, gone, listens, shard_tasks
 from streams.cli import FIXFLOW, FixflowRun, write_conf
 from streams.harness import edb_mismatches, isolated_config, publish_raw, raw_messages
 
-SIDE = 24
+SIDE = 80
 CRASHED = "Python worker exited unexpectedly"
 """What Spark's executor logs (at ERROR, so even without -v) when a task's worker dies."""
 
@@ -83,7 +83,7 @@ def test_eval_survives_a_killed_shard_worker(tmp_path: Path) -> None:
     args = [str(FIXFLOW), "eval", str(program), "-F", str(facts), "-D", str(out)]
     args += ["--shards", "2", "--local-rows", "0", "--engine", "hybrid"]
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    killer = WorkerKiller(process.pid, after_s=0.3).start()
+    killer = WorkerKiller(process.pid, after_s=0.1).start()
     try:
         stdout, stderr = process.communicate(timeout=300)
     finally:
@@ -154,7 +154,7 @@ def test_run_survives_a_killed_shard_worker_and_commits_each_batch_once(
         messages = [("edge", row, "insert") for row in wave]
         published += publish_raw(config, raw_messages(config, program, messages))
     run = FixflowRun.start(program_file, conf, tmp_path / "run.out", available_now=True)
-    killer = WorkerKiller(run.process.pid, after_s=0.3).start()
+    killer = WorkerKiller(run.process.pid, after_s=0.1).start()
     try:
         code = run.process.wait(timeout=400)
     finally:
