@@ -360,10 +360,10 @@ class _Results:
         from fixflow.pipeline.lake.task_write import by_tasks
 
         attributes = _result_attributes(self.report, relation)
+        if relation in self.evaluation.tables or not attributes:
+            return None  # held in the driver: asking for its frame would start Spark
         frame = self.evaluation.relations.get(relation)
-        if relation in self.evaluation.tables or frame is None or not attributes:
-            return None
-        return frame if by_tasks(frame, task_io_rows) else None
+        return frame if frame is not None and by_tasks(frame, task_io_rows) else None
 
     def table(self, relation: str) -> pa.Table | None:
         from fixflow.pipeline.lake.delta import positional_to_arrow, to_arrow
