@@ -13,6 +13,7 @@ import pandas as pd
 
 from fixflow.operators.engines.key_groups import distinct_rows, group_starts
 from fixflow.operators.plan import Plan
+from fixflow.operators.thresholds import FRONTIER_SCAN_SHARE, SLOT_SORT_SHARE
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,8 @@ class LocalTable:
         rows costs more than scanning the flags: CC on grid_1m touches ~1/50 of its rows
         an iteration)."""
         touched = self._touched
-        if touched is None or sum(len(t) for t in touched) * SCAN_SHARE > len(self.pending):
+        many = touched is not None and sum(map(len, touched)) * FRONTIER_SCAN_SHARE > len(self)
+        if touched is None or many:
             idx = np.flatnonzero(self.pending)
         elif not touched:
             idx = np.zeros(0, dtype=np.int64)
@@ -334,18 +336,13 @@ class LocalTable:
         return float(pending.mean() if func == "avg" else pending.sum())
 
 
-SCAN_SHARE = 64
-"""The frontier is found by a scan of the pending flags once the rows touched since the
-last one exceed 1/SCAN_SHARE of the table (numbering them would cost more)."""
-
-
 def _slots(pos: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows ``pos`` hits, in order, and each candidate's index among them.
 
     Few candidates (a road grid's frontier: tens of rows of a 1M-row table, for 1,261 local
     iterations) are numbered by sorting them; many (PageRank: every row) by counting over
     the table, which costs the table's size and no sort."""
-    if len(pos) * 8 < rows:
+    if len(pos) * SLOT_SORT_SHARE < rows:
         return np.unique(pos, return_inverse=True)
     counts = np.bincount(pos, minlength=rows)
     hit = np.flatnonzero(counts)
