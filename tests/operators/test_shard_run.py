@@ -58,10 +58,14 @@ SIDE = 24
 
 
 def _grid_sssp(
-    spark: SparkSession, mode: str, shards: int, buffer: BufferOptions | None = None
+    spark: SparkSession,
+    mode: str,
+    shards: int,
+    buffer: BufferOptions | None = None,
+    side: int = SIDE,
 ) -> tuple[dict[int, float], dict[int, float], int, int]:
     """(Fixflow's distances, scipy's, stages, jobs) of SSSP on a permuted grid."""
-    src, dst, nodes = permuted_grid(SIDE)
+    src, dst, nodes = permuted_grid(side)
     weights = 1.0 + (src * 7 + dst * 3) % 5
     source = int(src[0])
     edges = spark.createDataFrame(pa.table({"src": src, "dst": dst, "w": weights}))
@@ -95,10 +99,11 @@ def test_a_killed_python_worker_is_survived_with_the_oracle_result(spark: SparkS
     """The first shard task seen running (a Python worker of this process's JVM holding
     its peers' listening socket, ``python_workers``) is killed with SIGKILL mid-job. Spark
     runs the barrier stage again from its stored inputs (local[2] included: a failed
-    barrier task fails its stage, which is retried whole) and the distances are scipy's."""
+    barrier task fails its stage, which is retried whole) and the distances are scipy's.
+    An 80x80 grid: a 24x24 grid's tasks finished before the finder had seen them run."""
     killer = WorkerKiller(os.getpid(), after_s=0.1).start()
     try:
-        got, expected, stages, _ = _grid_sssp(spark, "hybrid", 2)
+        got, expected, stages, _ = _grid_sssp(spark, "hybrid", 2, side=80)
     finally:
         killer.stop()
     assert killer.killed, "no shard task was seen running"
