@@ -81,6 +81,20 @@ Input: TypeAlias = DataFrame | pa.Table
 """An input relation's rows in its declared columns: a Spark frame, or an Arrow table (as
 ``fixflow eval`` reads facts files: held in the driver, or given to Spark, by size)."""
 
+
+@dataclass(frozen=True)
+class CountedFrame:
+    """An input's rows as a Spark frame whose rows are counted already (a facts file read
+    by Spark tasks, ``lake.task_facts``): more than ``local_rows`` go to Spark without the
+    job that would collect up to ``local_rows`` of them to find out."""
+
+    frame: DataFrame
+    rows: int
+
+
+EvalInput: TypeAlias = Input | CountedFrame
+"""What a bootstrap reads an input from."""
+
 BOOTSTRAPS: dict[str, Callable[[StratumRun], Bootstrapped]] = {
     "nonrecursive": nonrecursive.bootstrap,
     "mra": mra.bootstrap,
@@ -93,6 +107,8 @@ BOOTSTRAPS: dict[str, Callable[[StratumRun], Bootstrapped]] = {
 __all__ = [
     "BOOTSTRAPS",
     "Bootstrap",
+    "CountedFrame",
+    "EvalInput",
     "EvalOptions",
     "Evaluation",
     "EvaluationError",
@@ -174,7 +190,7 @@ class Evaluation:
 
 def evaluate(
     report: Report,
-    edb: Mapping[str, Input],
+    edb: Mapping[str, EvalInput],
     spark: SparkSession,
     options: EvalOptions | None = None,
 ) -> dict[str, DataFrame]:
@@ -184,7 +200,7 @@ def evaluate(
 
 def evaluate_with_stats(
     report: Report,
-    edb: Mapping[str, Input],
+    edb: Mapping[str, EvalInput],
     spark: SparkSession,
     options: EvalOptions | None = None,
     engine: MraEngine | None = None,
@@ -238,7 +254,7 @@ class Bootstrap:
         self._before_spark: Callable[[], None] | None = None
         """What ``run`` sets up before the first stratum on Spark (``_enter_rounds``)."""
 
-    def run(self, edb: Mapping[str, Input]) -> Evaluation:
+    def run(self, edb: Mapping[str, EvalInput]) -> Evaluation:
         """Load ``edb`` (input relations, declared columns) and bootstrap every stratum."""
         self.local = {} if self.options.local_rows > 0 else None
         rows = self.load(edb)
@@ -260,7 +276,7 @@ class Bootstrap:
         self.partitions = partitions_for(self.spark, self.options.partitions, rows)
         stack.enter_context(session_conf(self.spark, round_conf(self.partitions)))
 
-    def load(self, edb: Mapping[str, Input]) -> int:
+    def load(self, edb: Mapping[str, EvalInput]) -> int:
         """Store the input relations (typed, deduplicated), keyed by the ``.input`` names,
         as their EDB relations (``Analysis.loaded``); their number of rows."""
         rows = 0
@@ -269,7 +285,13 @@ class Bootstrap:
                 rows += self._load_one(relation, stored, edb[relation])
         return rows
 
-    def _load_one(self, relation: str, stored: str, rows: Input) -> int:
+    def _load_one(self, relation: str, stored: str, rows: EvalInput) -> int:
+        if isinstance(rows, CountedFrame):
+            if self.local is not None and rows.rows <= self.options.local_rows:
+                return self._load_one(relation, stored, rows.frame)
+            frame = self._normalized(relation, rows.frame)
+            self.frames.full[stored], n = self.materializer.keep_counted(frame)
+            return n
         declared = len(self.report.catalog[relation].types)
         width = rows.num_columns if isinstance(rows, pa.Table) else len(rows.columns)
         if width != declared:

@@ -68,6 +68,11 @@ it writes them as one Parquet row group (``pipeline/lake/task_write.py``): a row
 batch made a 10M-row table of 1,000 row groups and the tasks' write slower than
 collecting it (bench/SCALE_RESULTS.md); a task holds at most this many rows besides."""
 
+TASK_READ_ROWS = 1_000_000
+"""A facts file of more rows (estimated from its size) than the driver holds is read by
+Spark tasks (``lake.task_facts``) from this size on; below it the driver reads it and
+hands it to Spark as a local relation, which costs no job."""
+
 FRONTIER_SCAN_SHARE = 64
 """A shard's frontier is taken from the rows touched since the last one while they are at
 most 1/this of its table, else by a scan of the pending flags (``shard_table.LocalTable

@@ -60,7 +60,7 @@ def input_path(directory: Path, relation: str) -> Path:
     )
 
 
-def _is_csv(path: Path) -> bool:
+def is_csv(path: Path) -> bool:
     return path.name.endswith((".csv", ".csv.gz"))
 
 
@@ -121,7 +121,7 @@ def _records(
     ``IO=file`` input) every line is split at it, whatever the file's name. With
     ``one_symbol`` (a relation of one ``symbol`` column) a blank line is the symbol "", as
     Soufflé reads it."""
-    if delimiter is None and _is_csv(path):
+    if delimiter is None and is_csv(path):
         reader = csv.reader(_lines(path))
         try:
             for fields in reader:
@@ -146,7 +146,7 @@ def read_rows(
         return [()] if _nullary_holds(path, delimiter) else []
     records = _records(path, delimiter, one_symbol=is_one_symbol(attributes))
     order = list(range(len(attributes)))
-    if delimiter is None and _is_csv(path):
+    if delimiter is None and is_csv(path):
         header = next(records, None)
         if header is None:
             return []
@@ -167,7 +167,7 @@ def _nullary_holds(path: Path, delimiter: str | None) -> bool:
     which reads no field of a line when the arity is 0, any line does: Soufflé writes
     ``()``, ``fixflow eval --csv`` an empty line (after the header line of a ``.csv``)."""
     lines = _lines(path)
-    if delimiter is None and _is_csv(path):
+    if delimiter is None and is_csv(path):
         next(lines, None)  # the header: an empty line
     return next(lines, None) is not None
 
@@ -224,15 +224,31 @@ def arrow_table(
     if not attributes or is_one_symbol(attributes):
         return None
     data = _content(path)
-    csv_file = delimiter is None and _is_csv(path)
-    # Counted, not replaced: a copy of a 1.8 GB file would double the reader's peak.
-    bare_return = data is not None and data.count(b"\r") != data.count(b"\r\n")
-    if data is None or bare_return or (csv_file and b'"' in data):
+    if data is None:
         return None
+    csv_file = delimiter is None and is_csv(path)
     separator = "," if csv_file else delimiter or "\t"
-    if len(separator) != 1:
+    return parse_lines(data, attributes, separator, csv_file)
+
+
+def parse_lines(
+    data: bytes,
+    attributes: Sequence[Attribute],
+    separator: str,
+    csv_file: bool,
+    names: Sequence[str] | None = None,
+) -> pa.Table | None:
+    """Whole lines of a facts file (the file, or a range of it as a Spark task reads it:
+    ``lake.task_facts``) parsed by Arrow with ``arrow_table``'s rules; None when the row
+    reader must decide. A ``.csv`` file's lines start with its header unless ``names``
+    gives the header's fields (a range past the first line)."""
+    # Counted, not replaced: a copy of a 1.8 GB file would double the reader's peak.
+    bare_return = data.count(b"\r") != data.count(b"\r\n")
+    if bare_return or (csv_file and b'"' in data) or len(separator) != 1:
         return None
-    parsed = _arrow_csv(data, attributes, separator, header=csv_file)
+    if not data.strip():  # no line (a range of blank lines): Arrow wants a header
+        return arrow_schema(attributes).empty_table()
+    parsed = _arrow_csv(data, attributes, separator, header=csv_file and names is None, names=names)
     if parsed is None:
         return None
     columns = _declared_columns(parsed, attributes)
@@ -258,17 +274,23 @@ def _content(path: Path) -> bytes | None:
 
 
 def _arrow_csv(
-    data: bytes, attributes: Sequence[Attribute], separator: str, header: bool
+    data: bytes,
+    attributes: Sequence[Attribute],
+    separator: str,
+    header: bool,
+    names: Sequence[str] | None = None,
 ) -> pa.Table | None:
     """``data`` parsed with every column typed as declared (by header name in a ``.csv``,
-    by position otherwise); None when Arrow refuses it."""
+    whose header is ``data``'s first line or ``names``; by position otherwise); None when
+    Arrow refuses it."""
     types = {f"c{i}": arrow_type(a.type) for i, a in enumerate(attributes)}
-    if header:
+    if header or names is not None:
         types = {a.name: arrow_type(a.type) for a in attributes}
+    column_names = list(names) if names is not None else None if header else list(types)
     try:
         return pa_csv.read_csv(
             pa.BufferReader(data),
-            read_options=pa_csv.ReadOptions(column_names=None if header else list(types)),
+            read_options=pa_csv.ReadOptions(column_names=column_names),
             parse_options=pa_csv.ParseOptions(
                 delimiter=separator, quote_char=False, escape_char=False, ignore_empty_lines=True
             ),
@@ -321,14 +343,27 @@ def load_inputs(
     """Every input relation's facts from ``directory``; a missing file is an error.
     ``options`` are the options of each of a relation's ``.input`` directives (see
     ``input_file``); as in Soufflé, a relation with several holds the union of their files."""
-    if relations and not directory.is_dir():  # a program without inputs needs no facts
-        raise FactsError(f"{directory}: facts directory does not exist")
     tables = {}
-    for relation, attributes in relations.items():
-        files = [input_file(directory, relation, o) for o in (options or {}).get(relation, [{}])]
+    for relation, files in input_files(directory, list(relations), options).items():
+        attributes = relations[relation]
         read = [read_table(path, attributes, delimiter) for path, delimiter in files]
         tables[relation] = read[0] if len(read) == 1 else _union(read)
     return tables
+
+
+def input_files(
+    directory: Path,
+    relations: Sequence[str],
+    options: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
+) -> dict[str, list[tuple[Path, str | None]]]:
+    """Each relation's facts files and their delimiters (``input_file``); a missing
+    directory or file is a ``FactsError``."""
+    if relations and not directory.is_dir():  # a program without inputs needs no facts
+        raise FactsError(f"{directory}: facts directory does not exist")
+    return {
+        relation: [input_file(directory, relation, o) for o in (options or {}).get(relation, [{}])]
+        for relation in relations
+    }
 
 
 def _union(tables: Sequence[pa.Table]) -> pa.Table:

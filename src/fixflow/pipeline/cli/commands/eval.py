@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 from fixflow.checker.ast import Attribute
 from fixflow.checker.mutual import tagged_title
@@ -45,7 +45,11 @@ if TYPE_CHECKING:  # imported where used: Spark and Z3 load only when a command 
     from pyspark.sql import DataFrame, SparkSession
 
     from fixflow.checker.model import Report
-    from fixflow.operators.evaluate import EvalOptions, Evaluation, Progress
+    from fixflow.operators.evaluate import CountedFrame, EvalOptions, Evaluation, Progress
+    from fixflow.pipeline.lake.task_facts import FactsFile
+
+    EvalRows: TypeAlias = pa.Table | CountedFrame
+    """An input as ``fixflow eval`` reads it: in the driver, or by Spark tasks."""
 
 HELP = "evaluate a program once over fact files, writing Delta tables"
 ENGINES = ("sync", "async", "hybrid")
@@ -178,6 +182,12 @@ def settings(args: argparse.Namespace) -> Config:
     return replace(config, engine=engine, spark=spark)
 
 
+def _rows(given: EvalRows) -> int:
+    from fixflow.operators.evaluate import CountedFrame
+
+    return given.rows if isinstance(given, CountedFrame) else given.num_rows
+
+
 def _error(message: str) -> int:
     print(f"fixflow eval: error: {message}", file=sys.stderr)
     return 1
@@ -186,7 +196,9 @@ def _error(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from fixflow.checker import CheckError, load
     from fixflow.checker.diagnostics import render_all
-    from fixflow.pipeline.lake.facts import FactsError, load_inputs
+    from fixflow.pipeline.engine_settings import local_rows
+    from fixflow.pipeline.lake.facts import FactsError, input_files, load_inputs
+    from fixflow.pipeline.lake.task_facts import read_by_tasks_above
 
     if args.shards is not None and args.shards < 0:
         return _error("--shards must be 0 (automatic) or more")
@@ -211,19 +223,25 @@ def run(args: argparse.Namespace) -> int:
         print(diagnostic.render(source), file=sys.stderr)
     schemas = report.analysis.schemas
     program = report.analysis.program
+    relations = {rel: schemas[rel] for rel in program.inputs}
+    directives = {rel: program.input_directives(rel) for rel in program.inputs}
     try:
-        inputs = load_inputs(
-            args.facts,
-            {rel: schemas[rel] for rel in program.inputs},
-            {rel: program.input_directives(rel) for rel in program.inputs},
-        )
+        files = input_files(args.facts, list(relations), directives)
+        # Files bound for Spark anyway are read there (``lake.task_facts``), others here.
+        by_tasks = read_by_tasks_above(files, relations, local_rows(config))
+        in_driver = {r: a for r, a in relations.items() if r not in by_tasks}
+        inputs = load_inputs(args.facts, in_driver, directives)
     except FactsError as exc:
         return _error(str(exc))
-    return _evaluate_and_write(args, config, report, inputs)
+    return _evaluate_and_write(args, config, report, inputs, by_tasks)
 
 
 def _evaluate_and_write(
-    args: argparse.Namespace, config: Config, report: Report, inputs: dict[str, pa.Table]
+    args: argparse.Namespace,
+    config: Config,
+    report: Report,
+    tables: dict[str, pa.Table],
+    by_tasks: Mapping[str, FactsFile],
 ) -> int:
     from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
     from fixflow.operators.on_demand import SessionOnDemand
@@ -233,18 +251,27 @@ def _evaluate_and_write(
         local_rows,
         refuse_beyond_memory,
     )
+    from fixflow.pipeline.lake.facts import FactsError
+    from fixflow.pipeline.lake.task_facts import read_input
     from fixflow.pipeline.spark import make_session
 
-    try:  # before anything starts: the inputs' rows are known, nothing is evaluated yet
-        refuse_beyond_memory(config, report, {r: t.num_rows for r, t in inputs.items()})
-    except MemoryExceeded as exc:
-        return _error(str(exc))
     # Spark starts when the first stratum or input placed on it needs it: a program whose
     # strata all run in the driver starts no JVM (docs/architecture.md, placement).
     on_demand = SessionOnDemand(
         lambda: make_session(config.spark.master, "fixflow-eval", dict(config.spark.conf))
     )
     spark = cast("SparkSession", on_demand)
+    try:
+        inputs: dict[str, EvalRows] = {
+            **tables,
+            **{r: read_input(spark, facts) for r, facts in by_tasks.items()},
+        }
+    except FactsError as exc:
+        return _error(str(exc))
+    try:  # the inputs' rows are known, nothing is evaluated yet
+        refuse_beyond_memory(config, report, {r: _rows(i) for r, i in inputs.items()})
+    except MemoryExceeded as exc:
+        return _error(str(exc))
     options = EvalOptions(
         max_iterations=config.engine.max_iterations or None,  # 0: the default rule
         engine_options=engine_options(config),
@@ -328,7 +355,7 @@ class _Results:
     """Every relation's result rows as Arrow tables in its table's schema: straight from
     the driver when it evaluated them, else from Spark (one job)."""
 
-    def __init__(self, report: Report, evaluation: Evaluation, inputs: Mapping[str, pa.Table]):
+    def __init__(self, report: Report, evaluation: Evaluation, inputs: Mapping[str, EvalRows]):
         from fixflow.operators.evaluate import partial_relations
 
         self.report, self.evaluation, self.inputs = report, evaluation, inputs
@@ -374,8 +401,21 @@ class _Results:
         if relation in self.evaluation.relations:
             return to_arrow(self.evaluation.relations[relation], attributes)
         if relation in self.inputs:
-            return positional_to_arrow(self.inputs[relation], attributes)
+            return self.input_table(relation)
         return None
+
+    def input_table(self, relation: str) -> pa.Table | None:
+        """An input relation's rows (collected from Spark if tasks read them)."""
+        from fixflow.operators.evaluate import CountedFrame
+        from fixflow.pipeline.lake.delta import positional_to_arrow, to_arrow
+
+        given = self.inputs.get(relation)
+        if given is None:
+            return None
+        attributes = _result_attributes(self.report, relation)
+        if isinstance(given, CountedFrame):
+            return to_arrow(given.frame, attributes)
+        return positional_to_arrow(given, attributes)
 
 
 def _write_outputs(
@@ -440,7 +480,7 @@ def _keep_for_explain(args: argparse.Namespace, report: Report, results: _Result
     tables = EvalTables(str(args.output))
     write_text(tables.source, args.program.read_text(encoding="utf-8"))
     for relation in report.analysis.program.inputs:
-        table = results.inputs.get(relation)
+        table = results.input_table(relation)
         if table is not None:
             write_table(tables.edb(relation), table, _result_attributes(report, relation))
     print(f"kept {tables.source} and the inputs under {tables.edb('')}")
