@@ -548,7 +548,8 @@ def report(
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; "
         f"load {before[0]:.2f} before, {after[0]:.2f} after; medians of {args.repeats}; "
-        f"facts as edge.{args.facts}.",
+        f"facts as edge.{args.facts}; `fixflow eval` arguments: "
+        f"{' '.join(args.eval_args) or 'none'}.",
         "",
         "| program | spelling | class | graph | whole process (s) | engine (s) | × best | "
         "peak RSS (GB) | result |",
