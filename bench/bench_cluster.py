@@ -50,9 +50,7 @@ def main() -> None:
 
 def _with_master(forms: list[str], master: str) -> list[str]:
     """``bench_forms``' arguments with ``--master`` among its ``--eval-args``."""
-    extra = [a.split("=", 1)[1] for a in forms if a.startswith("--eval-args=")]
-    kept = [a for a in forms if not a.startswith("--eval-args=")]
-    return [*kept, "--eval-args", f"--master={master}", *extra]
+    return [*forms, f"--eval-args=--master={master}"]
 
 
 if __name__ == "__main__":

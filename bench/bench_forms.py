@@ -211,9 +211,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--eval-args",
-        nargs="+",
+        action="append",
         default=[],
-        help="more arguments of every `fixflow eval`, e.g. --eval-args=--local-rows=120000000",
+        help="one more argument of every `fixflow eval`, e.g. --eval-args=--local-rows=0 "
+        "(repeat it for several)",
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per eval")

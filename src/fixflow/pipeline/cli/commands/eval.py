@@ -261,6 +261,7 @@ def _evaluate_and_write(
         lambda: make_session(config.spark.master, "fixflow-eval", dict(config.spark.conf))
     )
     spark = cast("SparkSession", on_demand)
+    started = time.monotonic()  # the inputs Spark tasks read are the evaluation's work
     try:
         inputs: dict[str, EvalRows] = {
             **tables,
@@ -279,7 +280,6 @@ def _evaluate_and_write(
         progress=RoundPrinter(),
         local_rows=local_rows(config),
     )
-    started = time.monotonic()
     try:
         # Arrow tables: small inputs stay in the driver (--local-rows), others go to Spark.
         evaluation = evaluate_with_stats(report, inputs, spark, options)
