@@ -14,7 +14,9 @@ from pyspark.sql import SparkSession
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.evaluate import evaluate
+from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.maintain import Maintainer
+from fixflow.operators.materialize import checkpoint_rdds
 from fixflow.operators.witness import descendants
 
 from .helpers import report_of
@@ -200,6 +202,35 @@ def test_a_large_input_changed_in_the_driver_stays_readable_on_spark(
     # epochs after each store.
     assert stores[1:] == [0, 1, 0, 0, 1, 0, 0], stores
     assert {tuple(r) for r in maintainer.edb["warc"].collect()} == set(facts)
+    fresh = evaluate(report, {"warc": spark.createDataFrame(_warc(facts))}, spark)
+    assert {tuple(r) for r in maintainer.relation("sp").collect()} == {
+        tuple(r) for r in fresh["sp"].collect()
+    }
+
+
+def test_a_large_input_changed_in_the_driver_is_planned_only_when_spark_reads_it(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The input's rows after a driver epoch are a ``LazyFrame`` nothing has made (no
+    Spark plan), declaring the stored rows they read, so the garbage collection keeps those;
+    read now and then, later epochs continue from them, and every read holds the facts."""
+    monkeypatch.setattr("fixflow.operators.maintain.inputs.HANDOVER_ROWS", 4)
+    monkeypatch.setattr("fixflow.operators.maintain.inputs.CHAIN_ROWS", 100)
+    report = report_of(SSSP)
+    maintainer = Maintainer(report, spark, _options("driver"), switch_fraction=1e6)
+    facts = [(i, i + 1, 1.0) for i in range(1, 40)] + [(1, 20, 30.0), (5, 25, 2.0)]
+    maintainer.load({"warc": _warc(facts)})
+    for number in range(6):
+        removed, added = [facts[number * 3]], [(number + 100, number + 101, 1.0)]
+        facts = [f for f in facts if f not in removed] + added
+        maintainer.apply(
+            {"warc": _warc(added)}, {"warc": _warc(removed)}, net_counts={"warc": (1, 1)}
+        )
+        frame = maintainer.frames[maintainer.setting.loaded()["warc"]]
+        assert isinstance(frame, LazyFrame) and not frame.made, number
+        assert checkpoint_rdds(frame), "it declares no stored rows: they could be released"
+        if number in (1, 4):
+            assert {tuple(r) for r in frame.collect()} == set(facts), number
     fresh = evaluate(report, {"warc": spark.createDataFrame(_warc(facts))}, spark)
     assert {tuple(r) for r in maintainer.relation("sp").collect()} == {
         tuple(r) for r in fresh["sp"].collect()

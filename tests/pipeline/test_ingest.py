@@ -119,6 +119,35 @@ def test_normalize_against_a_large_edb_equals_a_set_oracle() -> None:
     assert rows(after) == (before_rows - rows(change.deletes)) | rows(change.inserts)
 
 
+EDGE_ROW = st.tuples(st.integers(0, 4), st.integers(0, 3), st.sampled_from([0.5, 1.0]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sets(EDGE_ROW, max_size=40),
+    st.lists(st.tuples(EDGE_ROW, st.sampled_from(["insert", "delete"])), max_size=30),
+)
+def test_rows_after_leave_out_exactly_the_deleted_rows_where_normalization_found_them(
+    before_rows: set[tuple[int, int, float]], operations: list[tuple[tuple, str]]
+) -> None:
+    """The EDB commit of a deleting batch writes ``rows_after``: ``before`` without the
+    rows at ``deleted_at`` (row numbers found by normalization's membership filter, whose
+    candidates share a ``src`` with a fact but may differ elsewhere) plus the inserts."""
+    ordered = sorted(before_rows)
+    columns = [list(c) for c in zip(*ordered, strict=True)] or [[], [], []]
+    before = pa.table(columns, schema=arrow_schema(EDGE))
+    facts = [Fact(values, op) for values, op in operations]
+    change = normalize("edge", EDGE, facts_table(facts, arrow_schema(EDGE)), before)
+    assert change.deleted_at is not None
+    assert {ordered[i] for i in change.deleted_at} == rows(change.deletes)
+    after = change.rows_after()
+    last = {values: op for values, op in operations}
+    expected = {v for v in before_rows if last.get(v) != "delete"}
+    expected |= {v for v, op in last.items() if op == "insert"}
+    assert after is not None and after.num_rows == len(expected)
+    assert rows(after) == expected
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(

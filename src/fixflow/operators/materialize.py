@@ -178,7 +178,9 @@ def _checkpoints(frame: DataFrame) -> tuple[tuple[int, JavaObject], ...]:
     epoch (its segments, the garbage collection), which made a one-fact epoch's calls grow
     by ~130 a segment. A DataFrame's plan never changes, so the answer is kept on it."""
     if isinstance(frame, LazyFrame) and not frame.made:
-        return ()  # driver rows: nothing to walk, and walking would make it
+        # Driver rows, or what it declares it will read (``reading_checkpoints_of``):
+        # walking would make it.
+        return frame.__dict__.get(CHECKPOINTS, ())
     known = frame.__dict__.get(CHECKPOINTS)
     if known is None:
         known = tuple((int(rdd.id()), rdd) for rdd in _walk(frame))

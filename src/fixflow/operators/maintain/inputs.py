@@ -5,7 +5,7 @@ after them, made in the driver, lazily, or on Spark, whichever costs fewest jobs
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from fixflow.checker.ast import TypeName
 from fixflow.operators.core import (
     PARTITION_BOUND,
     appended,
@@ -23,13 +24,14 @@ from fixflow.operators.core import (
 from fixflow.operators.engines.kernels import Batch, distinct_rows, table_rows
 from fixflow.operators.epoch import Delta, stored_delta
 from fixflow.operators.evaluate import Input
+from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.local import empty_rows, to_frame
 from fixflow.operators.local_update import ChangedSince
 from fixflow.operators.maintain.elastic import EdbChange
 from fixflow.operators.maintain.setting import Setting
-from fixflow.operators.materialize import checkpoint_rdds, reading_checkpoints_of
+from fixflow.operators.materialize import CHECKPOINTS, checkpoint_rdds, reading_checkpoints_of
 from fixflow.operators.placement import Outgrown
-from fixflow.operators.spark_backend import join_on, positional, spark_type
+from fixflow.operators.spark_backend import join_on, positional, relation_struct, spark_type
 from fixflow.operators.thresholds import CHAIN_ROWS, HANDOVER_ROWS
 
 log = logging.getLogger(__name__)
@@ -183,15 +185,32 @@ class Inputs:
             since.added.n,
             since.removed.n,
         )
-        new = _with_removals(since.base, net)
         if since.rows > CHAIN_ROWS:
             log.info("%s: %d changed rows since it was stored: stored again", relation, since.rows)
-            return self.materializer.keep(new)
-        # The base's blocks must outlive the frames computed from it (garbage collection).
-        later = self.materializer.keep_later(new, n)
-        since.latest = reading_checkpoints_of(later, later, since.base)
+            return self.materializer.keep(_with_removals(since.base, net))
+        since.latest = self._planned_when_read(since.base, net, n, types)
         self._changed_since[relation] = since
         return since.latest
+
+    def _planned_when_read(
+        self, base: DataFrame, net: Delta, n: int, types: Sequence[TypeName]
+    ) -> DataFrame:
+        """``base`` after ``net`` (``n`` rows), stored by the first job that reads it and
+        planned only when Spark first needs it (a ``LazyFrame``): when every stratum runs
+        in the driver nothing reads it, and planning the anti join and its checkpoint was
+        ~40 py4j calls, 0.3-0.8 s of an R-MAT 10M epoch. Until then it declares the base's
+        blocks as the ones it reads, so the garbage collection keeps them; once made, the
+        checkpoint it adds too."""
+        materializer = self.materializer
+
+        def make() -> DataFrame:
+            later = materializer.keep_later(_with_removals(base, net), n)
+            made = reading_checkpoints_of(later, later, base)
+            frame.__dict__[CHECKPOINTS] = made.__dict__[CHECKPOINTS]
+            return made
+
+        frame = LazyFrame(self.spark, make, relation_struct(types))
+        return reading_checkpoints_of(frame, base)
 
     def _one_store(self, rows: DataFrame) -> DataFrame:
         """``rows`` stored as one, if they are segments (insertions appended on Spark,

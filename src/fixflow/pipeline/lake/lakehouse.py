@@ -31,7 +31,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import (
+    ColumnProperties,
+    CommitProperties,
+    DeltaTable,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
 from deltalake.exceptions import TableNotFoundError
 
 from fixflow.pipeline.config import LakeConfig
@@ -366,6 +373,7 @@ def _append(
         mode="append",
         partition_by=list(partition_by) if partition_by else None,
         commit_properties=commit_properties(commit, metadata),
+        writer_properties=writer_properties(rows.schema),
     )
 
 
@@ -385,8 +393,20 @@ def overwrite_rows(
         mode="overwrite",
         schema_mode="overwrite",
         commit_properties=commit_properties(commit, metadata),
+        writer_properties=writer_properties(rows.schema),
     )
     return True
+
+
+def writer_properties(schema: pa.Schema) -> WriterProperties:
+    """Parquet without dictionaries for fixed-width columns: a dictionary hashes every
+    value and, over mostly distinct numbers, falls back to plain encoding anyway. Writing
+    R-MAT 10M's EDB (two numbers and a float) took 1.5-3 s with them and 0.3-0.9 s
+    without (the files are 240 MB, not 72, and read no slower); text keeps its
+    dictionary, where repeats are the rule and save most."""
+    plain = ColumnProperties(dictionary_enabled=False)
+    fixed = [f.name for f in schema if pa.types.is_primitive(f.type)]
+    return WriterProperties(column_properties=dict.fromkeys(fixed, plain))
 
 
 def commit_properties(
@@ -447,6 +467,7 @@ def merge_changes(
         source_alias="s",
         target_alias="t",
         commit_properties=commit_properties(commit, metadata),
+        writer_properties=writer_properties(source.schema),
     )
     is_delete = f"s.{OP_COLUMN} = 'delete'"
     is_upsert = f"s.{OP_COLUMN} = 'upsert'"
