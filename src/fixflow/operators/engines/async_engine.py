@@ -21,10 +21,11 @@ when a task fails (a failed barrier result stage is not retried). State lives in
 worker for that one job only; a retry starts again from the stored inputs. A barrier stage
 needs a task slot per shard at once (``shard_map.shard_count`` and ``require_slots``).
 
-Modes: ``async`` flushes buffers by PowerLog's adaptive β rule and τ; ``hybrid`` lets every
-shard run to local quiescence before exchanging (synchronous between shards, asynchronous
-inside). Both run a stratum whose plans do not compile to kernels on the sync engine and
-say why.
+Modes: ``async`` flushes buffers by PowerLog's adaptive β rule and τ; ``hybrid`` has no β:
+a sum's shards run to local quiescence before exchanging (synchronous between shards,
+asynchronous inside), a min/max's also flush once τ is spent, so that a wave reaching one
+shard after another is worked on by both side by side (``async_support.hybrid_tau``). Both
+run a stratum whose plans do not compile to kernels on the sync engine and say why.
 
 The bootstrap's algorithm (auxiliary sides, seeds, stages to quiescence, the clause or the
 cap, the round-order retry) is ``engines.mra_bootstrap``'s, shared with the driver; this
@@ -265,7 +266,8 @@ class SparkShards:
         stages = self.stages
         log.info(
             "%s: %d stage(s) in one job, %.2f s, %s shards (%s, cut %s); in the tasks: setup "
-            "%.2f s, loops %.2f s, exchanges %.2f s, the first task's run %.2f s",
+            "%.2f s, loops %.2f s (CPU of all loops %.2f s), exchanges %.2f s, the first task's "
+            "run %.2f s",
             run.program.relation,
             self.count,
             time.monotonic() - self.started,
@@ -274,6 +276,7 @@ class SparkShards:
             run.shard_map.cut,
             max([s.detail.get("setup_s", 0.0) for s in stages] or [0.0]),
             sum(s.detail.get("loop_s", 0.0) for s in stages),
+            sum(s.detail.get("cpu_s", 0.0) for s in stages),
             sum(s.detail.get("wait_s", 0.0) for s in stages),
             stages[-1].at if stages else 0.0,
         )
