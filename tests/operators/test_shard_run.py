@@ -23,7 +23,6 @@ from scipy.sparse.csgraph import dijkstra
 from fixflow.checker import ast, load
 from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions
-from fixflow.operators.engines.async_support import UNBOUNDED, hybrid_tau
 from fixflow.operators.engines.base import BufferOptions, EngineOptions
 from fixflow.operators.engines.mra_bootstrap import Stage, StageRule, Stop
 from fixflow.operators.engines.shard_exchange import (
@@ -94,29 +93,6 @@ def test_a_sharded_run_is_one_job_however_many_stages(spark: SparkSession) -> No
     assert got == expected
     assert stages >= 5, stages
     assert jobs < stages, (jobs, stages)
-
-
-def test_two_hybrid_shards_of_a_min_program_flush_every_tau_not_at_local_quiescence(
-    spark: SparkSession,
-) -> None:
-    """Hybrid min: a shard with messages for another flushes once τ is spent, so the other
-    shard starts on them instead of waiting for the first to run to local quiescence. τ = 0
-    flushes at the first message: many more stages than a τ no stage reaches (what hybrid
-    did before, for every program), and the same distances."""
-    eager, expected, eager_stages, _ = _grid_sssp(
-        spark, "hybrid", 2, buffer=BufferOptions(interval_ms=0)
-    )
-    lazy, _, lazy_stages, _ = _grid_sssp(
-        spark, "hybrid", 2, buffer=BufferOptions(interval_ms=3_600_000)
-    )
-    assert eager == lazy == expected
-    assert eager_stages > 2 * lazy_stages, (eager_stages, lazy_stages)
-
-
-def test_hybrid_keeps_local_quiescence_for_sums_and_takes_async_tau_for_min_and_max() -> None:
-    options = EngineOptions(buffer=BufferOptions(interval_ms=40))
-    assert hybrid_tau("sum", options) == UNBOUNDED
-    assert hybrid_tau("min", options) == hybrid_tau("max", options) == 0.04
 
 
 def test_a_killed_python_worker_is_survived_with_the_oracle_result(spark: SparkSession) -> None:

@@ -21,11 +21,10 @@ when a task fails (a failed barrier result stage is not retried). State lives in
 worker for that one job only; a retry starts again from the stored inputs. A barrier stage
 needs a task slot per shard at once (``shard_map.shard_count`` and ``require_slots``).
 
-Modes: ``async`` flushes buffers by PowerLog's adaptive β rule and τ; ``hybrid`` has no β:
-a sum's shards run to local quiescence before exchanging (synchronous between shards,
-asynchronous inside), a min/max's also flush once τ is spent, so that a wave reaching one
-shard after another is worked on by both side by side (``async_support.hybrid_tau``). Both
-run a stratum whose plans do not compile to kernels on the sync engine and say why.
+Modes: ``async`` flushes buffers by PowerLog's adaptive β rule and τ; ``hybrid`` lets every
+shard run to local quiescence before exchanging (synchronous between shards, asynchronous
+inside). Both run a stratum whose plans do not compile to kernels on the sync engine and
+say why.
 
 The bootstrap's algorithm (auxiliary sides, seeds, stages to quiescence, the clause or the
 cap, the round-order retry) is ``engines.mra_bootstrap``'s, shared with the driver; this

@@ -35,8 +35,8 @@ def stage_params(
     beta: dict[tuple[int, int], float] | None = None,
 ) -> StageParams:
     """What a shard's local loop needs (``shard_loop.StageParams``): a Spark task's, or
-    the driver's for a small stratum (``operators.local``). Hybrid has no β; its τ is
-    ``hybrid_tau``'s."""
+    the driver's for a small stratum (``operators.local``). Hybrid flushes only at local
+    quiescence: no τ, no β."""
     buffer = options.buffer
     return StageParams(
         relation=program.relation,
@@ -56,23 +56,12 @@ def stage_params(
         ),
         beta={} if hybrid else dict(beta or {}),
         beta0=UNBOUNDED if hybrid else float(buffer.initial),
-        tau=hybrid_tau(program.g, options) if hybrid else buffer.interval_ms / 1000.0,
+        tau=UNBOUNDED if hybrid else buffer.interval_ms / 1000.0,
         priority=options.priority,
         portion=options.schedule_portion,
         local_bound=_local_bound(program, shards),
         local_func=program.spec.termination.func if program.spec.termination else "sum",
     )
-
-
-def hybrid_tau(g: str, options: EngineOptions) -> float:
-    """Hybrid's τ: none for a sum, whose shards all hold deltas from the start (grid_100k
-    PageRank on 2 shards: 1 stage to local quiescence, 1.77 s; flushed every τ, 7 stages,
-    2.96 s). For min and max, τ as async's: a wave (SSSP from a corner of a grid) reaches
-    one shard after the other, and a shard that waited for the first to run to local
-    quiescence then ran ahead of its later, better messages (grid_1m: 20 stages one shard
-    after the other, 1.4x the propagations of one shard); flushed every τ, the shards work
-    side by side and their waves keep pace (bench/ENGINES.md, 2026-12-06 ``shards3``)."""
-    return UNBOUNDED if g == "sum" else options.buffer.interval_ms / 1000.0
 
 
 def aux_types(program: MraProgram) -> tuple[tuple[TypeName, ...], ...]:

@@ -7,7 +7,7 @@ loop, its auxiliary index and its MonoTable stay in the task's memory from the f
 to the last. A *stage* (a superstep) is:
 
 1. every task runs its loop until it is locally quiescent, a buffer holds β updates or τ is
-   spent (hybrid: no β, and a sum no τ either), as a stage job of the old engine did;
+   spent (hybrid: until local quiescence), as a stage job of the old engine did;
 2. it sends every other task one small fact (pending keys, messages sent, the clause's
    partial measure, F′'s gain and negative deltas, counts for the log) and its buffer for
    that task, and receives theirs (``engines.shard_exchange``: Arrow over TCP);
