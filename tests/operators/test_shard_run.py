@@ -95,6 +95,24 @@ def test_a_sharded_run_is_one_job_however_many_stages(spark: SparkSession) -> No
     assert jobs < stages, (jobs, stages)
 
 
+def test_every_stage_reports_the_cpu_seconds_of_its_loops(spark: SparkSession) -> None:
+    """Besides the busiest loop's wall time, a stage's detail has the CPU seconds of all its
+    shards' loops: what the loops cost, whatever else the machine runs."""
+    src, dst, _ = permuted_grid(SIDE)
+    edges = spark.createDataFrame(pa.table({"src": src, "dst": dst, "w": np.ones(len(src))}))
+    details: list[object] = []
+    options = EvalOptions(
+        engine_options=EngineOptions(mode="hybrid", shards=2),
+        local_rows=0,
+        progress=details.append,
+    )
+    report = load(SSSP.format(source=int(src[0])), "sssp.dl")
+    evaluate_with_stats(report, {"edge": edges}, spark, options)
+    stages = [dict(getattr(d, "detail", {}) or {}) for d in details]
+    assert len(stages) > 1 and all("cpu_s" in s for s in stages), stages
+    assert sum(s["cpu_s"] for s in stages) > 0
+
+
 def test_a_killed_python_worker_is_survived_with_the_oracle_result(spark: SparkSession) -> None:
     """The first shard task seen running (a Python worker of this process's JVM holding
     its peers' listening socket, ``python_workers``) is killed with SIGKILL mid-job. Spark

@@ -265,7 +265,8 @@ class SparkShards:
         stages = self.stages
         log.info(
             "%s: %d stage(s) in one job, %.2f s, %s shards (%s, cut %s); in the tasks: setup "
-            "%.2f s, loops %.2f s, exchanges %.2f s, the first task's run %.2f s",
+            "%.2f s, loops %.2f s (CPU of all loops %.2f s), exchanges %.2f s, the first task's "
+            "run %.2f s",
             run.program.relation,
             self.count,
             time.monotonic() - self.started,
@@ -274,6 +275,7 @@ class SparkShards:
             run.shard_map.cut,
             max([s.detail.get("setup_s", 0.0) for s in stages] or [0.0]),
             sum(s.detail.get("loop_s", 0.0) for s in stages),
+            sum(s.detail.get("cpu_s", 0.0) for s in stages),
             sum(s.detail.get("wait_s", 0.0) for s in stages),
             stages[-1].at if stages else 0.0,
         )

@@ -106,13 +106,18 @@ class ShardTask:
         self.gain, self.negative = 0.0, 0
         self.waited = 0.0
         """Seconds of the last exchange: sending, and waiting for every other task."""
+        self.cpu = 0.0
+        """CPU seconds of the last stage's loop: its work, whatever else the machine runs
+        (the wall time of a loop on a loaded machine is not)."""
 
     def run(self, schema: pa.Schema) -> pa.Table:
         """Stages until the rule stops them; this shard's rows and (first task) the stages."""
         stages: list[Stage] = []
         checked = -float("inf")
         while True:
+            cpu = time.process_time()
             seconds, _ = self.loop.run()
+            self.cpu = time.process_time() - cpu
             outgoing = self.loop.outgoing(schema)
             sent = {self.params.labels.index(d): t for d, t in outgoing.items()}
             fact = self._fact(outgoing, seconds)
@@ -156,6 +161,7 @@ class ShardTask:
             "betas": [min(betas), max(betas)] if betas else None,
             "at": time.monotonic() - self.started,
             "loop_s": seconds,
+            "cpu_s": self.cpu,
             "wait_s": self.waited,
             "setup_s": self.setup,
         }
@@ -174,9 +180,11 @@ class ShardTask:
             "messages": float(sent),
             "cut": self.params.cut,
             "propagated": float(sum(int(f["propagated"]) for f in facts)),
-            # Where the tasks' time goes: the busiest loop of the stage, the longest
-            # exchange of the stage before (sending and waiting), the slowest setup.
+            # Where the tasks' time goes: the busiest loop of the stage, the CPU of all
+            # its loops, the longest exchange of the stage before (sending and waiting),
+            # the slowest setup.
             "loop_s": max(float(f["loop_s"]) for f in facts),
+            "cpu_s": sum(float(f["cpu_s"]) for f in facts),
             "wait_s": max(float(f["wait_s"]) for f in facts),
             "setup_s": max(float(f["setup_s"]) for f in facts),
         }
