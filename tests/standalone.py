@@ -152,12 +152,13 @@ def standalone(directory: Path, shape: Shape | None = None) -> Iterator[Cluster]
     """A master and ``shape.workers`` workers on 127.0.0.1, all registered; stopped on
     exit. ``ClusterError`` when they do not start."""
     shape = shape or Shape()
-    spark_class = spark_home() / "bin" / "spark-class"
+    home = spark_home()
+    spark_class = home / "bin" / "spark-class"
     if not spark_class.is_file():
         raise ClusterError(f"{spark_class} not found: pyspark's bundled Spark is needed")
     env = {
         **os.environ,
-        "SPARK_HOME": str(spark_home()),
+        "SPARK_HOME": str(home),
         "SPARK_CONF_DIR": str(_conf_dir(directory, shape)),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(directory / "logs"),

@@ -99,7 +99,10 @@ def read_by_tasks_above(
             continue
         path, delimiter = paths[0]
         facts = splittable(path, relations[relation], delimiter)
-        if facts is not None and estimated_rows(path) > max(local_rows, TASK_READ_ROWS - 1):
+        if facts is None:
+            continue
+        rows = estimated_rows(path)
+        if rows > local_rows and rows >= TASK_READ_ROWS:
             chosen[relation] = facts
     return chosen
 
