@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.evaluate import evaluate
@@ -183,12 +184,7 @@ def test_a_large_input_changed_in_the_driver_stays_readable_on_spark(
     many epochs it holds the current facts: the stored rows it reads were not released, and
     crossing ``CHAIN_ROWS`` stores it again (an ever deeper chain of lazy rows replayed every
     epoch and, after a few hundred, overflowed the JVM's stack)."""
-    monkeypatch.setattr("fixflow.operators.maintain.inputs.HANDOVER_ROWS", 4)
-    monkeypatch.setattr("fixflow.operators.maintain.inputs.CHAIN_ROWS", 5)
-    report = report_of(SSSP)
-    maintainer = Maintainer(report, spark, _options("driver"), switch_fraction=1e6)
-    facts = [(i, i + 1, 1.0) for i in range(1, 40)] + [(1, 20, 30.0), (5, 25, 2.0)]
-    maintainer.load({"warc": _warc(facts)})
+    report, maintainer, facts = _driver_chain(spark, monkeypatch, chain_rows=5)
     stores = []
     for number in range(8):
         removed, added = [facts[number * 3]], [(number + 100, number + 101, 1.0)]
@@ -214,12 +210,7 @@ def test_a_large_input_changed_in_the_driver_is_planned_only_when_spark_reads_it
     """The input's rows after a driver epoch are a ``LazyFrame`` nothing has made (no
     Spark plan), declaring the stored rows they read, so the garbage collection keeps those;
     read now and then, later epochs continue from them, and every read holds the facts."""
-    monkeypatch.setattr("fixflow.operators.maintain.inputs.HANDOVER_ROWS", 4)
-    monkeypatch.setattr("fixflow.operators.maintain.inputs.CHAIN_ROWS", 100)
-    report = report_of(SSSP)
-    maintainer = Maintainer(report, spark, _options("driver"), switch_fraction=1e6)
-    facts = [(i, i + 1, 1.0) for i in range(1, 40)] + [(1, 20, 30.0), (5, 25, 2.0)]
-    maintainer.load({"warc": _warc(facts)})
+    report, maintainer, facts = _driver_chain(spark, monkeypatch, chain_rows=100)
     for number in range(6):
         removed, added = [facts[number * 3]], [(number + 100, number + 101, 1.0)]
         facts = [f for f in facts if f not in removed] + added
@@ -268,3 +259,18 @@ def test_symbol_keys_bootstrap_and_retract_in_the_driver(spark: SparkSession) ->
         ("c", 5.0),
         ("d", 6.0),
     }
+
+
+def _driver_chain(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, chain_rows: int
+) -> tuple[Report, Maintainer, list[tuple[int, int, float]]]:
+    """SSSP maintained in the driver over 41 facts, inputs above 4 rows handed to Spark
+    lazily and stored again past ``chain_rows`` changed rows: the report, the Maintainer
+    and the facts it loaded."""
+    monkeypatch.setattr("fixflow.operators.maintain.inputs.HANDOVER_ROWS", 4)
+    monkeypatch.setattr("fixflow.operators.maintain.inputs.CHAIN_ROWS", chain_rows)
+    report = report_of(SSSP)
+    maintainer = Maintainer(report, spark, _options("driver"), switch_fraction=1e6)
+    facts = [(i, i + 1, 1.0) for i in range(1, 40)] + [(1, 20, 30.0), (5, 25, 2.0)]
+    maintainer.load({"warc": _warc(facts)})
+    return report, maintainer, facts
