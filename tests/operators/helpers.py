@@ -42,9 +42,11 @@ def run(
     **options: object,
 ) -> tuple[dict[str, set[Row]], Evaluation]:
     """Evaluate ``text`` on ``facts``; every IDB relation's rows as a set of tuples. On
-    Spark unless ``local_rows`` is given: these tests exercise the Spark strategies (the
-    goldens run every placement, tests/operators/test_golden.py)."""
+    Spark, a job a round, unless ``local_rows`` or ``task_rows`` is given: these tests
+    exercise the Spark strategies (the goldens run every placement,
+    tests/operators/test_golden.py)."""
     options.setdefault("local_rows", 0)
+    options.setdefault("task_rows", 0)
     report = report_of(text)
     evaluation = evaluate_with_stats(
         report,

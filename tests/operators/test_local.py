@@ -120,7 +120,7 @@ def test_anti_join_on_no_columns() -> None:
     assert anti_join(left, _batch([(5,)], ["number"]), ()).n == 0
 
 
-def test_a_local_stratum_runs_no_spark_job(spark: SparkSession) -> None:
+def test_a_local_stratum_runs_no_spark_job_and_one_in_a_task(spark: SparkSession) -> None:
     local, in_driver = run(spark, TC, {"edge": CHAIN}, local_rows=LOCAL)
     on_spark, spark_run = run(spark, TC, {"edge": CHAIN})
     assert local == on_spark
@@ -128,6 +128,11 @@ def test_a_local_stratum_runs_no_spark_job(spark: SparkSession) -> None:
     (stats,) = in_driver.stats
     assert stats.local and stats.jobs == 0 and stats.rounds == 31
     assert not spark_run.stats[0].local and spark_run.stats[0].jobs >= 30
+    in_task, task_run = run(spark, TC, {"edge": CHAIN}, task_rows=1_000)
+    assert in_task == local
+    (stats,) = task_run.stats
+    assert stats.placement is not None and stats.placement.where == "task"
+    assert stats.rounds == 31 and stats.jobs <= 3  # the task's job and the stored relation
 
 
 def test_arrow_inputs_stay_in_the_driver(spark: SparkSession) -> None:

@@ -101,10 +101,35 @@ def test_the_sync_engine_and_two_shards_place_mra_on_spark() -> None:
     assert two.kind == ("spark", "hybrid", 2) and "2 shards were asked for" in two.why
 
 
-def test_a_large_input_places_the_stratum_on_spark_and_names_it() -> None:
+def test_a_large_input_places_a_loop_in_one_spark_task_and_names_it() -> None:
     placement = placed(TC, options(), sizes=lambda relation: None)
-    assert placement.kind == ("spark", None, 1)
-    assert placement.why == "input `edge` has more than local_rows 100000 rows"
+    assert placement.kind == ("task", None, 1)
+    assert placement.why == (
+        "input `edge` has more than local_rows 100000 rows; its loop runs in one Spark task"
+    )
+
+
+def test_without_task_rows_a_loop_off_the_driver_runs_on_spark() -> None:
+    """``task_rows`` 0 turns the task off: a job a round; an ``mra`` stratum off the driver
+    runs on its engine's tasks whatever ``task_rows`` says."""
+    off = replace(options(local_rows=0), task_rows=0)
+    assert placed(TC, off).kind == ("spark", None, 1)
+    assert placed(TC, options(local_rows=0)).kind == ("task", None, 1)
+    assert placed(SSSP, options(local_rows=0)).kind == ("spark", "hybrid", 1)
+
+
+def test_a_loop_the_kernels_cannot_run_stays_on_spark() -> None:
+    """A recursive plan with a string functor: neither the driver nor a task runs it."""
+    names = """
+.decl name(x: symbol)
+.input name
+.decl long(s: symbol)
+.output long
+long(X) :- name(X).
+long(cat(X, "!")) :- long(X), strlen(X) < 5.
+"""
+    placement = placed(names, options())
+    assert placement.where == "spark", placement
 
 
 def test_inputs_count_together_against_local_rows() -> None:
@@ -114,8 +139,8 @@ def test_inputs_count_together_against_local_rows() -> None:
     placement = placed(TC, options(), sizes=sizes)
     assert placement.where == "driver"
     pair = placed(PAIR, options(), sizes=sizes)
-    assert pair.kind == ("spark", None, 1)
-    assert pair.why == "inputs 120000 rows > local_rows 100000"
+    assert pair.kind == ("task", None, 1)
+    assert pair.why.startswith("inputs 120000 rows > local_rows 100000;")
 
 
 def test_auto_local_rows_is_half_the_memory_at_the_bytes_a_row_of_the_model() -> None:
@@ -128,9 +153,10 @@ def test_auto_local_rows_is_half_the_memory_at_the_bytes_a_row_of_the_model() ->
     assert needed <= DRIVER_MEMORY_SHARE * physical_memory() or auto_local_rows() == 1_000_000
 
 
-def test_local_rows_zero_places_everything_on_spark() -> None:
+def test_local_rows_zero_places_everything_off_the_driver() -> None:
     placement = placed(TC, options(local_rows=0))
-    assert placement.where == "spark" and "local_rows is 0" in placement.why
+    assert placement.where == "task" and "local_rows is 0" in placement.why
+    assert placed(SSSP, options(local_rows=0)).where == "spark"
 
 
 def test_an_iteration_indexed_stratum_runs_on_spark() -> None:

@@ -48,7 +48,7 @@ from fixflow.operators.spark_backend import (
     relation_struct,
     spark_type,
 )
-from fixflow.operators.thresholds import LOCAL_ROWS
+from fixflow.operators.thresholds import LOCAL_ROWS, TASK_LOOP_ROWS
 
 
 class EvaluationError(Exception):
@@ -118,6 +118,11 @@ class EvalOptions:
     (``operators.local_update``); 0: every stratum runs on Spark. One default everywhere
     (``thresholds.LOCAL_ROWS``, ``auto``: by the driver's memory), which ``[engine]
     local_rows`` and ``--local-rows`` set."""
+    task_rows: int = TASK_LOOP_ROWS
+    """A ``set``, ``aggregate-seminaive`` or ``naive`` stratum placed on Spark whose plans
+    the numpy kernels run is run by one Spark task, one job in all, while its relations
+    hold at most this many rows (``operators.task_stratum``); past it, Spark continues the
+    loop a job a round. 0: always a job a round."""
     witness: bool = False
     """Keep, for min/max MRA relations, the key of the predecessor that gave each value:
     what the ``mra-retract`` update needs to handle deletions without re-evaluating. The

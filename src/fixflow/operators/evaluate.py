@@ -2,7 +2,8 @@
 
 ``evaluate(report, edb, spark, options) -> {relation: DataFrame}`` runs the strata of a
 ``Report`` in order. The ``Bootstrap`` driver loads the EDB, then places each stratum
-(``placement.place``: in the driver over numpy kernels, ``operators.local``, or on Spark)
+(``placement.place``: in the driver over numpy kernels, ``operators.local``; the same loop in
+one Spark task, ``operators.task_stratum``; or on Spark)
 and bootstraps it with the class module (``fixflow.operators.strategies``) that
 ``placement.bootstrap_method`` names:
 
@@ -72,6 +73,7 @@ from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.spark_backend import positional, relation_struct, spark_type
 from fixflow.operators.strategies import aggregate_seminaive, mra, naive, nonrecursive, seminaive
 from fixflow.operators.strategies.aggregate_seminaive import growth_for
+from fixflow.operators.task_stratum import run_in_task
 
 log = logging.getLogger(__name__)
 
@@ -382,7 +384,9 @@ class Bootstrap:
             try:
                 done = self._in_driver(run)
             except Outgrown as error:
-                placement, reached = outgrown(run, error), error.reached
+                reached = error.reached
+                rounds = None if reached is None else reached.rounds
+                placement = outgrown(run, "the driver", str(error), rounds)
             else:
                 log_placement(run, placement)
                 return done, placement
@@ -393,7 +397,23 @@ class Bootstrap:
         self._share(*sorted(self.unshared))
         if reached is not None:
             return self._resumed(run, reached), placement
+        if placement.where == "task":
+            return self._in_task(run, placement)
         return BOOTSTRAPS[bootstrap_method(run)](run), placement
+
+    def _in_task(self, run: StratumRun, placement: Placement) -> tuple[Bootstrapped, Placement]:
+        """The stratum's loop in one Spark task (``task_stratum``); continued (semi-naive)
+        or restarted (naive) on Spark when it outgrows ``task_rows``."""
+        ended = run_in_task(run, self.options.task_rows)
+        if ended.outgrown is None:
+            return Bootstrapped(ended.rounds, ended.capped), placement
+        rounds = ended.rounds if ended.resumable else None
+        placement = outgrown(run, "one task", ended.outgrown, rounds)
+        log_placement(run, placement)
+        if not ended.resumable:
+            return BOOTSTRAPS[bootstrap_method(run)](run), placement
+        growth = {r: growth_for(run.entry(r)) for r in run.relations}
+        return seminaive.resumed(run, growth, ended.rounds), placement
 
     def _resumed(self, run: StratumRun, reached: Reached) -> Bootstrapped:
         """A semi-naive loop the driver began, continued on Spark from its rows."""

@@ -2,7 +2,9 @@
 
 ``place(run, sizes)`` answers, before a stratum runs, the question every other module used
 to answer for itself by trying and failing: does this stratum run in the driver (numpy
-kernels, no Spark job) or on Spark, on which MRA engine, over how many shards — and why.
+kernels, no Spark job), in one Spark task (the driver's loop of a ``set``,
+``aggregate-seminaive`` or ``naive`` stratum, one job: ``task_stratum``) or on Spark, on
+which MRA engine, over how many shards — and why.
 It is the only code that reads ``EvalOptions.local_rows`` and, for that choice, the
 engine's ``mode`` and ``shards``. A ``Placement`` is logged once per stratum, kept in the
 stratum's statistics, and printed by ``fixflow eval --explain``.
@@ -12,8 +14,8 @@ or None. The first that refuses places the stratum on Spark; when none refuses a
 stratum's inputs fit in ``local_rows`` rows, it runs in the driver. ``placement_table()``
 renders the rules for docs/architecture.md (a test keeps the two equal).
 
-The one decision left to the run is ``Outgrown``: a driver stratum whose rows grow past
-``local_rows`` goes to Spark. A semi-naive loop (``set``, ``aggregate-seminaive``) continues
+The one decision left to the run is ``Outgrown``: a stratum whose rows grow past
+``local_rows`` in the driver (or ``task_rows`` in a task) goes to Spark. A semi-naive loop (``set``, ``aggregate-seminaive``) continues
 there from the round it reached (its rows and last delta become Spark frames: the loop is
 one, over two backends); an ``mra`` stratum restarts from its inputs, because the engine's
 MonoTable on Spark cannot yet be seeded from the driver's shard loop.
@@ -67,7 +69,8 @@ class Reached:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a stratum runs: ``where`` is ``driver`` or ``spark``; ``engine`` the MRA engine
+    """Where a stratum runs: ``where`` is ``driver``, ``task`` (one Spark task runs the
+    driver's loop) or ``spark``; ``engine`` the MRA engine
     of an ``mra`` stratum (None for other classes); ``shards`` the tasks an async or hybrid
     stage runs on (0: one per Spark core); ``why`` one line."""
 
@@ -152,18 +155,39 @@ def place(run: StratumView, sizes: Sizes) -> Placement:
     for _, _, rule in DRIVER_RULES:
         reason = rule(run)
         if reason is not None:
-            return on_spark(run, reason)
+            return off_driver(run, reason)
     limit = run.options.local_rows
     held = 0
     for relation in inputs_of(run):
         rows = sizes(relation)
         if rows is None:
-            return on_spark(run, f"input `{relation}` has more than local_rows {limit} rows")
+            return off_driver(run, f"input `{relation}` has more than local_rows {limit} rows")
         held += rows
     if held > limit:  # the memory model counts every input row the stratum holds
-        return on_spark(run, f"inputs {held} rows > local_rows {limit}")
+        return off_driver(run, f"inputs {held} rows > local_rows {limit}")
     engine = "hybrid" if bootstrap_method(run) == "mra" else None
     return Placement("driver", engine, 1, f"inputs {held} rows <= local_rows {limit}")
+
+
+TASK_METHODS = ("set", "aggregate-seminaive", "naive")
+"""The bootstraps whose loop ``local.LocalStratum`` runs in one Spark task as in the driver
+(an ``mra`` stratum off the driver runs on the MRA engines' sharded tasks instead)."""
+
+
+def off_driver(run: StratumView, why: str) -> Placement:
+    """``run`` where the driver refused it: its loop in one Spark task (``task_stratum``)
+    when it has one the kernels run, else on Spark."""
+    if _task_refusal(run) is None:
+        return Placement("task", None, 1, f"{why}; its loop runs in one Spark task")
+    return on_spark(run, why)
+
+
+def _task_refusal(run: StratumView) -> str | None:
+    if bootstrap_method(run) not in TASK_METHODS:
+        return "not a semi-naive or naive loop"
+    if run.options.task_rows <= 0:
+        return "task_rows is 0"
+    return _index_refusal(run) or _kernel_refusal(run)
 
 
 def on_spark(run: StratumView, why: str) -> Placement:
@@ -179,12 +203,12 @@ def on_spark(run: StratumView, why: str) -> Placement:
     return Placement("spark", options.mode, options.shards, why)
 
 
-def outgrown(run: StratumView, error: Outgrown) -> Placement:
-    """The placement of a driver stratum that outgrew ``local_rows``."""
-    if error.reached is None:
-        return on_spark(run, f"outgrew the driver: {error}; restarted on Spark")
-    rounds = error.reached.rounds
-    return on_spark(run, f"outgrew the driver: {error}; continued on Spark after {rounds} rounds")
+def outgrown(run: StratumView, where: str, reason: str, rounds: int | None) -> Placement:
+    """The placement of a stratum that outgrew the driver's ``local_rows`` or the task's
+    ``task_rows`` (``where``): on Spark, continued after ``rounds`` or (None) restarted."""
+    if rounds is None:
+        return on_spark(run, f"outgrew {where}: {reason}; restarted on Spark")
+    return on_spark(run, f"outgrew {where}: {reason}; continued on Spark after {rounds} rounds")
 
 
 # ---------------------------------------------------------------- an epoch's retraction
@@ -286,8 +310,13 @@ def placement_table() -> str:
     lines.append("| reads inputs of more than `local_rows` rows together | Spark |")
     lines.append("| otherwise | driver (an `mra` stratum: the hybrid shard loop, 1 shard) |")
     lines.append(
-        "| grows past `local_rows` while it runs (`Outgrown`) | Spark: a semi-naive loop "
-        "continues from its rounds, an `mra` loop restarts |"
+        "| on Spark by the above, a `set`, `aggregate-seminaive` or `naive` loop the kernels "
+        "run, `task_rows` > 0 | one Spark task (`task_stratum`): the driver's loop, one job |"
+    )
+    lines.append(
+        "| grows past `local_rows` (driver) or `task_rows` (task) while it runs (`Outgrown`) "
+        "| Spark: a semi-naive loop continues from its rounds, an `mra` or naive loop "
+        "restarts |"
     )
     return "\n".join(lines)
 

@@ -68,6 +68,13 @@ it writes them as one Parquet row group (``pipeline/lake/task_write.py``): a row
 batch made a 10M-row table of 1,000 row groups and the tasks' write slower than
 collecting it (bench/SCALE_RESULTS.md); a task holds at most this many rows besides."""
 
+TASK_LOOP_ROWS = 20_000_000
+"""The rows a ``set``, ``aggregate-seminaive`` or ``naive`` stratum's loop may hold in one
+Spark task (``EvalOptions.task_rows``, ``operators.task_stratum``) before Spark continues it
+a job a round. Not a measured crossover: a bound on one Python worker's memory (a row of
+two numbers costs ~16 bytes a copy, and a round holds a few copies), as ``local_rows``
+bounds the driver's."""
+
 TASK_READ_ROWS = 1_000_000
 """A facts file of more rows (estimated from its size) than the driver holds is read by
 Spark tasks (``lake.task_facts``) from this size on; below it the driver reads it and

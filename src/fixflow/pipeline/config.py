@@ -18,7 +18,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fixflow.operators.thresholds import LOCAL_ROWS, TASK_IO_ROWS
+from fixflow.operators.thresholds import LOCAL_ROWS, TASK_IO_ROWS, TASK_LOOP_ROWS
 
 DEFAULT_SOURCE = "<embedded conf/local.toml>"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -230,6 +230,11 @@ class EngineConfig:
     always on Spark; ``auto``: as many rows as half of ``memory`` (the machine's) holds by the
     memory model (``thresholds.DRIVER_BYTES_PER_ROW``). The default and its reason:
     ``operators.thresholds.LOCAL_ROWS``."""
+    task_rows: int = _key(TASK_LOOP_ROWS, minimum=0)
+    """A ``set``, ``aggregate-seminaive`` or ``naive`` stratum off the driver runs its loop in
+    one Spark task, one job, while its relations hold at most this many rows; past it Spark
+    continues the loop a job a round (``operators.task_stratum``); 0: always a job a round.
+    The default and its reason: ``operators.thresholds.TASK_LOOP_ROWS``."""
     memory: int | str = _key("auto", choices=("auto",), minimum=1, integer=True)
     """The bytes the driver may use by the memory model (docs/scale.md): ``auto``, the
     machine's physical memory. ``local_rows = "auto"`` takes half of it, and a run whose

@@ -34,11 +34,23 @@ def local_rows(config: Config) -> int:
     return resolved_local_rows(engine.local_rows, resolved_memory(engine.memory))
 
 
+def eval_options(config: Config, **more: object) -> EvalOptions:
+    """``EvalOptions`` from ``[engine]`` and ``[buffer]`` (the round cap, the engine, the
+    driver's and a task's row limits), with ``more`` fields as given."""
+    return EvalOptions(
+        max_iterations=config.engine.max_iterations or None,  # 0: the default rule
+        engine_options=engine_options(config),
+        local_rows=local_rows(config),
+        task_rows=config.engine.task_rows,
+        **more,  # type: ignore[arg-type]
+    )
+
+
 def refuse_beyond_memory(config: Config, report: Report, input_rows: Mapping[str, int]) -> None:
     """Raise ``MemoryExceeded`` (one line: what and what to do) when a stratum the driver
     would run over these input rows needs more than ``[engine] memory`` by the model
     (``operators.memory_check``)."""
-    options = EvalOptions(engine_options=engine_options(config), local_rows=local_rows(config))
+    options = eval_options(config)
     memory = resolved_memory(config.engine.memory)
     refusal = memory_refusal(report, options, input_rows, memory)
     if refusal is not None:

@@ -44,7 +44,7 @@ from fixflow.pipeline.config import (
     default_config,
     load_config,
 )
-from fixflow.pipeline.engine_settings import engine_options, local_rows
+from fixflow.pipeline.engine_settings import eval_options
 from fixflow.pipeline.lake.explain import ExplainFailed, Explanation, explain_row
 from fixflow.pipeline.lake.lakehouse import ProgramLake
 from fixflow.pipeline.object_store import use_lake
@@ -216,11 +216,7 @@ class Program:
 
     def _options(self, settings: Settings) -> EvalOptions:
         config = _config(settings)
-        return EvalOptions(
-            max_iterations=config.engine.max_iterations or None,  # 0: the default rule
-            engine_options=engine_options(config),
-            local_rows=local_rows(config),
-        )
+        return eval_options(config)
 
     def _results(self, evaluation: Evaluation, edb: Mapping[str, DataFrame]) -> Results:
         capped = [s.stratum for s in evaluation.capped]

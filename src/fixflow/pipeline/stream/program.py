@@ -42,11 +42,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
-from fixflow.operators.evaluate import EvalOptions, Progress
+from fixflow.operators.evaluate import Progress
 from fixflow.operators.maintain import Epoch, Maintainer
 from fixflow.operators.memory_model import driver_bytes
 from fixflow.pipeline.config import Config
-from fixflow.pipeline.engine_settings import engine_options, local_rows
+from fixflow.pipeline.engine_settings import eval_options
 from fixflow.pipeline.kafka.batch_limit import next_batch_limit, write_limit_file
 from fixflow.pipeline.lake.checkpoint_mirror import CheckpointMirror
 from fixflow.pipeline.lake.delta import declared_rows
@@ -130,14 +130,8 @@ class ProgramStream:
         self.on_batch = on_batch
         self.on_round = on_round
         """Called after every evaluation round (progress output of long batches)."""
-        options = EvalOptions(
-            max_iterations=config.engine.max_iterations or None,  # 0: the default rule
-            engine_options=engine_options(config),
-            progress=self._on_round,
-            # Deletions retract min/max values along their witness chains (mra-retract).
-            witness=True,
-            local_rows=local_rows(config),
-        )
+        # Deletions retract min/max values along their witness chains (mra-retract).
+        options = eval_options(config, progress=self._on_round, witness=True)
         self.async_mode = config.stream.consistency == "async"
         self.maintainer = Maintainer(
             self.report,

@@ -151,6 +151,26 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
         "half of [engine] memory (the machine's) holds, 0.6 GB + 105 bytes a row; 0: always "
         "on Spark)",
     )
+    parser.add_argument(
+        "--task-rows",
+        type=_task_rows,
+        default=None,
+        metavar="N",
+        help="off the driver, run a set, aggregate-seminaive or naive stratum's loop in one "
+        "Spark task (one job, not one a round) while its relations hold at most N rows "
+        "(default: [engine] task_rows, 20000000; 0: a Spark job a round)",
+    )
+
+
+def _task_rows(text: str) -> int:
+    """``--task-rows``: a number of rows, at least 0."""
+    try:
+        rows = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of rows, got {text!r}") from None
+    if rows < 0:
+        raise argparse.ArgumentTypeError("must be 0 (never in one task) or more")
+    return rows
 
 
 def _local_rows(text: str) -> int | str:
@@ -176,6 +196,7 @@ def settings(args: argparse.Namespace) -> Config:
         "shards": args.shards,
         "max_iterations": args.max_iterations,
         "local_rows": args.local_rows,
+        "task_rows": args.task_rows,
     }
     engine = replace(config.engine, **{k: v for k, v in flags.items() if v is not None})
     spark = config.spark if args.master is None else replace(config.spark, master=args.master)
@@ -243,12 +264,11 @@ def _evaluate_and_write(
     tables: dict[str, pa.Table],
     by_tasks: Mapping[str, FactsFile],
 ) -> int:
-    from fixflow.operators.evaluate import EvalOptions, EvaluationError, evaluate_with_stats
+    from fixflow.operators.evaluate import EvaluationError, evaluate_with_stats
     from fixflow.operators.on_demand import SessionOnDemand
     from fixflow.pipeline.engine_settings import (
         MemoryExceeded,
-        engine_options,
-        local_rows,
+        eval_options,
         refuse_beyond_memory,
     )
     from fixflow.pipeline.lake.facts import FactsError
@@ -273,13 +293,7 @@ def _evaluate_and_write(
         refuse_beyond_memory(config, report, {r: _rows(i) for r, i in inputs.items()})
     except MemoryExceeded as exc:
         return _error(str(exc))
-    options = EvalOptions(
-        max_iterations=config.engine.max_iterations or None,  # 0: the default rule
-        engine_options=engine_options(config),
-        partitions=args.partitions,
-        progress=RoundPrinter(),
-        local_rows=local_rows(config),
-    )
+    options = eval_options(config, partitions=args.partitions, progress=RoundPrinter())
     try:
         # Arrow tables: small inputs stay in the driver (--local-rows), others go to Spark.
         evaluation = evaluate_with_stats(report, inputs, spark, options)

@@ -1,0 +1,62 @@
+"""A semi-naive or naive loop in one Spark task (``operators.task_stratum``): one job where
+Spark ran one a round, the same rows, and past ``task_rows`` the loop continued on Spark
+from the rounds the task ran (or, naive, restarted there)."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from fixflow.operators.evaluate import StratumStats
+
+from .helpers import run
+
+COUNTER = """
+.decl n(x: number)
+.output n
+n(0).
+n(x + 1) :- n(x), x < 300.
+"""
+TC = """
+.decl edge(x: number, y: number)
+.input edge
+.decl path(x: number, y: number)
+.output path
+path(X, Y) :- edge(X, Y).
+path(X, Z) :- path(X, Y), edge(Y, Z).
+"""
+CHAIN = [(i, i + 1) for i in range(40)]
+CLOSURE = {(i, j) for i in range(41) for j in range(i + 1, 41)}
+
+
+def _only(stats: list[StratumStats]) -> StratumStats:
+    (found,) = [s for s in stats if s.placement is not None and s.placement.where != "driver"]
+    return found
+
+
+def test_a_counter_of_300_rounds_is_one_task_and_two_jobs(spark: SparkSession) -> None:
+    rows, evaluation = run(spark, COUNTER, {}, task_rows=1_000)
+    assert rows["n"] == {(i,) for i in range(301)}
+    stats = _only(evaluation.stats)
+    assert stats.placement is not None and stats.placement.where == "task"
+    assert stats.rounds == 302 and not stats.capped
+    assert stats.jobs <= 2, stats.jobs  # the task's job and its relation stored
+
+
+def test_a_loop_past_task_rows_continues_on_spark_from_its_rounds(spark: SparkSession) -> None:
+    """40 rows fit, the closure's 820 do not: the task stops at a round past 40 rows and
+    Spark continues from it; the rounds count both, as one loop's."""
+    rows, evaluation = run(spark, TC, {"edge": CHAIN}, task_rows=100)
+    assert rows["path"] == CLOSURE
+    stats = _only(evaluation.stats)
+    assert stats.placement is not None and stats.placement.where == "spark"
+    assert "outgrew one task" in stats.placement.why and "continued" in stats.placement.why
+    assert stats.rounds == 41  # 40 rounds add paths, the 41st finds none
+    whole, _ = run(spark, TC, {"edge": CHAIN}, task_rows=10_000)
+    assert whole == rows
+
+
+def test_the_cap_stops_a_loop_in_a_task_as_on_spark(spark: SparkSession) -> None:
+    capped, evaluation = run(spark, COUNTER, {}, task_rows=1_000, max_iterations=10)
+    on_spark, spark_run = run(spark, COUNTER, {}, max_iterations=10)
+    assert capped == on_spark and len(capped["n"]) == 10
+    assert _only(evaluation.stats).capped and _only(spark_run.stats).capped
