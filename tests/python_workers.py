@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,15 +106,42 @@ def shard_tasks(root: int) -> list[int]:
     return [pid for pid in python_workers(root) if listens(pid, inodes)]
 
 
+class BusyWorkers:
+    """A finder of the Python workers under a root that used CPU since its last call: the
+    worker running a long task, where reused idle workers and short tasks are not seen
+    twice in a row (``WorkerKiller`` kills what it has seen for ``after_s``)."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[int, int] = {}
+
+    def __call__(self, root: int) -> list[int]:
+        busy = []
+        for pid in python_workers(root):
+            ticks = _cpu_ticks(pid)
+            if ticks > self.cpu.get(pid, ticks):
+                busy.append(pid)
+            self.cpu[pid] = ticks
+        return busy
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
 @dataclass
 class WorkerKiller:
-    """A thread that SIGKILLs the first shard task under ``root`` once it has run for
-    ``after_s`` (a task seen for that long is past its start, mid-run); ``killed`` holds
-    its pid."""
+    """A thread that SIGKILLs the first task under ``root`` (a shard task, or what
+    ``finder`` finds) once it has run for ``after_s`` (a task seen for that long is past
+    its start, mid-run); ``killed`` holds its pid."""
 
     root: int
     after_s: float = 1.0
     timeout_s: float = 300.0
+    finder: Callable[[int], list[int]] = shard_tasks
     killed: list[int] = field(default_factory=list)
     stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -133,7 +161,7 @@ class WorkerKiller:
         seen: dict[int, float] = {}
         while not self.stopped.is_set() and time.monotonic() < deadline:
             now = time.monotonic()
-            tasks = shard_tasks(self.root)
+            tasks = self.finder(self.root)
             seen = {pid: seen.get(pid, now) for pid in tasks}
             ripe = [pid for pid, since in seen.items() if now - since >= self.after_s]
             if ripe:

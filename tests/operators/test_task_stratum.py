@@ -4,9 +4,12 @@ from the rounds the task ran (or, naive, restarted there)."""
 
 from __future__ import annotations
 
+import os
+
 from pyspark.sql import SparkSession
 
 from fixflow.operators.evaluate import StratumStats
+from python_workers import BusyWorkers, WorkerKiller, gone
 
 from .helpers import run
 
@@ -60,3 +63,20 @@ def test_the_cap_stops_a_loop_in_a_task_as_on_spark(spark: SparkSession) -> None
     on_spark, spark_run = run(spark, COUNTER, {}, max_iterations=10)
     assert capped == on_spark and len(capped["n"]) == 10
     assert _only(evaluation.stats).capped and _only(spark_run.stats).capped
+
+
+def test_a_killed_loop_task_is_run_again_with_the_same_rows(spark: SparkSession) -> None:
+    """The Python worker running the loop (the one busy for 0.5 s: packing tasks are
+    short, reused workers idle) is SIGKILLed mid-loop; Spark runs the task again from the
+    stored blocks of its inputs, and the counter still counts to 4,000 once."""
+    killer = WorkerKiller(os.getpid(), after_s=0.5, finder=BusyWorkers()).start()
+    try:
+        rows, evaluation = run(spark, COUNTER.replace("300", "4000"), {}, task_rows=10_000)
+    finally:
+        killer.stop()
+    assert killer.killed, "no busy Python worker was seen"
+    assert gone(killer.killed[0])
+    assert rows["n"] == {(i,) for i in range(4001)}
+    stats = _only(evaluation.stats)
+    assert stats.placement is not None and stats.placement.where == "task"
+    assert stats.rounds == 4002

@@ -203,6 +203,19 @@ def test_explain_says_where_each_stratum_ran_and_why(project: Path) -> None:
     assert "stratum 0 (sssp, mra): spark, sync engine — the sync engine runs" in on_spark.stdout
 
 
+def test_task_rows_decides_whether_a_loop_off_the_driver_runs_in_one_task() -> None:
+    """Off the driver (``--local-rows 0``) a ``set`` loop runs in one Spark task;
+    ``--task-rows 0`` puts it back on Spark, a job a round; a negative count is refused."""
+    golden = Path(__file__).resolve().parent.parent / "souffle" / "transitive_closure"
+    args = (golden / "program.dl", "-F", golden / "facts", "--explain", "--local-rows", "0")
+    in_task = fixflow(*args)
+    assert "stratum 0 (path, set): task — local_rows is 0" in in_task.stdout, in_task.stderr
+    on_spark = fixflow(*args, "--task-rows", "0")
+    assert "stratum 0 (path, set): spark — local_rows is 0" in on_spark.stdout, on_spark.stderr
+    refused = fixflow(*args, "--task-rows", "-1")
+    assert refused.returncode == 2 and "must be 0 (never in one task) or more" in refused.stderr
+
+
 @pytest.mark.parametrize("java_home", [None, "/nonexistent/jdk"])
 def test_no_java_is_one_line_saying_what_to_install(project: Path, java_home: str | None) -> None:
     """Without Java, PySpark fails after a while with a long trace; Fixflow says it first,

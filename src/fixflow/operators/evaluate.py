@@ -406,6 +406,7 @@ class Bootstrap:
         or restarted (naive) on Spark when it outgrows ``task_rows``."""
         ended = run_in_task(run, self.options.task_rows)
         if ended.outgrown is None:
+            run.round(RoundInfo(ended.rounds, 0, None))  # the task reports no rounds itself
             return Bootstrapped(ended.rounds, ended.capped), placement
         rounds = ended.rounds if ended.resumable else None
         placement = outgrown(run, "one task", ended.outgrown, rounds)

@@ -15,10 +15,11 @@ stratum's inputs fit in ``local_rows`` rows, it runs in the driver. ``placement_
 renders the rules for docs/architecture.md (a test keeps the two equal).
 
 The one decision left to the run is ``Outgrown``: a stratum whose rows grow past
-``local_rows`` in the driver (or ``task_rows`` in a task) goes to Spark. A semi-naive loop (``set``, ``aggregate-seminaive``) continues
-there from the round it reached (its rows and last delta become Spark frames: the loop is
-one, over two backends); an ``mra`` stratum restarts from its inputs, because the engine's
-MonoTable on Spark cannot yet be seeded from the driver's shard loop.
+``local_rows`` in the driver (or ``task_rows`` in a task) goes to Spark. A semi-naive loop
+(``set``, ``aggregate-seminaive``) continues there from the round it reached (its rows and
+last delta become Spark frames: the loop is one, over two backends); an ``mra`` or naive
+stratum restarts from its inputs (the engine's MonoTable on Spark cannot yet be seeded
+from the driver's shard loop).
 """
 
 from __future__ import annotations

@@ -164,27 +164,23 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _task_rows(text: str) -> int:
     """``--task-rows``: a number of rows, at least 0."""
-    try:
-        rows = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of rows, got {text!r}") from None
-    if rows < 0:
-        raise argparse.ArgumentTypeError("must be 0 (never in one task) or more")
-    return rows
+    return _row_count(text, "never in one task", "a number of rows")
 
 
 def _local_rows(text: str) -> int | str:
     """``--local-rows``: ``auto`` or a number of rows, at least 0."""
     if text == "auto":
         return text
+    return _row_count(text, "never in the driver", "auto or a number of rows")
+
+
+def _row_count(text: str, zero_means: str, expected: str) -> int:
     try:
         rows = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be auto or a number of rows, got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}") from None
     if rows < 0:
-        raise argparse.ArgumentTypeError("must be 0 (never in the driver) or more")
+        raise argparse.ArgumentTypeError(f"must be 0 ({zero_means}) or more")
     return rows
 
 
