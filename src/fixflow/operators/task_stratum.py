@@ -23,7 +23,6 @@ driver), a naive one restarts on Spark.
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -42,8 +41,6 @@ from fixflow.operators.engines.kernels import Batch, concat, table_rows
 from fixflow.operators.local import LocalStratum, empty_rows, to_table
 from fixflow.operators.placement import Outgrown, inputs_of
 from fixflow.operators.spark_backend import relation_struct
-
-log = logging.getLogger(__name__)
 
 INPUT, ROWS, DELTA, END = 0, 1, 2, 3
 """Kinds of a block: an input's rows, a relation's rows, its last delta (outgrown), the end."""
@@ -109,14 +106,20 @@ def run_in_task(run: StratumRun, limit: int) -> TaskRun:
     outgrown = stored.metrics.get("outgrown")
     rounds, capped = int(stored.metric("rounds")), bool(stored.metric("capped"))
     done = TaskRun(rounds, capped, outgrown, bool(stored.metric("resumable")))
-    kinds = [] if outgrown is not None and not done.resumable else [ROWS]
-    kinds += [DELTA] if done.resumable else []
-    for kind in kinds:
+    for kind in _kept_kinds(done):
         frames = run.frames.full if kind == ROWS else run.frames.delta
         for j, relation in enumerate(run.relations):
             frames[relation] = _kept(run, stored.frame, kind, j, relation)
     run.materializer.release(stored)
     return done
+
+
+def _kept_kinds(done: TaskRun) -> list[int]:
+    """A finished loop's rows; an outgrown semi-naive loop's rows and last delta (Spark
+    continues from them); nothing of an outgrown naive loop (Spark restarts it)."""
+    if done.outgrown is None:
+        return [ROWS]
+    return [ROWS, DELTA] if done.resumable else []
 
 
 def _start_columns() -> list[Column]:
