@@ -9,9 +9,10 @@ import os
 from pyspark.sql import SparkSession
 
 from fixflow.operators.evaluate import StratumStats
+from fixflow.operators.placement import Placement
 from python_workers import BusyWorkers, WorkerKiller, gone
 
-from .helpers import close, run
+from .helpers import run
 
 COUNTER = """
 .decl n(x: number)
@@ -27,6 +28,7 @@ TC = """
 path(X, Y) :- edge(X, Y).
 path(X, Z) :- path(X, Y), edge(Y, Z).
 """
+TASK_WHY = "local_rows is 0: every stratum runs on Spark; its loop runs in one Spark task"
 CHAIN = [(i, i + 1) for i in range(40)]
 CLOSURE = {(i, j) for i in range(41) for j in range(i + 1, 41)}
 
@@ -82,30 +84,15 @@ def test_a_killed_loop_task_is_run_again_with_the_same_rows(spark: SparkSession)
     assert stats.rounds == 4002
 
 
-INDEXED_RANK = """
-.decl edge(x: number, y: number)
-.input edge
-.decl node(id: number)
-.input node
-.decl rank(i: number, node: number, r: float)
-.output rank
-rank(0, X, r) :- node(X), r = 0.0.
-rank(i+1, Y, sum[ry]) :- node(Y), ry = 0.15
-                       ; rank(i, X, rx), edge(X, Y), ry = 0.85 * rx
-                       ; {sum[Δrx] < 0.000001}.
-"""
-RING = {"edge": [(i, (i + 1) % 5) for i in range(5)], "node": [(i,) for i in range(5)]}
-
-
 def test_a_naive_loop_past_task_rows_restarts_on_spark(spark: SparkSession) -> None:
-    """An iteration-indexed (naive) loop cannot continue on Spark from a task's rows: past
-    ``task_rows`` it restarts there, with the rows a whole task gives."""
-    restarted, evaluation = run(spark, INDEXED_RANK, RING, task_rows=3)
+    """A naive loop (the closure, forced naive) cannot continue on Spark from a task's
+    rows: past ``task_rows`` it restarts there from its inputs."""
+    naive = {"path": "naive"}
+    restarted, evaluation = run(spark, TC, {"edge": CHAIN}, task_rows=100, strategy=naive)
+    assert restarted["path"] == CLOSURE
     stats = _only(evaluation.stats)
     assert stats.placement is not None and stats.placement.where == "spark"
     assert "outgrew one task" in stats.placement.why and "restarted" in stats.placement.why
-    whole, in_task = run(spark, INDEXED_RANK, RING, task_rows=1_000)
-    assert _only(in_task.stats).placement.where == "task"  # type: ignore[union-attr]
-    assert len(whole["rank"]) == 5  # the result drops the iteration index
-    got, expected = dict(restarted["rank"]), dict(whole["rank"])  # Spark's sums, numpy's
-    assert close(got, expected, 1e-9), (got, expected)  # type: ignore[arg-type]
+    whole, in_task = run(spark, TC, {"edge": CHAIN}, task_rows=10_000, strategy=naive)
+    assert whole == restarted
+    assert _only(in_task.stats).placement == Placement("task", None, 1, TASK_WHY)
