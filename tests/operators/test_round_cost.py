@@ -34,7 +34,7 @@ class RoundCost:
 
 
 def test_round_cost_does_not_grow_with_rounds(spark: SparkSession) -> None:
-    options = EvalOptions(local_rows=0)  # the rounds on Spark are what is measured
+    options = EvalOptions(local_rows=0, task_rows=0)  # the rounds on Spark are measured
     bootstrap = Bootstrap(report_of(NONLINEAR), spark, options, engine_for(options.engine_options))
     tracker = spark.sparkContext.statusTracker()
     costs: list[RoundCost] = []
