@@ -204,12 +204,11 @@ def test_explain_says_where_each_stratum_ran_and_why(project: Path) -> None:
 
 
 def test_task_rows_decides_whether_a_loop_off_the_driver_runs_in_one_task() -> None:
-    """Off the driver (``--local-rows 0``) a ``set`` loop runs in one Spark task;
-    ``--task-rows 0`` puts it back on Spark, a job a round; a negative count is refused."""
+    """Off the driver (``--local-rows 0``) a ``set`` loop runs in one Spark task (the
+    default: tests/operators/test_task_stratum.py); ``--task-rows 0`` puts it back on
+    Spark, a job a round; a negative count is refused."""
     golden = Path(__file__).resolve().parent.parent / "souffle" / "transitive_closure"
     args = (golden / "program.dl", "-F", golden / "facts", "--explain", "--local-rows", "0")
-    in_task = fixflow(*args)
-    assert "stratum 0 (path, set): task — local_rows is 0" in in_task.stdout, in_task.stderr
     on_spark = fixflow(*args, "--task-rows", "0")
     assert "stratum 0 (path, set): spark — local_rows is 0" in on_spark.stdout, on_spark.stderr
     refused = fixflow(*args, "--task-rows", "-1")
