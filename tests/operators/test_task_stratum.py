@@ -8,7 +8,7 @@ import os
 
 from pyspark.sql import SparkSession
 
-from fixflow.operators.evaluate import StratumStats
+from fixflow.operators.evaluate import Progress, StratumStats
 from fixflow.operators.placement import Placement
 from python_workers import BusyWorkers, WorkerKiller, gone
 
@@ -45,6 +45,22 @@ def test_a_counter_of_300_rounds_is_one_task_and_two_jobs(spark: SparkSession) -
     assert stats.placement is not None and stats.placement.where == "task"
     assert stats.rounds == 302 and not stats.capped
     assert stats.jobs <= 2, stats.jobs  # the task's job and its relation stored
+
+
+def test_a_loop_in_a_task_reports_its_rounds_while_it_runs(spark: SparkSession) -> None:
+    """The task sends its rounds to the driver as it runs them (``task_progress``); the
+    driver adds the last one when the job ends. Rounds before the last can only have come
+    from the task."""
+    seen: list[Progress] = []
+    counter = COUNTER.replace("300", "5000")
+    rows, evaluation = run(spark, counter, {}, task_rows=10_000, progress=seen.append)
+    assert len(rows["n"]) == 5_001
+    assert _only(evaluation.stats).placement.where == "task"  # type: ignore[union-attr]
+    rounds = [p.round for p in seen if p.relations == ("n",)]
+    assert rounds[-1] == 5_002, rounds
+    from_task = rounds[:-1]
+    assert len(from_task) >= 2, rounds  # the first round at once, then one every 0.25 s
+    assert from_task == sorted(from_task) and from_task[0] < 100, rounds
 
 
 def test_a_loop_past_task_rows_continues_on_spark_from_its_rounds(spark: SparkSession) -> None:

@@ -35,12 +35,14 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from fixflow.checker.ast import TypeName
-from fixflow.operators.core import RoundInfo, StratumRun, StratumView
+from fixflow.checker.model import Report, Stratum
+from fixflow.operators.core import EvalOptions, RoundInfo, StratumRun, StratumView
 from fixflow.operators.engines.blocks import BLOCK_ROWS, decode, encode
 from fixflow.operators.engines.kernels import Batch, concat, table_rows
 from fixflow.operators.local import LocalStratum, empty_rows, to_table
 from fixflow.operators.placement import Outgrown, inputs_of
 from fixflow.operators.spark_backend import relation_struct
+from fixflow.operators.task_progress import Address, RoundListener, RoundSender
 
 INPUT, ROWS, DELTA, END = 0, 1, 2, 3
 """Kinds of a block: an input's rows, a relation's rows, its last delta (outgrown), the end."""
@@ -80,18 +82,38 @@ class TaskRun:
 
 
 class TaskView(StratumView):
-    """The stratum as the task sees it: no Spark, no progress callback (the driver reports
-    the rounds when the job ends)."""
+    """The stratum as the task sees it: no Spark; its rounds go to the driver's
+    ``RoundListener`` at ``driver`` (``task_progress``), throttled."""
+
+    def __init__(
+        self, report: Report, stratum: Stratum, options: EvalOptions, driver: Address
+    ) -> None:
+        super().__init__(report, stratum, options)
+        self.driver = driver
+        self.sender: RoundSender | None = None
+        """Made in the task, at its first round (a socket does not pickle)."""
 
     def round(self, info: RoundInfo) -> None:
-        """Rounds are not reported from inside the task."""
+        if self.sender is None:
+            self.sender = RoundSender(self.driver)
+        self.sender(info)
+
+    def close(self) -> None:
+        if self.sender is not None:
+            self.sender.close()
 
 
 def run_in_task(run: StratumRun, limit: int) -> TaskRun:
     """Run ``run``'s stratum in one task (the module's docstring), ``limit`` rows at most;
     how it ended (``TaskRun``)."""
+    host = run.spark.conf.get("spark.driver.host") or "localhost"
+    with RoundListener(host, run.round) as listener:
+        return _ran(run, limit, listener.address)
+
+
+def _ran(run: StratumRun, limit: int, driver: Address) -> TaskRun:
     inputs = inputs_of(run)
-    view = TaskView(run.report, run.stratum, replace(run.options, progress=None))
+    view = TaskView(run.report, run.stratum, replace(run.options, progress=None), driver)
     packed = [_packed(run.frames.source(r, "full"), i) for i, r in enumerate(inputs)]
     start = run.spark.range(1).select(*_start_columns())  # the task runs with no inputs too
     union = reduce(DataFrame.unionAll, packed, start)
@@ -176,6 +198,8 @@ def _loop(
     except Outgrown as error:
         yield from _outgrown(view, error)
         return
+    finally:
+        view.close()
     yield from _relation_blocks(view, ROWS, rows)
     yield from _blocks(END, 0, [None], rounds=rounds, capped=stratum.capped).to_batches()
 

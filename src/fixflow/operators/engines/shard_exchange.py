@@ -129,7 +129,7 @@ class Rendezvous:
             ).start()
 
     def _met(self, connection: socket.socket) -> None:
-        said = _message(connection)
+        said = read_message(connection)
         if said is None:
             connection.close()
             return
@@ -146,11 +146,11 @@ class Rendezvous:
             if gone is not None:
                 gone[0].close()
         if complete:
-            ports = json.dumps([group[i][1] for i in range(tasks)]).encode("utf-8")
+            ports = [group[i][1] for i in range(tasks)]
             for link, _ in group.values():
                 # A task gone meanwhile: its peers find out when they connect to it.
                 with link, contextlib.suppress(OSError):
-                    link.sendall(SIZE.pack(len(ports)) + ports)
+                    write_message(link, ports)
 
     def close(self) -> None:
         self.server.close()
@@ -162,12 +162,10 @@ class Rendezvous:
 
 def _met_at(rendezvous: tuple[str, int], index: int, tasks: int, port: int) -> list[int]:
     """Every task's port, by index, from the driver's ``Rendezvous``."""
-    said = {"index": index, "tasks": tasks, "port": port}
-    body = json.dumps(said).encode("utf-8")
     with socket.create_connection(rendezvous, timeout=CONNECT_TIMEOUT_S) as link:
         link.settimeout(RENDEZVOUS_TIMEOUT_S)
-        link.sendall(SIZE.pack(len(body)) + body)
-        ports = _message(link)
+        write_message(link, {"index": index, "tasks": tasks, "port": port})
+        ports = read_message(link)
     if not isinstance(ports, list) or len(ports) != tasks:
         raise PeerLost(f"task {index}: the rendezvous closed before every task came")
     return [int(p) for p in ports]
@@ -183,7 +181,13 @@ def _closed(connection: socket.socket) -> bool:
         return True
 
 
-def _message(connection: socket.socket) -> Any:
+def write_message(link: socket.socket, message: object) -> None:
+    """``message`` as one length-prefixed JSON message."""
+    body = json.dumps(message).encode("utf-8")
+    link.sendall(SIZE.pack(len(body)) + body)
+
+
+def read_message(connection: socket.socket) -> Any:
     """One length-prefixed JSON message, or None when the connection closes first."""
     size = _read(connection, SIZE.size)
     if size is None:
