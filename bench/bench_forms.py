@@ -88,6 +88,7 @@ EVEN_ODD = HEADER + (
 )
 APSP = HEADER + ".decl path(src: number, dst: number, d: float)\n.output path\n"
 TC = HEADER + ".decl tc(src: number, dst: number)\n.output tc\n"
+REACH = HEADER + ".decl reach(node: number)\n.output reach\nreach(X) :- X = {source}.\n"
 
 PROGRAMS: dict[str, dict[str, str]] = {
     "cc": {
@@ -148,6 +149,10 @@ PROGRAMS: dict[str, dict[str, str]] = {
         "non_linear": TC + "tc(X, Y) :- edge(X, Y, _).\ntc(X, Y) :- tc(X, Z), tc(Z, Y).\n",
         "linear": TC + "tc(X, Y) :- edge(X, Y, _).\ntc(X, Y) :- tc(X, Z), edge(Z, Y, _).\n",
     },
+    "reach": {
+        "delta_first": REACH + "reach(Y) :- reach(X), edge(X, Y, _).\n",
+        "facts_first": REACH + "reach(Y) :- edge(X, Y, _), reach(X).\n",
+    },
 }
 """Every program's spellings (``{source}``: the SSSP source; ``{beta}``: Katz's β)."""
 
@@ -161,7 +166,10 @@ OUTPUTS = {
     "even_odd": ("even", "odd"),
     "apsp": ("path",),
     "tc": ("tc",),
+    "reach": ("reach",),
 }
+KEYS_ONLY = ("tc", "reach")
+"""Programs whose relations have no value column."""
 LIMITS = ("pagerank", "katz")
 """Programs whose value is a limit: checked by relative error, not for equality."""
 LIMIT_TOLERANCE = 1e-6
@@ -383,8 +391,8 @@ def read_result(out: Path, program: str) -> Result:
             reader = csv.reader(handle)
             next(reader)
             for row in reader:
-                keys = row if program == "tc" else row[:-1]
-                value = 1.0 if program == "tc" else float(row[-1])
+                keys = row if program in KEYS_ONLY else row[:-1]
+                value = 1.0 if program in KEYS_ONLY else float(row[-1])
                 result[(relation, *(int(k) for k in keys))] = value
     return result
 
@@ -527,6 +535,12 @@ def tc_oracle(graph: Graph, _beta: float) -> Result:
     return {("tc", int(x), int(y)): 1.0 for x, y in zip(*np.nonzero(reach), strict=True)}
 
 
+def reach_oracle(graph: Graph, _beta: float) -> Result:
+    """The nodes the directed edges lead to from the source, the source too (scipy)."""
+    hops = shortest_path(directed(graph), directed=True, unweighted=True, indices=graph.source)
+    return {("reach", int(v)): 1.0 for v in np.flatnonzero(np.isfinite(hops))}
+
+
 ORACLES: dict[str, Callable[[Graph, float], Result]] = {
     "cc": cc_oracle,
     "sssp": sssp_oracle,
@@ -535,6 +549,7 @@ ORACLES: dict[str, Callable[[Graph, float], Result]] = {
     "even_odd": even_odd_oracle,
     "apsp": apsp_oracle,
     "tc": tc_oracle,
+    "reach": reach_oracle,
 }
 
 

@@ -3,15 +3,25 @@ with Spark's null semantics, and joins against prepared (indexed) tables, empty 
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixflow.checker import load
-from fixflow.operators.engines.kernels import Batch, Kernel, evaluate_expr, unsupported
+from fixflow.operators.engines.kernels import (
+    Batch,
+    HeldKeys,
+    Kernel,
+    anti_join,
+    concat,
+    evaluate_expr,
+    unsupported,
+)
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.engines.shard_table import _slots
-from fixflow.operators.plan import Arith, Col, Const, Func
+from fixflow.operators.plan import Arith, Col, Const, Func, Join, Scan
 
 SSSP = """
 .decl edge(src: number, dst: number, w: float)
@@ -91,3 +101,70 @@ def test_slots_number_the_rows_hit_in_order_sparse_or_dense(hits: list[int], row
     hit, slot = _slots(pos, rows)
     assert hit.tolist() == sorted(set(hits))
     assert hit[slot].tolist() == hits
+
+
+def _rows(batch: Batch, names: tuple[str, ...]) -> list[tuple]:
+    columns = [
+        [v if ok else None for v, ok in zip(batch.cols[n], batch.mask(n), strict=True)]
+        for n in names
+    ]
+    return sorted(zip(*columns, strict=True), key=repr)
+
+
+def _keyed(rows: list[tuple[int | None, int]]) -> Batch:
+    a = np.array([0 if x is None else x for x, _ in rows], dtype=np.int64)
+    valid = np.array([x is not None for x, _ in rows], dtype=bool)
+    b = np.array([y for _, y in rows], dtype=np.int64)
+    return Batch(len(rows), {"c0": a, "c1": b}, {"c0": valid})
+
+
+PAIRS = st.lists(st.tuples(st.none() | st.integers(0, 6), st.integers(0, 6)), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rounds=st.lists(PAIRS, min_size=1, max_size=8), probe=PAIRS)
+def test_held_keys_lack_exactly_what_an_anti_join_with_every_added_row_keeps(
+    rounds: list[list[tuple[int | None, int]]], probe: list[tuple[int | None, int]]
+) -> None:
+    """Runs merged or not, nulls never held: the same rows as anti-joining all of them."""
+    on = ("c0", "c1")
+    held, added = HeldKeys(on, small=0), []  # runs merged by their sizes alone
+    for rows in rounds:
+        held.add(_keyed(rows))
+        added.append(_keyed(rows))
+        expected = anti_join(_keyed(probe), concat(added), on)
+        assert _rows(held.lacking(_keyed(probe)), on) == _rows(expected, on)
+    sizes = [run.n for run in held.runs]
+    assert all(older > 2 * newer for older, newer in pairwise(sizes))
+    assert sum(sizes) == sum(1 for rows in rounds for x, _ in rows if x is not None)
+
+
+REACH = Scan("reach", "delta", ("X",), ("number",))
+EDGE = Scan("edge", "full", ("X", "Y"), ("number", "number"))
+
+
+def _edges(pairs: list[tuple[int, int]]) -> Batch:
+    return Batch(
+        len(pairs),
+        {"c0": np.array([x for x, _ in pairs]), "c1": np.array([y for _, y in pairs])},
+    )
+
+
+def test_a_join_index_is_kept_while_its_source_stays_and_dropped_when_it_changes() -> None:
+    """Facts first or the delta first: each run joins the batches it is given, whether
+    the facts' index was kept from the runs before or the facts changed since."""
+    first = _edges([(1, 2), (2, 3), (2, 4)])
+    second = _edges([(1, 5), (2, 6)])
+    for plan in (Join(REACH, EDGE, ("X",)), Join(EDGE, REACH, ("X",))):
+        kernel = Kernel(plan)
+        for edges, frontier, expected in [
+            (first, [1, 2], [(1, 2), (2, 3), (2, 4)]),
+            (first, [2], [(2, 3), (2, 4)]),  # the second run with these facts: kept
+            (first, [1, 9], [(1, 2)]),  # probes the kept index
+            (second, [1, 2], [(1, 5), (2, 6)]),  # other facts: not that index
+            (second, [2], [(2, 6)]),
+        ]:
+            delta = Batch(len(frontier), {"c0": np.array(frontier)})
+            out = kernel.run({("reach", "delta"): delta, ("edge", "full"): edges})
+            assert _rows(out, ("X", "Y")) == expected, (plan, frontier)
+        assert any(index is not None for _, index in kernel.kept.values())

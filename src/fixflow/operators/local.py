@@ -51,6 +51,7 @@ from fixflow.operators.engines.kernels import (
     ARROW_TYPES,
     NUMPY_TYPES,
     Batch,
+    HeldKeys,
     JoinIndex,
     Kernel,
     anti_join,
@@ -171,6 +172,12 @@ class LocalStratum:
         (``witnessed_rows``), as a stream's retraction needs them."""
         self.limit = limit
         self.capped = False
+        self.held: dict[str, tuple[Batch, HeldKeys]] = {}
+        """Per set relation of a semi-naive loop: the rows ``full`` held when its keys were
+        last added, and those keys (``new_rows`` anti-joins a round against them)."""
+        self.kernels: dict[Plan, Kernel] = {}
+        """A round's plans compiled once for the loop: each keeps its joins' indexes of
+        sources that do not change between rounds (``Kernel.kept``)."""
         """The round cap stopped the stratum before its fixpoint (its rows are partial)."""
 
     def bootstrap(self) -> tuple[dict[str, Batch], int]:
@@ -208,9 +215,25 @@ class LocalStratum:
         return self.new_rows(relation, plans)
 
     def advance(self, relation: str, new: Batch) -> int:
+        before = self.full[relation]
         self.full[relation] = self.grown(relation, new)
         self.delta[relation] = new
+        held = self.held.get(relation)
+        if held is not None and held[0] is before:  # a set grows by its new rows
+            held[1].add(new)
+            self.held[relation] = (self.full[relation], held[1])
         return new.n
+
+    def held_keys(self, relation: str, on: tuple[str, ...]) -> HeldKeys:
+        """The keys of ``full[relation]``, kept up to date by ``advance`` (made afresh
+        when ``full`` was replaced some other way)."""
+        rows = self.full[relation]
+        held = self.held.get(relation)
+        if held is None or held[0] is not rows or held[1].on != on:
+            keys = HeldKeys(on)
+            keys.add(rows)
+            held = self.held[relation] = (rows, keys)
+        return held[1]
 
     def after_round(self, rounds: int) -> None:
         try:
@@ -241,6 +264,8 @@ class LocalStratum:
         improves on the held one (min/max, ``rounds.improves``)."""
         derived = self.derive(relation, plans)
         entry = self.run.entry(relation)
+        if entry.aggregate is None:
+            return self.held_keys(relation, tuple(derived.cols)).lacking(derived)
         if entry.aggregate not in ("min", "max"):
             return anti_join(derived, self.full[relation], tuple(derived.cols))
         assert entry.value_pos is not None
@@ -262,7 +287,10 @@ class LocalStratum:
         if not plans:
             return self.empty(relation)
         plan = combine_plan(entry, plans)
-        return relation_rows(entry, plan, Kernel(plan).run(self.sources(plan)))
+        kernel = self.kernels.get(plan)
+        if kernel is None:
+            kernel = self.kernels[plan] = Kernel(plan)
+        return relation_rows(entry, plan, kernel.run(self.sources(plan)))
 
     def sources(self, plan: Plan) -> dict[tuple[str, str], Batch]:
         found: dict[tuple[str, str], Batch] = {}
