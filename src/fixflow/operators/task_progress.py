@@ -17,7 +17,6 @@ again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import socket
@@ -27,7 +26,12 @@ from collections.abc import Callable
 from types import TracebackType
 
 from fixflow.operators.engines.base import RoundInfo
-from fixflow.operators.engines.shard_exchange import read_message, write_message
+from fixflow.operators.engines.shard_exchange import (
+    accept_each,
+    read_message,
+    shut,
+    write_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ class RoundListener:
         self.connections: list[socket.socket] = []
         self.lock = threading.Lock()
         self.open = True
-        threading.Thread(target=self._accept, name="task-rounds", daemon=True).start()
+        accept_each(self.server, self._read, "task-rounds")
 
     def __enter__(self) -> RoundListener:
         return self
@@ -64,28 +68,19 @@ class RoundListener:
     ) -> None:
         self.close()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                connection, _ = self.server.accept()
-            except OSError:
-                return  # closed: the job is over
-            with self.lock:
-                self.connections.append(connection)
-            threading.Thread(
-                target=self._read, args=(connection,), name="task-round", daemon=True
-            ).start()
-
     def _read(self, connection: socket.socket) -> None:
-        while (said := read_message(connection)) is not None:
-            info = RoundInfo(int(said["round"]), int(said["pending"]), said.get("measure"))
-            with self.lock:
-                if not self.open:
-                    return
-                try:
-                    self.on_round(info)
-                except Exception:  # a progress callback's failure is not the loop's
-                    log.warning("the progress callback failed", exc_info=True)
+        with self.lock:
+            self.connections.append(connection)
+        with connection:
+            while (said := read_message(connection)) is not None:
+                info = RoundInfo(int(said["round"]), int(said["pending"]), said.get("measure"))
+                with self.lock:
+                    if not self.open:
+                        return
+                    try:
+                        self.on_round(info)
+                    except Exception:  # a progress callback's failure is not the loop's
+                        log.warning("the progress callback failed", exc_info=True)
 
     def close(self) -> None:
         """Stop listening; a round read after this is dropped."""
@@ -93,11 +88,7 @@ class RoundListener:
             self.open = False
             connections, self.connections = self.connections, []
         for link in [self.server, *connections]:
-            # shutdown, not only close: a thread blocked in accept or recv keeps a closed
-            # socket open (and a closed listening socket accepting) until it returns.
-            with contextlib.suppress(OSError):
-                link.shutdown(socket.SHUT_RDWR)
-            link.close()
+            shut(link)
 
 
 class RoundSender:

@@ -27,6 +27,7 @@ import json
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -116,17 +117,7 @@ class Rendezvous:
         self.address = (host, int(self.server.getsockname()[1]))
         self.waiting: dict[int, tuple[socket.socket, int]] = {}
         self.lock = threading.Lock()
-        threading.Thread(target=self._accept, name="shard-rendezvous", daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                connection, _ = self.server.accept()
-            except OSError:
-                return  # closed: the run is over
-            threading.Thread(
-                target=self._met, args=(connection,), name="shard-meet", daemon=True
-            ).start()
+        accept_each(self.server, self._met, "shard-meet")
 
     def _met(self, connection: socket.socket) -> None:
         said = read_message(connection)
@@ -153,7 +144,7 @@ class Rendezvous:
                     write_message(link, ports)
 
     def close(self) -> None:
-        self.server.close()
+        shut(self.server)
         with self.lock:
             for link, _ in self.waiting.values():
                 link.close()
@@ -179,6 +170,29 @@ def _closed(connection: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+def accept_each(server: socket.socket, handle: Callable[[socket.socket], None], name: str) -> None:
+    """Accept connections on ``server`` until it is ``shut``, each handled by ``handle`` on a
+    thread of its own (named ``name``)."""
+
+    def accept() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return  # shut: the run is over
+            threading.Thread(target=handle, args=(connection,), name=name, daemon=True).start()
+
+    threading.Thread(target=accept, name=f"{name}-accept", daemon=True).start()
+
+
+def shut(link: socket.socket) -> None:
+    """Close ``link`` so that a thread blocked in its ``accept`` or ``recv`` returns: a plain
+    close leaves a listening socket accepting until its blocked ``accept`` returns."""
+    with contextlib.suppress(OSError):
+        link.shutdown(socket.SHUT_RDWR)
+    link.close()
 
 
 def write_message(link: socket.socket, message: object) -> None:
