@@ -326,6 +326,8 @@ PACKAGE_ORDER = {
         "base",
         "blocks",
         "key_groups",
+        "batches",
+        "joins",
         "kernels",
         "shard_table",
         "shard_loop",

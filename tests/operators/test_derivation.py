@@ -18,7 +18,7 @@ from fixflow.checker import ast, load
 from fixflow.checker.model import Report
 from fixflow.checker.parser import parse
 from fixflow.operators.derivation import Derivations, ExplainError, Fact, render
-from fixflow.operators.engines.kernels import Batch, table_rows
+from fixflow.operators.engines.batches import Batch, table_rows
 from reference.golden import GoldenCase, load_golden
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "programs"

@@ -10,15 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixflow.checker import load
-from fixflow.operators.engines.kernels import (
-    Batch,
-    HeldKeys,
-    Kernel,
-    anti_join,
-    concat,
-    evaluate_expr,
-    unsupported,
-)
+from fixflow.operators.engines.batches import Batch, concat
+from fixflow.operators.engines.joins import HeldKeys, anti_join
+from fixflow.operators.engines.kernels import Kernel, evaluate_expr, unsupported
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.engines.shard_table import _slots
 from fixflow.operators.plan import Arith, Col, Const, Func, Join, Scan

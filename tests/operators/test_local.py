@@ -16,7 +16,9 @@ from fixflow.checker import load
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.engines.async_support import unsupported
 from fixflow.operators.engines.base import EngineOptions
-from fixflow.operators.engines.kernels import Batch, Kernel, anti_join
+from fixflow.operators.engines.batches import Batch
+from fixflow.operators.engines.joins import anti_join
+from fixflow.operators.engines.kernels import Kernel
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.evaluate import EvalOptions, evaluate_with_stats
 from fixflow.operators.plan import Aggregate, AntiJoin, Scan

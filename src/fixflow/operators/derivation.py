@@ -40,7 +40,8 @@ from fixflow.operators.compiler import (
     combine_plan,
     rule_rows,
 )
-from fixflow.operators.engines.kernels import Batch, Kernel, KernelUnsupported, relation_rows
+from fixflow.operators.engines.batches import Batch
+from fixflow.operators.engines.kernels import Kernel, KernelUnsupported, relation_rows
 from fixflow.operators.plan import Col, Compare, Const, Filter, Plan, relations_read
 
 Value = int | float | str

@@ -50,7 +50,8 @@ from fixflow.operators.core import (
     strategy_of,
 )
 from fixflow.operators.engines.base import MraEngine, MraState, RoundInfo
-from fixflow.operators.engines.kernels import Batch, distinct_rows, table_rows
+from fixflow.operators.engines.batches import Batch, table_rows
+from fixflow.operators.engines.kernels import distinct_rows
 from fixflow.operators.engines.modes import UnknownEngine, engine_for
 from fixflow.operators.local import (
     local_rows,

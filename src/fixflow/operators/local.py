@@ -47,18 +47,9 @@ from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import combine_plan
 from fixflow.operators.core import StratumRun
 from fixflow.operators.engines.async_support import stage_params
-from fixflow.operators.engines.kernels import (
-    ARROW_TYPES,
-    NUMPY_TYPES,
-    Batch,
-    HeldKeys,
-    JoinIndex,
-    Kernel,
-    anti_join,
-    concat,
-    relation_rows,
-    table_rows,
-)
+from fixflow.operators.engines.batches import ARROW_TYPES, NUMPY_TYPES, Batch, concat, table_rows
+from fixflow.operators.engines.joins import HeldKeys, JoinIndex, anti_join
+from fixflow.operators.engines.kernels import Kernel, relation_rows
 from fixflow.operators.engines.mra_bootstrap import (
     Stage,
     StageRule,

@@ -43,14 +43,9 @@ from fixflow.operators.engines.async_support import (
     stage_params,
 )
 from fixflow.operators.engines.base import RoundInfo
-from fixflow.operators.engines.kernels import (
-    Batch,
-    JoinIndex,
-    Kernel,
-    anti_join,
-    concat,
-    table_rows,
-)
+from fixflow.operators.engines.batches import Batch, concat, table_rows
+from fixflow.operators.engines.joins import JoinIndex, anti_join
+from fixflow.operators.engines.kernels import Kernel
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
 from fixflow.operators.engines.shard_loop import DESTINATION, ShardLoop
 from fixflow.operators.engines.shard_table import LocalTable

@@ -34,6 +34,7 @@ from fixflow.operators.core import EvalOptions, StratumView
 from fixflow.operators.engines import kernels
 from fixflow.operators.engines.async_support import shard_keys
 from fixflow.operators.engines.async_support import unsupported as stage_unsupported
+from fixflow.operators.engines.batches import Batch
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.epoch import UpdateContext
 from fixflow.operators.memory_model import resolved_local_rows
@@ -63,8 +64,8 @@ class Reached:
     """A semi-naive loop in the driver after ``rounds`` rounds: every relation's rows and
     the delta of the last round."""
 
-    full: Mapping[str, kernels.Batch]
-    delta: Mapping[str, kernels.Batch]
+    full: Mapping[str, Batch]
+    delta: Mapping[str, Batch]
     rounds: int
 
 

@@ -37,8 +37,8 @@ from pyspark.sql.types import BooleanType, StructField, StructType
 from fixflow.checker.ast import TypeName
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.core import EvalOptions, RoundInfo, StratumRun, StratumView
+from fixflow.operators.engines.batches import Batch, concat, table_rows
 from fixflow.operators.engines.blocks import BLOCK_ROWS, decode, encode
-from fixflow.operators.engines.kernels import Batch, concat, table_rows
 from fixflow.operators.local import LocalStratum, empty_rows, to_table
 from fixflow.operators.placement import Outgrown, inputs_of
 from fixflow.operators.spark_backend import relation_struct

@@ -21,17 +21,19 @@ operations on whole columns, never Python ``eval``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
-from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import head_columns
-from fixflow.operators.engines.key_groups import grouped_order
+from fixflow.operators.engines.batches import (
+    NUMPY_TYPES,
+    Batch,
+    concat,
+)
+from fixflow.operators.engines.joins import JoinIndex, anti_join, joined, paired
 from fixflow.operators.plan import (
     Aggregate,
     AntiJoin,
@@ -52,65 +54,6 @@ from fixflow.operators.plan import (
     Unit,
     children,
 )
-
-ANNOTATION = "@"
-"""Prefix of row annotations: carried along by every operator, never computed on."""
-
-NUMPY_TYPES = {"number": np.int64, "float": np.float64, "symbol": object}
-
-
-@dataclass
-class Batch:
-    """Equally long columns; ``valid[name]`` (absent: all valid) marks non-null values."""
-
-    n: int
-    cols: dict[str, np.ndarray] = field(default_factory=dict)
-    valid: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def take(self, index: np.ndarray) -> Batch:
-        return Batch(
-            len(index),
-            {k: v[index] for k, v in self.cols.items()},
-            {k: v[index] for k, v in self.valid.items()},
-        )
-
-    def mask(self, name: str) -> np.ndarray:
-        found = self.valid.get(name)
-        return found if found is not None else np.ones(self.n, dtype=bool)
-
-    def annotations(self) -> dict[str, np.ndarray]:
-        return {k: v for k, v in self.cols.items() if k.startswith(ANNOTATION)}
-
-
-def concat(batches: list[Batch]) -> Batch:
-    """Row-wise concatenation of batches with the same columns."""
-    if len(batches) == 1:
-        return batches[0]
-    names = list(batches[0].cols)
-    cols = {k: np.concatenate([b.cols[k] for b in batches]) for k in names}
-    masked = {k for b in batches for k in b.valid}
-    valid = {k: np.concatenate([b.mask(k) for b in batches]) for k in masked}
-    return Batch(sum(b.n for b in batches), cols, valid)
-
-
-ARROW_TYPES: dict[TypeName, pa.DataType] = {
-    "number": pa.int64(),
-    "float": pa.float64(),
-    "symbol": pa.string(),
-}
-
-
-def table_rows(table: pa.Table, types: Sequence[TypeName]) -> Batch:
-    """An Arrow table's columns (by position, cast to ``types``) as a batch, ``c0..``."""
-    batch = Batch(table.num_rows)
-    for i, (column, type_) in enumerate(zip(table.columns, types, strict=True)):
-        column = column.cast(ARROW_TYPES[type_])
-        if column.null_count:
-            batch.valid[f"c{i}"] = column.is_valid().to_numpy(zero_copy_only=False)
-            column = column.fill_null("" if type_ == "symbol" else 0)
-        values = column.to_numpy(zero_copy_only=False)
-        batch.cols[f"c{i}"] = values.astype(NUMPY_TYPES[type_], copy=False)
-    return batch
 
 
 def relation_rows(entry: RelationEntry, plan: Plan, batch: Batch) -> Batch:
@@ -294,184 +237,6 @@ def _cast(value: Value, source: str, target: str) -> Value:
     raise AssertionError(f"a cast from {source} to {target}: `unsupported` refuses it")
 
 
-# ---------------------------------------------------------------- joins
-
-
-@dataclass
-class JoinIndex:
-    """The right side of a join grouped by its join key: the rows of key code ``c`` are
-    ``order[starts[c]:starts[c + 1]]``, so a probe is a gather, O(probe rows)."""
-
-    batch: Batch
-    uniques: list[pd.Index]
-    radix: list[int]
-    combined: pd.Index
-    """The mixed-radix codes of the key combinations present, densely numbered."""
-    starts: np.ndarray
-    order: np.ndarray
-
-    @classmethod
-    def build(cls, batch: Batch, on: tuple[str, ...]) -> JoinIndex:
-        codes = np.zeros(batch.n, dtype=np.int64)
-        uniques, radix = [], []
-        for name in on:
-            column_codes, values = pd.factorize(batch.cols[name])
-            size = max(len(values), 1)
-            codes = codes * size + column_codes
-            uniques.append(pd.Index(values))
-            radix.append(size)
-        if len(on) == 1 and (codes >= 0).all():  # one column's codes are dense already
-            dense, combined = codes, pd.RangeIndex(radix[0])
-        else:
-            dense, combined = pd.factorize(codes)
-        order, starts = grouped_order(dense, len(combined))
-        return cls(batch, uniques, radix, pd.Index(combined), starts, order)
-
-    def probe(self, left: Batch, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """(left rows, right rows) of every matching pair."""
-        if len(self.combined) == 0:  # an empty right side matches nothing
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        codes, found = self._lookup(left, on)
-        lo, hi = self.starts[codes], self.starts[codes + 1]
-        counts = np.where(found, hi - lo, 0)
-        total = int(counts.sum())
-        left_rows = np.repeat(np.arange(left.n), counts)
-        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
-        right_rows = self.order[np.arange(total) + starts]
-        return left_rows, right_rows
-
-    def matches(self, left: Batch, on: tuple[str, ...]) -> np.ndarray:
-        """Whether each left row has a matching right row (a null key matches nothing)."""
-        return self._lookup(left, on)[1]
-
-    def _lookup(self, left: Batch, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-        """Per left row: the dense code of its key combination (0 where absent) and whether
-        the right side has it (a null key never does).
-
-        Each column after the first is looked up only for the rows still found: removing
-        500 facts from a 10M-row copy hashed 3 × 10M values where the first column's
-        10M leave a few thousand."""
-        live: np.ndarray | None = None  # None: every left row
-        codes = np.zeros(left.n, dtype=np.int64)
-        for name, index, size in zip(on, self.uniques, self.radix, strict=True):
-            values, valid = left.cols[name], left.valid.get(name)
-            if live is not None:
-                values = values[live]
-                valid = None if valid is None else valid[live]
-            column_codes = index.get_indexer(values)
-            ok = column_codes >= 0 if valid is None else (column_codes >= 0) & valid
-            if ok.all():  # nothing to leave out (a frontier probing its edges, mostly)
-                codes = codes * size + column_codes
-                continue
-            kept = np.flatnonzero(ok)
-            live = kept if live is None else live[kept]
-            codes = codes[kept] * size + column_codes[kept]
-        dense = self.combined.get_indexer(codes)
-        hit = dense >= 0
-        if live is None:
-            return np.where(hit, dense, 0), hit
-        found = np.zeros(left.n, dtype=bool)
-        found[live[hit]] = True
-        out = np.zeros(left.n, dtype=np.int64)
-        out[live[hit]] = dense[hit]
-        return out, found
-
-
-def anti_join(left: Batch, right: Batch, on: tuple[str, ...]) -> Batch:
-    """The rows of ``left`` without a match in ``right`` on ``on`` (Spark's left anti
-    equi-join: a null key matches nothing); on no columns, all of ``left`` when ``right``
-    is empty, else none."""
-    if not on:
-        return left if right.n == 0 else left.take(np.zeros(0, dtype=np.int64))
-    keyed = np.ones(right.n, dtype=bool)
-    for name in on:
-        keyed &= right.mask(name)
-    index = JoinIndex.build(right.take(np.flatnonzero(keyed)), on)
-    return left.take(np.flatnonzero(~index.matches(left, on)))
-
-
-SMALL_RUN = 16_384
-"""Held rows indexed again as one run rather than kept as another while they are this few
-(probing one more run costs about as much as indexing 16k rows again)."""
-
-
-class HeldKeys:
-    """The keys of rows a loop holds, for anti-joins round after round: runs of rows whose
-    sizes at least double from the newest to the oldest, merged when they would not, each
-    indexed when first probed (a log-structured merge, like Differential Dataflow's
-    spine). Adding a round's rows costs amortized O(rows · log held), a probe O(rows ·
-    runs), where indexing every held row each round made a 1,000-round reachability of
-    280k nodes spend 9.5 s in anti-joins. A row with a null key is never held (it matches
-    nothing, as in ``anti_join``)."""
-
-    def __init__(self, on: tuple[str, ...], small: int = SMALL_RUN) -> None:
-        self.on = on
-        self.small = small
-        """Runs of at most this many rows together are one run (``SMALL_RUN``)."""
-        self.runs: list[Batch] = []
-        self.indexes: list[JoinIndex | None] = []
-        self.rows = 0
-        """Rows added (null keys too): what a nullary relation's anti-join asks."""
-
-    def add(self, rows: Batch) -> None:
-        self.rows += rows.n
-        if not self.on:
-            return
-        keyed = np.ones(rows.n, dtype=bool)
-        for name in self.on:
-            keyed &= rows.mask(name)
-        rows = rows.take(np.flatnonzero(keyed)) if not keyed.all() else rows
-        if rows.n == 0:
-            return
-        self.runs.append(rows)
-        self.indexes.append(None)
-        while len(self.runs) > 1 and self.merges(self.runs[-2].n, self.runs[-1].n):
-            newer, older = self.runs.pop(), self.runs.pop()
-            self.runs.append(concat([older, newer]))
-            del self.indexes[-2:]
-            self.indexes.append(None)
-
-    def merges(self, older: int, newer: int) -> bool:
-        """Whether two runs of these sizes become one: the older is not twice the newer,
-        or both are so few that indexing them again costs less than probing one more."""
-        return older <= 2 * newer or older + newer <= self.small
-
-    def lacking(self, rows: Batch) -> Batch:
-        """The rows of ``rows`` whose key is not held (``anti_join`` against them all)."""
-        if not self.on:
-            return rows if self.rows == 0 else rows.take(np.zeros(0, dtype=np.int64))
-        held = np.zeros(rows.n, dtype=bool)
-        for i, run in enumerate(self.runs):
-            index = self.indexes[i]
-            if index is None:
-                index = self.indexes[i] = JoinIndex.build(run, self.on)
-            held |= index.matches(rows, self.on)
-        return rows.take(np.flatnonzero(~held))
-
-
-def _join(left: Batch, right: Batch, on: tuple[str, ...], index: JoinIndex | None) -> Batch:
-    if on:
-        index = index if index is not None else JoinIndex.build(right, on)
-        left_rows, right_rows = index.probe(left, on)
-    else:
-        left_rows = np.repeat(np.arange(left.n), right.n)
-        right_rows = np.tile(np.arange(right.n), left.n)
-    return _paired(left, right, left_rows, right_rows)
-
-
-def _paired(left: Batch, right: Batch, left_rows: np.ndarray, right_rows: np.ndarray) -> Batch:
-    """The joined rows of (left row, right row) pairs: the left's columns, then the
-    right's it lacks."""
-    out = left.take(left_rows)
-    picked = right.take(right_rows)
-    for name, values in picked.cols.items():
-        if name not in out.cols:
-            out.cols[name] = values
-            if name in picked.valid:
-                out.valid[name] = picked.valid[name]
-    return out
-
-
 # ---------------------------------------------------------------- operators
 
 
@@ -621,13 +386,13 @@ class Kernel:
         left, right, on = join.left, join.right, join.on
         index = self.indexes.get(id(join)) or self._kept_index(join, right, sources)
         if index is not None:
-            return _join(self._run(left, sources), index.batch, on, index)
+            return joined(self._run(left, sources), index.batch, on, index)
         kept = self._kept_index(join, left, sources)
         if kept is None:
-            return _join(self._run(left, sources), self._run(right, sources), on, None)
+            return joined(self._run(left, sources), self._run(right, sources), on, None)
         right_batch = self._run(right, sources)
         right_rows, left_rows = kept.probe(right_batch, on)
-        return _paired(kept.batch, right_batch, left_rows, right_rows)
+        return paired(kept.batch, right_batch, left_rows, right_rows)
 
     def _kept_index(
         self, join: Join, side: Plan, sources: Mapping[tuple[str, str], Batch]

@@ -28,8 +28,9 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from fixflow.operators.engines.batches import Batch, concat
 from fixflow.operators.engines.blocks import BLOB, decode, layout_rows
-from fixflow.operators.engines.kernels import Batch, Kernel, concat
+from fixflow.operators.engines.kernels import Kernel
 from fixflow.operators.engines.shard_table import LocalTable, StageParams, numpy_type
 
 STATE, MESSAGE, AUX, STATS = 0, 1, 2, 3

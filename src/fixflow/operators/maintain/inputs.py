@@ -21,7 +21,8 @@ from fixflow.operators.core import (
     extended,
     segments_full,
 )
-from fixflow.operators.engines.kernels import Batch, distinct_rows, table_rows
+from fixflow.operators.engines.batches import Batch, table_rows
+from fixflow.operators.engines.kernels import distinct_rows
 from fixflow.operators.epoch import Delta, stored_delta
 from fixflow.operators.evaluate import Input
 from fixflow.operators.lazy_frame import LazyFrame

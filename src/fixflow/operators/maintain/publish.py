@@ -10,7 +10,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from fixflow.operators.engines.kernels import Batch, anti_join
+from fixflow.operators.engines.batches import Batch
+from fixflow.operators.engines.joins import anti_join
 from fixflow.operators.epoch import Delta
 from fixflow.operators.lazy_frame import deferred
 from fixflow.operators.local import arrow_frame, to_table

@@ -30,7 +30,7 @@ from fixflow.operators.derivation import (
     python_value,
     render,
 )
-from fixflow.operators.engines.kernels import Batch, table_rows
+from fixflow.operators.engines.batches import Batch, table_rows
 from fixflow.pipeline.errors import UserFacingError
 from fixflow.pipeline.lake.lakehouse import (
     ProgramLake,
