@@ -5,6 +5,7 @@ reach the driver gives up quietly, and a closed listener passes nothing on."""
 from __future__ import annotations
 
 import time
+from contextlib import closing
 
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.task_progress import SEND_EVERY_S, RoundListener, RoundSender
@@ -18,7 +19,7 @@ def _wait_for(predicate: object, seconds: float = 5.0) -> None:
 
 def test_rounds_reach_the_driver_in_order_throttled() -> None:
     seen: list[RoundInfo] = []
-    with RoundListener("localhost", seen.append) as listener:
+    with closing(RoundListener("localhost", seen.append)) as listener:
         sender = RoundSender(listener.address)
         sender(RoundInfo(1, 10, None))
         sender(RoundInfo(2, 9, None))  # within SEND_EVERY_S of the first: not sent

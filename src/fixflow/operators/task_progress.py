@@ -23,7 +23,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 from fixflow.operators.engines.base import RoundInfo
 from fixflow.operators.engines.shard_exchange import (
@@ -46,7 +45,8 @@ Address = tuple[str, int]
 
 class RoundListener:
     """In the driver, for one job: rounds the job's task sends, passed to ``on_round``
-    until ``close`` (after it, none is: the stratum may have moved on)."""
+    until ``close`` (after it, none is: the stratum may have moved on). Use it as
+    ``contextlib.closing(RoundListener(...))``."""
 
     def __init__(self, host: str, on_round: Callable[[RoundInfo], None]) -> None:
         self.on_round = on_round
@@ -56,17 +56,6 @@ class RoundListener:
         self.lock = threading.Lock()
         self.open = True
         accept_each(self.server, self._read, "task-rounds")
-
-    def __enter__(self) -> RoundListener:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _read(self, connection: socket.socket) -> None:
         with self.lock:

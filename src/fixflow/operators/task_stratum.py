@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, replace
 from functools import partial, reduce
 
@@ -107,7 +108,7 @@ def run_in_task(run: StratumRun, limit: int) -> TaskRun:
     """Run ``run``'s stratum in one task (the module's docstring), ``limit`` rows at most;
     how it ended (``TaskRun``)."""
     host = run.spark.conf.get("spark.driver.host") or "localhost"
-    with RoundListener(host, run.round) as listener:
+    with closing(RoundListener(host, run.round)) as listener:
         return _ran(run, limit, listener.address)
 
 
