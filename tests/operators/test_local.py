@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from fixflow.checker import load
 from fixflow.checker.model import Report, Stratum
+from fixflow.operators import local
 from fixflow.operators.engines.async_support import unsupported
 from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.engines.batches import Batch
@@ -298,3 +299,77 @@ def test_an_mra_stratum_that_outgrows_the_limit_runs_on_spark(spark: SparkSessio
     assert small == grown and len(grown["path"]) == 465
     assert in_driver.stats[0].local and in_driver.stats[0].jobs == 0
     assert not on_spark.stats[0].local and on_spark.stats[0].jobs > 0
+
+
+APSP = """
+.decl edge(x: number, y: number, w: number)
+.input edge
+.decl path(x: number, y: number, d: number)
+.output path
+path(x, y, min[d]) :- edge(x, y, d).
+path(x, y, min[d]) :- path(x, z, d1), path(z, y, d2), d = d1 + d2.
+"""
+
+TC_SQUARED = """
+.decl edge(x: number, y: number, w: number)
+.input edge
+.decl path(x: number, y: number)
+.output path
+path(x, y) :- edge(x, y, _).
+path(x, y) :- path(x, z), path(z, y).
+"""
+
+
+def _shortest(edges: list[tuple[int, int, int]], nodes: int) -> dict[tuple[int, int], int]:
+    """Floyd–Warshall over paths of at least one edge: the oracle of ``APSP``."""
+    inf = 10**9
+    best = [[inf] * nodes for _ in range(nodes)]
+    for x, y, w in edges:
+        best[x][y] = min(best[x][y], w)
+    for z in range(nodes):
+        for x in range(nodes):
+            for y in range(nodes):
+                best[x][y] = min(best[x][y], best[x][z] + best[z][y])
+    return {(x, y): best[x][y] for x in range(nodes) for y in range(nodes) if best[x][y] < inf}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_round_reads_a_large_delta_in_slices_with_the_same_rows(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """With slices of a few candidates, a non-linear min recursion and a non-linear set
+    recursion read each round's delta in many slices, hold a fraction of the rows at once,
+    and give what the oracle does."""
+    rng = np.random.default_rng(seed)
+    nodes = 24
+    edges = sorted(
+        {(int(x), int(y), int(rng.integers(1, 9))) for x, y in rng.integers(0, nodes, (60, 2))}
+    )
+    shortest = _shortest(edges, nodes)
+    widest: dict[bool, int] = {}
+    for sliced in (False, True):
+        if sliced:
+            monkeypatch.setattr(local, "SLICE_CANDIDATES", 40)
+            monkeypatch.setattr(local, "FIRST_SLICE", 2)
+        seen = _widest_derivations(monkeypatch)
+        rows, evaluation = run(spark, APSP, {"edge": edges}, local_rows=LOCAL)
+        assert evaluation.stats[0].local
+        assert {(x, y): d for x, y, d in rows["path"]} == shortest
+        closure, _ = run(spark, TC_SQUARED, {"edge": edges}, local_rows=LOCAL)
+        assert closure["path"] == set(shortest)
+        widest[sliced] = max(seen)
+    assert widest[True] * 4 < widest[False]
+
+
+def _widest_derivations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The most rows a kernel run held, per ``LocalStratum.derive`` from now on."""
+    seen: list[int] = []
+    derive = local.LocalStratum.derive
+
+    def recorded(self: local.LocalStratum, relation: str, plans: object) -> Batch:
+        rows = derive(self, relation, plans)  # type: ignore[arg-type]
+        seen.append(self.widest)
+        return rows
+
+    monkeypatch.setattr(local.LocalStratum, "derive", recorded)
+    return seen

@@ -31,7 +31,7 @@ on every example program).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -44,7 +44,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from fixflow.checker import ast
 from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
-from fixflow.operators.compiler import combine_plan
+from fixflow.operators.compiler import combine_plan, head_columns
 from fixflow.operators.core import StratumRun
 from fixflow.operators.engines.async_support import stage_params
 from fixflow.operators.engines.batches import ARROW_TYPES, NUMPY_TYPES, Batch, concat, table_rows
@@ -58,11 +58,16 @@ from fixflow.operators.engines.mra_bootstrap import (
     round_ordered,
 )
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
-from fixflow.operators.engines.shard_loop import DESTINATION, ShardLoop, valid_candidates
+from fixflow.operators.engines.shard_loop import (
+    DESTINATION,
+    SLICE_CANDIDATES,
+    ShardLoop,
+    valid_candidates,
+)
 from fixflow.operators.engines.shard_table import LocalTable
 from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.placement import Outgrown, Reached, bootstrap_method
-from fixflow.operators.plan import Plan, relations_read
+from fixflow.operators.plan import Plan, Scan, relations_read, scans
 from fixflow.operators.spark_backend import relation_struct
 from fixflow.operators.strategies import naive
 from fixflow.operators.strategies.aggregate_seminaive import growth_for
@@ -169,6 +174,10 @@ class LocalStratum:
         self.kernels: dict[Plan, Kernel] = {}
         """A round's plans compiled once for the loop: each keeps its joins' indexes of
         sources that do not change between rounds (``Kernel.kept``)."""
+        self.widest = 0
+        """The most rows one operator of the last ``derive`` held (``Kernel.widest``)."""
+        self.slice_rows: dict[str, int] = {}
+        """Per relation, the rows of its delta the last slice of ``bounded`` would read."""
         """The round cap stopped the stratum before its fixpoint (its rows are partial)."""
 
     def bootstrap(self) -> tuple[dict[str, Batch], int]:
@@ -253,15 +262,62 @@ class LocalStratum:
         """The derived rows that are new: tuples not held yet (set; count/sum/mean, whose
         rounds recompute every group: ``RecomputingGrowth``), or groups whose value
         improves on the held one (min/max, ``rounds.improves``)."""
-        derived = self.derive(relation, plans)
         entry = self.run.entry(relation)
         if entry.aggregate is None:
+            derived = self.bounded(relation, plans)
             return self.held_keys(relation, tuple(derived.cols)).lacking(derived)
         if entry.aggregate not in ("min", "max"):
+            derived = self.derive(relation, plans)
             return anti_join(derived, self.full[relation], tuple(derived.cols))
         assert entry.value_pos is not None
         value = f"c{entry.value_pos}"
+        derived = self.bounded(relation, plans)
         return improved(derived, self.full[relation], _keys(entry), value, entry.aggregate)
+
+    def bounded(self, relation: str, plans: Sequence[Plan]) -> Batch:
+        """``derive`` of a set or min/max relation, reading the round's delta in slices so
+        that a kernel run holds about ``SLICE_CANDIDATES`` rows (the slices sized by the
+        rows the last one held), the slices' rows combined by G again (``recombined``):
+        joining a large delta with a relation's every row (``path(X, Z), path(Z, Y)`` on a
+        900-node grid) made ~10^8 candidates in one run, past 23 GB. Plans that do not
+        read exactly one delta each run whole."""
+        deltas = [[r for r, v in scans(plan) if v == "delta"] for plan in plans]
+        if not plans or any(len(read) != 1 for read in deltas):
+            return self.derive(relation, plans)
+        by_delta: dict[str, list[Plan]] = {}
+        for plan, (delta,) in zip(plans, deltas, strict=True):
+            by_delta.setdefault(delta, []).append(plan)
+        parts: list[Batch] = []
+        for delta, group in by_delta.items():
+            for part in self._slices(relation, group, delta):
+                parts.append(part)
+                if len(parts) > 1 and sum(p.n for p in parts) > SLICE_CANDIDATES:
+                    parts = [self.recombined(relation, parts)]
+        return parts[0] if len(parts) == 1 else self.recombined(relation, parts)
+
+    def _slices(self, relation: str, plans: list[Plan], delta: str) -> Iterator[Batch]:
+        """``derive`` over consecutive slices of ``delta``'s rows (one, when it is small)."""
+        rows, whole = self.slice_rows.get(delta, FIRST_SLICE), self.delta[delta]
+        start = 0
+        try:
+            while True:
+                stop = whole.n if whole.n - start <= rows else start + rows
+                self.delta[delta] = whole if stop - start == whole.n else _rows(whole, start, stop)
+                yield self.derive(relation, plans)
+                rows = max(1, (stop - start) * SLICE_CANDIDATES // max(self.widest, 1))
+                start = stop
+                if start >= whole.n:
+                    break
+        finally:
+            self.delta[delta] = whole
+        self.slice_rows[delta] = rows
+
+    def recombined(self, relation: str, parts: list[Batch]) -> Batch:
+        """G over rows that G gave already: a set's distinct union, each group's best."""
+        entry = self.run.entry(relation)
+        scan = Scan(relation, "delta", head_columns(len(entry.types)), entry.types)
+        plan = combine_plan(entry, [scan])
+        return relation_rows(entry, plan, Kernel(plan).run({(relation, "delta"): concat(parts)}))
 
     def grown(self, relation: str, new: Batch) -> Batch:
         """The relation with the round's new rows: improved groups replace their rows."""
@@ -281,7 +337,9 @@ class LocalStratum:
         kernel = self.kernels.get(plan)
         if kernel is None:
             kernel = self.kernels[plan] = Kernel(plan)
-        return relation_rows(entry, plan, kernel.run(self.sources(plan)))
+        rows = relation_rows(entry, plan, kernel.run(self.sources(plan)))
+        self.widest = kernel.widest
+        return rows
 
     def sources(self, plan: Plan) -> dict[tuple[str, str], Batch]:
         found: dict[tuple[str, str], Batch] = {}
@@ -438,6 +496,22 @@ def _measure(func: str, change: np.ndarray) -> float:
         case "count":
             return float(np.count_nonzero(change))
     return float(change.mean())
+
+
+FIRST_SLICE = 8_192
+"""The delta rows a loop's first slice reads (``LocalStratum.bounded``), before the rows a
+slice held are known (then each slice is sized by the last one's): a round of fewer runs
+whole, as every round of a road grid's reachability (hundreds of rows) does; a fan-out of
+up to ~120 rows per delta row keeps it within ``SLICE_CANDIDATES``."""
+
+
+def _rows(batch: Batch, start: int, stop: int) -> Batch:
+    """Rows ``start..stop`` of ``batch``, as views."""
+    return Batch(
+        stop - start,
+        {k: v[start:stop] for k, v in batch.cols.items()},
+        {k: v[start:stop] for k, v in batch.valid.items()},
+    )
 
 
 def _keys(entry: RelationEntry) -> tuple[str, ...]:

@@ -280,6 +280,11 @@ def explain(plan: Plan, indent: int = 0) -> str:
 
 def relations_read(plan: Plan) -> set[tuple[str, Version]]:
     """Every (relation, version) the plan scans."""
+    return set(scans(plan))
+
+
+def scans(plan: Plan) -> list[tuple[str, Version]]:
+    """The (relation, version) of every scan under ``plan``, once per scan."""
     if isinstance(plan, Scan):
-        return {(plan.relation, plan.version)}
-    return set().union(*(relations_read(c) for c in children(plan)))
+        return [(plan.relation, plan.version)]
+    return [key for child in children(plan) for key in scans(child)]

@@ -53,6 +53,7 @@ from fixflow.operators.plan import (
     Union,
     Unit,
     children,
+    scans,
 )
 
 
@@ -325,6 +326,8 @@ class Kernel:
         if reason is not None:
             raise KernelUnsupported(reason)
         self.plan = plan
+        self.widest = 0
+        """The most rows one operator of the last run produced (what it held at once)."""
         self.indexes: dict[int, JoinIndex] = {}
         self.kept: dict[tuple[int, int], tuple[tuple[Batch, ...], JoinIndex | None]] = {}
         """Per (join, side): the source batches the side read last, and its index once two
@@ -344,9 +347,15 @@ class Kernel:
             self._prepare(child, sources)
 
     def run(self, sources: Mapping[tuple[str, str], Batch]) -> Batch:
+        self.widest = 0
         return self._run(self.plan, sources)
 
     def _run(self, plan: Plan, sources: Mapping[tuple[str, str], Batch]) -> Batch:
+        out = self._operator(plan, sources)
+        self.widest = max(self.widest, out.n)
+        return out
+
+    def _operator(self, plan: Plan, sources: Mapping[tuple[str, str], Batch]) -> Batch:
         match plan:
             case Scan():
                 return _scan(plan, sources)
@@ -401,7 +410,7 @@ class Kernel:
         (built then and kept while they stay the same); None before, or once one changed."""
         if not join.on:
             return None
-        read = tuple(sources[key] for key in _sources_read(side))
+        read = tuple(sources[key] for key in scans(side))
         key = (id(join), id(side))
         held = self.kept.get(key)
         if held is None or not _same(held[0], read):
@@ -414,13 +423,6 @@ class Kernel:
 
 def _same(before: tuple[Batch, ...], now: tuple[Batch, ...]) -> bool:
     return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
-
-
-def _sources_read(plan: Plan) -> list[tuple[str, str]]:
-    """The (relation, version) of every scan under ``plan``."""
-    if isinstance(plan, Scan):
-        return [(plan.relation, plan.version)]
-    return [key for child in children(plan) for key in _sources_read(child)]
 
 
 def _scan(scan: Scan, sources: Mapping[tuple[str, str], Batch]) -> Batch:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fixflow.operators.engines.key_groups import distinct_rows, group_starts
+from fixflow.operators.engines.key_groups import KeyPacking, distinct_rows, group_starts
 from fixflow.operators.plan import Plan
 from fixflow.operators.thresholds import FRONTIER_SCAN_SHARE, SLOT_SORT_SHARE
 
@@ -81,6 +81,9 @@ class LocalTable:
         """``delta``: (pending flags, pending deltas); ``wits``: the witness columns and,
         last, whether each row has a witness (a key seeded by X⁰ or C has none)."""
         self.params = params
+        self.packing = KeyPacking.fitting(keys) if len(keys) > 1 else None
+        """How a key of several integer columns is one int64 (None: one column, or
+        tuples, compared in Python)."""
         order = np.argsort(self._sort_key(keys), kind="stable")
         self.columns = [c[order] for c in keys]
         self.sort_key = self._sort_key(self.columns)
@@ -113,10 +116,13 @@ class LocalTable:
     def _wit_types(self) -> tuple[str, ...]:
         return self.params.key_types if self.params.witness else ()
 
-    @staticmethod
-    def _sort_key(keys: list[np.ndarray]) -> np.ndarray:
+    def _sort_key(self, keys: list[np.ndarray]) -> np.ndarray:
+        """The keys as one sortable column: itself, packed codes (each key inside the
+        packing: ``_fit``) or tuples."""
         if len(keys) == 1:
             return keys[0]
+        if self.packing is not None:
+            return self.packing.codes(keys)
         out = np.empty(len(keys[0]), dtype=object)
         out[:] = list(zip(*keys, strict=True))
         return out
@@ -134,6 +140,7 @@ class LocalTable:
         first = distinct_rows(keys)
         keys = [k[first] for k in keys]
         new = self.positions(keys) < 0
+        self._fit(keys)
         unique = self._sort_key(keys)
         values = np.zeros(int(new.sum()), dtype=self.acc.dtype)
         where = np.searchsorted(self.sort_key, unique[new])
@@ -147,11 +154,26 @@ class LocalTable:
             if self._index is None:
                 self._index = pd.Index(self.sort_key)
             return self._index.get_indexer(keys[0])
+        inside = None if self.packing is None else self.packing.inside(keys)
+        if inside is not None and not inside.all():  # keys outside the packing are absent
+            pos = np.full(len(inside), -1, dtype=np.int64)
+            pos[inside] = self.positions([k[inside] for k in keys])
+            return pos
         sort_key = self._sort_key(keys)
         pos = np.searchsorted(self.sort_key, sort_key)
         found = pos < len(self)
         found[found] = self.sort_key[pos[found]] == sort_key[found]
         return np.where(found, pos, -1)
+
+    def _fit(self, keys: list[np.ndarray]) -> None:
+        """Pack again when ``keys`` (about to be inserted) fall outside the packing: the
+        order of the rows stays, their codes change."""
+        if self.packing is None or self.packing.inside(keys).all():
+            return
+        both = [np.concatenate([c, k]) for c, k in zip(self.columns, keys, strict=True)]
+        self.packing = KeyPacking.fitting(both)
+        self.sort_key = self._sort_key(self.columns)
+        self._index = None
 
     def merge(self, keys: list[np.ndarray], values: np.ndarray, wits: list[np.ndarray]) -> int:
         """acc ← G(acc, candidates): improved (min/max) or changed (sum) keys become
@@ -170,6 +192,7 @@ class LocalTable:
         touched = self._update_existing(pos[found], values[found], [w[found] for w in wits])
         new = ~found
         fresh = [k[new] for k in keys]
+        self._fit(fresh)
         where = np.searchsorted(self.sort_key, self._sort_key(fresh))
         self._insert(where, fresh, values[new], [w[new] for w in wits])
         return touched + int(new.sum())
