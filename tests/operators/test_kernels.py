@@ -10,12 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fixflow.checker import load
+from fixflow.operators.engines import kernels
 from fixflow.operators.engines.batches import Batch, concat
 from fixflow.operators.engines.joins import HeldKeys, anti_join
 from fixflow.operators.engines.kernels import Kernel, evaluate_expr, unsupported
+from fixflow.operators.engines.key_groups import KeyPacking
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.engines.shard_table import _slots
-from fixflow.operators.plan import Arith, Col, Const, Func, Join, Scan
+from fixflow.operators.plan import Aggregate, Arith, Col, Const, Func, Join, Scan
 
 SSSP = """
 .decl edge(src: number, dst: number, w: float)
@@ -162,3 +164,47 @@ def test_a_join_index_is_kept_while_its_source_stays_and_dropped_when_it_changes
             out = kernel.run({("reach", "delta"): delta, ("edge", "full"): edges})
             assert _rows(out, ("X", "Y")) == expected, (plan, frontier)
         assert any(index is not None for _, index in kernel.kept.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.one_of(st.integers(-3, 3), st.integers(-(2**62), 2**62)),
+            st.integers(-3, 3),
+            st.one_of(st.integers(-50, 50), st.integers(-(2**40), 2**40)),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    func=st.sampled_from(["min", "max", "count", "sum"]),
+    width=st.sampled_from([1, 2]),
+    floats=st.booleans(),
+)
+def test_an_aggregate_over_integer_keys_is_what_pandas_group_by_gives(
+    rows: list[tuple[int, int, int]], func: str, width: int, floats: bool
+) -> None:
+    """The hashed group-by (``kernels._by_integer_keys``: one key column, or two packed
+    into one while they fit) against the pandas group-by it stands in for, row for row."""
+    columns = [np.array(c, dtype=np.int64) for c in zip(*rows, strict=True)]
+    if floats:
+        columns[2] = columns[2].astype(np.float64)
+    batch = Batch(len(rows), {"k0": columns[0], "k1": columns[1], "v": columns[2]})
+    scan = Scan(
+        "r", "full", ("k0", "k1", "v"), ("number", "number", "float" if floats else "number")
+    )
+    type_ = "number" if func == "count" or not floats else "float"
+    plan = Aggregate(scan, ("k0", "k1")[:width], func, "v", "out", type_)  # type: ignore[arg-type]
+    fast = kernels._by_integer_keys(plan, batch)
+    if func == "sum" and floats:
+        assert fast is None  # a float sum's rounding is pandas'
+        return
+    packed = KeyPacking.fitting(columns[:width])
+    assert (fast is None) == (width == 2 and packed is None)  # wider than 62 bits: pandas
+    if fast is None:
+        return
+    slow = kernels._by_pandas(plan, batch)
+    names = [*plan.group_by, "out"]
+    assert sorted(zip(*(fast.cols[n].tolist() for n in names), strict=True)) == sorted(
+        zip(*(slow.cols[n].tolist() for n in names), strict=True)
+    )

@@ -91,6 +91,14 @@ class KeyPacking:
             ok &= (column >= low) & (column < low + span)
         return ok
 
+    def columns(self, codes: np.ndarray) -> list[np.ndarray]:
+        """The key columns of ``codes`` (``codes``' inverse)."""
+        digits = []
+        for low, span in zip(reversed(self.lows), reversed(self.spans), strict=True):
+            codes, digit = np.divmod(codes, span)
+            digits.append(digit + low)
+        return digits[::-1]
+
     def codes(self, columns: list[np.ndarray]) -> np.ndarray:
         """The keys' codes (each key ``inside``)."""
         code = np.zeros(len(columns[0]), dtype=np.int64)
