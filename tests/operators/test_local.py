@@ -301,7 +301,7 @@ def test_an_mra_stratum_that_outgrows_the_limit_runs_on_spark(spark: SparkSessio
     assert not on_spark.stats[0].local and on_spark.stats[0].jobs > 0
 
 
-APSP = """
+APSP_SQUARED = """
 .decl edge(x: number, y: number, w: number)
 .input edge
 .decl path(x: number, y: number, d: number)
@@ -321,7 +321,7 @@ path(x, y) :- path(x, z), path(z, y).
 
 
 def _shortest(edges: list[tuple[int, int, int]], nodes: int) -> dict[tuple[int, int], int]:
-    """Floyd–Warshall over paths of at least one edge: the oracle of ``APSP``."""
+    """Floyd–Warshall over paths of at least one edge: the oracle of ``APSP_SQUARED``."""
     inf = 10**9
     best = [[inf] * nodes for _ in range(nodes)]
     for x, y, w in edges:
@@ -352,7 +352,7 @@ def test_a_round_reads_a_large_delta_in_slices_with_the_same_rows(
             monkeypatch.setattr(local, "SLICE_CANDIDATES", 40)
             monkeypatch.setattr(local, "FIRST_SLICE", 2)
         seen = _widest_derivations(monkeypatch)
-        rows, evaluation = run(spark, APSP, {"edge": edges}, local_rows=LOCAL)
+        rows, evaluation = run(spark, APSP_SQUARED, {"edge": edges}, local_rows=LOCAL)
         assert evaluation.stats[0].local
         assert {(x, y): d for x, y, d in rows["path"]} == shortest
         closure, _ = run(spark, TC_SQUARED, {"edge": edges}, local_rows=LOCAL)
