@@ -71,9 +71,12 @@ collecting it (bench/SCALE_RESULTS.md); a task holds at most this many rows besi
 TASK_LOOP_ROWS = 20_000_000
 """The rows a ``set``, ``aggregate-seminaive`` or ``naive`` stratum's loop may hold in one
 Spark task (``EvalOptions.task_rows``, ``operators.task_stratum``) before Spark continues it
-a job a round. Not a measured crossover: a bound on one Python worker's memory (a row of
-two numbers costs ~16 bytes a copy, and a round holds a few copies), as ``local_rows``
-bounds the driver's."""
+a job a round. Not a time crossover (one task was faster in every case measured,
+bench/FORMS_RESULTS.md, 2026-12-06): a bound on one Python worker's memory, as
+``local_rows`` bounds the driver's. Measured: TC of a 10k-node DAG (3.7M pairs of numbers,
+``bench_forms.py --graphs dag_10k --programs tc``) peaked at 0.98 GB against 0.25 GB for a
+152k-pair one, ~200 bytes a held row with the held keys' indexes and a round's slices
+(``LocalStratum.bounded``), so 20M rows is ~4 GB of one worker."""
 
 TASK_READ_ROWS = 1_000_000
 """A facts file of more rows (estimated from its size) than the driver holds is read by
