@@ -28,6 +28,7 @@ from reference.golden import compare_rows, load_golden
 
 from .helpers import edb_frames, report_of, run
 from .test_golden import CASES, PROGRAMS
+from .test_strategies import APSP as APSP_SQUARED
 
 LOCAL = 100_000
 
@@ -301,15 +302,6 @@ def test_an_mra_stratum_that_outgrows_the_limit_runs_on_spark(spark: SparkSessio
     assert not on_spark.stats[0].local and on_spark.stats[0].jobs > 0
 
 
-APSP_SQUARED = """
-.decl edge(x: number, y: number, w: number)
-.input edge
-.decl path(x: number, y: number, d: number)
-.output path
-path(x, y, min[d]) :- edge(x, y, d).
-path(x, y, min[d]) :- path(x, z, d1), path(z, y, d2), d = d1 + d2.
-"""
-
 TC_SQUARED = """
 .decl edge(x: number, y: number, w: number)
 .input edge
@@ -352,7 +344,8 @@ def test_a_round_reads_a_large_delta_in_slices_with_the_same_rows(
             monkeypatch.setattr(local, "SLICE_CANDIDATES", 40)
             monkeypatch.setattr(local, "FIRST_SLICE", 2)
         seen = _widest_derivations(monkeypatch)
-        rows, evaluation = run(spark, APSP_SQUARED, {"edge": edges}, local_rows=LOCAL)
+        weighted = [(x, y, float(w)) for x, y, w in edges]
+        rows, evaluation = run(spark, APSP_SQUARED, {"warc": weighted}, local_rows=LOCAL)
         assert evaluation.stats[0].local
         assert {(x, y): d for x, y, d in rows["path"]} == shortest
         closure, _ = run(spark, TC_SQUARED, {"edge": edges}, local_rows=LOCAL)
