@@ -168,6 +168,7 @@ class LocalStratum:
         (``witnessed_rows``), as a stream's retraction needs them."""
         self.limit = limit
         self.capped = False
+        """The round cap stopped the stratum before its fixpoint (its rows are partial)."""
         self.held: dict[str, tuple[Batch, HeldKeys]] = {}
         """Per set relation of a semi-naive loop: the rows ``full`` held when its keys were
         last added, and those keys (``new_rows`` anti-joins a round against them)."""
@@ -178,7 +179,6 @@ class LocalStratum:
         """The most rows one operator of the last ``derive`` held (``Kernel.widest``)."""
         self.slice_rows: dict[str, int] = {}
         """Per relation, the rows of its delta the last slice of ``bounded`` would read."""
-        """The round cap stopped the stratum before its fixpoint (its rows are partial)."""
 
     def bootstrap(self) -> tuple[dict[str, Batch], int]:
         """Every relation of the stratum, and the rounds it took (``placement.place`` has
