@@ -302,7 +302,7 @@ class LocalStratum:
         try:
             while True:
                 stop = whole.n if whole.n - start <= rows else start + rows
-                self.delta[delta] = whole if stop - start == whole.n else _rows(whole, start, stop)
+                self.delta[delta] = whole if stop - start == whole.n else whole.rows(start, stop)
                 yield self.derive(relation, plans)
                 rows = max(1, (stop - start) * SLICE_CANDIDATES // max(self.widest, 1))
                 start = stop
@@ -317,7 +317,8 @@ class LocalStratum:
         entry = self.run.entry(relation)
         scan = Scan(relation, "delta", head_columns(len(entry.types)), entry.types)
         plan = combine_plan(entry, [scan])
-        return relation_rows(entry, plan, Kernel(plan).run({(relation, "delta"): concat(parts)}))
+        rows = self.kernel(plan).run({(relation, "delta"): concat(parts)})
+        return relation_rows(entry, plan, rows)
 
     def grown(self, relation: str, new: Batch) -> Batch:
         """The relation with the round's new rows: improved groups replace their rows."""
@@ -334,12 +335,17 @@ class LocalStratum:
         if not plans:
             return self.empty(relation)
         plan = combine_plan(entry, plans)
-        kernel = self.kernels.get(plan)
-        if kernel is None:
-            kernel = self.kernels[plan] = Kernel(plan)
+        kernel = self.kernel(plan)
         rows = relation_rows(entry, plan, kernel.run(self.sources(plan)))
         self.widest = kernel.widest
         return rows
+
+    def kernel(self, plan: Plan) -> Kernel:
+        """``plan`` compiled once for the loop (``kernels``)."""
+        kernel = self.kernels.get(plan)
+        if kernel is None:
+            kernel = self.kernels[plan] = Kernel(plan)
+        return kernel
 
     def sources(self, plan: Plan) -> dict[tuple[str, str], Batch]:
         found: dict[tuple[str, str], Batch] = {}
@@ -503,15 +509,6 @@ FIRST_SLICE = 8_192
 slice held are known (then each slice is sized by the last one's): a round of fewer runs
 whole, as every round of a road grid's reachability (hundreds of rows) does; a fan-out of
 up to ~120 rows per delta row keeps it within ``SLICE_CANDIDATES``."""
-
-
-def _rows(batch: Batch, start: int, stop: int) -> Batch:
-    """Rows ``start..stop`` of ``batch``, as views."""
-    return Batch(
-        stop - start,
-        {k: v[start:stop] for k, v in batch.cols.items()},
-        {k: v[start:stop] for k, v in batch.valid.items()},
-    )
 
 
 def _keys(entry: RelationEntry) -> tuple[str, ...]:

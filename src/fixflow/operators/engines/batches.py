@@ -32,6 +32,14 @@ class Batch:
             {k: v[index] for k, v in self.valid.items()},
         )
 
+    def rows(self, start: int, stop: int) -> Batch:
+        """Rows ``start..stop``, as views (``take`` copies)."""
+        return Batch(
+            stop - start,
+            {k: v[start:stop] for k, v in self.cols.items()},
+            {k: v[start:stop] for k, v in self.valid.items()},
+        )
+
     def mask(self, name: str) -> np.ndarray:
         found = self.valid.get(name)
         return found if found is not None else np.ones(self.n, dtype=bool)

@@ -34,7 +34,7 @@ from fixflow.operators.engines.batches import (
     concat,
 )
 from fixflow.operators.engines.joins import JoinIndex, anti_join, joined, paired
-from fixflow.operators.engines.key_groups import KeyPacking
+from fixflow.operators.engines.key_groups import KeyPacking, identity
 from fixflow.operators.plan import (
     Aggregate,
     AntiJoin,
@@ -296,11 +296,7 @@ def _per_group(func: str, group: np.ndarray, groups: int, arg: np.ndarray | None
         total = np.zeros(groups, dtype=arg.dtype)
         np.add.at(total, group, arg)
         return total
-    if arg.dtype.kind == "f":
-        start = np.inf if func == "min" else -np.inf
-    else:
-        start = np.iinfo(arg.dtype).max if func == "min" else np.iinfo(arg.dtype).min
-    best = np.full(groups, start, dtype=arg.dtype)
+    best = np.full(groups, identity(func, arg.dtype), dtype=arg.dtype)
     (np.minimum if func == "min" else np.maximum).at(best, group, arg)
     return best
 

@@ -54,6 +54,15 @@ def grouped_order(codes: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarra
     return matrix.indices, matrix.indptr  # int32 below 2**31 rows: half an index's memory
 
 
+def identity(g: str, dtype: np.dtype) -> float | int:
+    """The value no value of ``dtype`` is worse than, for G = min or max: where a group's
+    best starts before ``ufunc.at`` reduces its values into it."""
+    if dtype.kind == "f":
+        return math.inf if g == "min" else -math.inf
+    limits = np.iinfo(dtype)
+    return int(limits.max if g == "min" else limits.min)
+
+
 PACKED_BITS = 62
 """A packed key stays below 2**62: room for the slack without overflowing int64."""
 

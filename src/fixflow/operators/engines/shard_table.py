@@ -11,7 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fixflow.operators.engines.key_groups import KeyPacking, distinct_rows, group_starts
+from fixflow.operators.engines.key_groups import (
+    KeyPacking,
+    distinct_rows,
+    group_starts,
+    identity,
+)
 from fixflow.operators.plan import Plan
 from fixflow.operators.thresholds import FRONTIER_SCAN_SHARE, SLOT_SORT_SHARE
 
@@ -211,7 +216,7 @@ class LocalTable:
             sums = np.bincount(slot, weights=values, minlength=len(hit))
             return self._update_existing(hit, sums.astype(self.acc.dtype), [])
         reduce = np.minimum if self.params.g == "min" else np.maximum
-        best = np.full(len(hit), _identity(self.params.g, values.dtype), dtype=values.dtype)
+        best = np.full(len(hit), identity(self.params.g, values.dtype), dtype=values.dtype)
         reduce.at(best, slot, values)
         # The first candidate reaching each row's best gives its witness.
         rows = np.arange(len(values))
@@ -372,14 +377,6 @@ def _slots(pos: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
     slot_of_row = np.zeros(rows, dtype=np.int64)
     slot_of_row[hit] = np.arange(len(hit))
     return hit, slot_of_row[pos]
-
-
-def _identity(g: str, dtype: np.dtype) -> float | int:
-    """The value no candidate of ``dtype`` is worse than, for G = min or max."""
-    if dtype.kind == "f":
-        return math.inf if g == "min" else -math.inf
-    limits = np.iinfo(dtype)
-    return int(limits.max if g == "min" else limits.min)
 
 
 def _firsts(
