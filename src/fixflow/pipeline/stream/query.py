@@ -112,6 +112,8 @@ class BatchGate:
 
     closed: threading.Event = field(default_factory=threading.Event)
     in_flight: int | None = None
+    finished: int | None = None
+    """The last batch whose pipeline ran to its end (Spark commits it after that)."""
 
 
 class StopRequested(Exception):
@@ -194,6 +196,7 @@ class BatchPipeline:
         self.gate.in_flight = batch_id
         try:
             yield
+            self.gate.finished = batch_id
         finally:
             self.gate.in_flight = None
 

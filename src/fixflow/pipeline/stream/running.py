@@ -11,6 +11,7 @@ import logging
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,13 @@ log = logging.getLogger(__name__)
 WATCH_S = 0.2
 """How long the watcher waits on the query between its looks at the stream: the most an idle
 async stream waits before carrying its deltas on."""
+
+COMMIT_WAIT_S = 30.0
+"""How long ``RunningStream.stop`` waits for Spark to commit the last batch it ran."""
+COMMIT_LATE = (
+    "batch %d: Spark had not committed it %.0f s after its lake commits; stopping anyway (the "
+    "next start runs it again, committing nothing twice)"
+)
 
 
 class RunningStream(StreamingQuery):
@@ -70,6 +78,7 @@ class RunningStream(StreamingQuery):
         server: MetricsServer | None = None,
     ) -> None:
         stream.gate.closed.clear()
+        stream.gate.finished = None  # a batch of an earlier query: this one reports none
         self._lease = lease.take(stream.lake)
         try:
             if stream.mirror is not None:  # under the lease: no other writer changes it
@@ -109,9 +118,27 @@ class RunningStream(StreamingQuery):
         self.close()
         with self.stream.lock:  # held by the batch in flight (and by a converge)
             pass
+        self._await_spark_commit(self.stream.gate.finished)
         super().stop()
         if threading.current_thread() is not self._watcher:
             self._done.wait()
+
+    def _await_spark_commit(self, batch_id: int | None) -> None:
+        """Spark writes a batch's commit log after the ``foreachBatch`` function returns,
+        which is after the batch's lake commits: a query stopped in between runs that
+        batch again at its next start (committing nothing twice). So wait, at most
+        ``COMMIT_WAIT_S``, until the query reports progress for ``batch_id`` (Spark reports
+        a batch's progress after its commit log) or has ended."""
+        if batch_id is None:
+            return
+        deadline = time.monotonic() + COMMIT_WAIT_S
+        while self.isActive and time.monotonic() < deadline:
+            progress = self.lastProgress
+            if progress is not None and progress["batchId"] >= batch_id:
+                return
+            time.sleep(WATCH_S / 4)
+        if self.isActive:
+            log.warning(COMMIT_LATE, batch_id, COMMIT_WAIT_S)
 
     def close(self) -> int | None:
         """Let no batch start from now on (``stop`` then ends the query): the id of the
