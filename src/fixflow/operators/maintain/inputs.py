@@ -177,7 +177,7 @@ class Inputs:
         types = self.catalog[relation].types
         since = self._changed_since.pop(relation, None)
         if since is None or since.latest is not rows:
-            since = ChangedSince(self._one_store(rows), types)
+            since = ChangedSince(rows, types)
         since.apply(self.copies.side(delta, True, types), self.copies.side(delta, False, types))
         spark = self.spark
         net = Delta(
@@ -189,24 +189,27 @@ class Inputs:
         if since.rows > CHAIN_ROWS:
             log.info("%s: %d changed rows since it was stored: stored again", relation, since.rows)
             return self.materializer.keep(_with_removals(since.base, net))
-        since.latest = self._planned_when_read(since.base, net, n, types)
+        since.latest = self._planned_when_read(since, net, n, types)
         self._changed_since[relation] = since
         return since.latest
 
     def _planned_when_read(
-        self, base: DataFrame, net: Delta, n: int, types: Sequence[TypeName]
+        self, since: ChangedSince, net: Delta, n: int, types: Sequence[TypeName]
     ) -> DataFrame:
-        """``base`` after ``net`` (``n`` rows), stored by the first job that reads it and
-        planned only when Spark first needs it (a ``LazyFrame``): when every stratum runs
-        in the driver nothing reads it, and planning the anti join and its checkpoint was
-        ~40 py4j calls, 0.3-0.8 s of an R-MAT 10M epoch. Until then it declares the base's
-        blocks as the ones it reads, so the garbage collection keeps them; once made, the
-        checkpoint it adds too."""
-        materializer = self.materializer
+        """``since.base`` after ``net`` (``n`` rows), stored by the first job that reads it
+        and planned only when Spark first needs it (a ``LazyFrame``): when every stratum
+        runs in the driver nothing reads it, and planning the anti join and its checkpoint
+        was ~40 py4j calls, 0.3-0.8 s of an R-MAT 10M epoch. Until then it declares the
+        base's blocks as the ones it reads, so the garbage collection keeps them; once
+        made, the checkpoint it adds too. A base of segments is stored as one then
+        (``_one_store``), not before: the first driver epoch after a bootstrap appended on
+        Spark stored 10M rows for nothing (4 of its 4.8 s)."""
+        materializer, base = self.materializer, since.base
 
         def make() -> DataFrame:
-            later = materializer.keep_later(_with_removals(base, net), n)
-            made = reading_checkpoints_of(later, later, base)
+            since.base = self._one_store(since.base)
+            later = materializer.keep_later(_with_removals(since.base, net), n)
+            made = reading_checkpoints_of(later, later, since.base)
             frame.__dict__[CHECKPOINTS] = made.__dict__[CHECKPOINTS]
             return made
 
@@ -215,9 +218,9 @@ class Inputs:
 
     def _one_store(self, rows: DataFrame) -> DataFrame:
         """``rows`` stored as one, if they are segments (insertions appended on Spark,
-        ``core.extended``): every epoch's lazy rows are planned over their base, and over
-        eight segments that planning took ~1.2 s of a 1M-edge deletion epoch (one job now,
-        once)."""
+        ``core.extended``): every read of the lazy rows is planned over their base, and
+        over eight segments that planning took ~1.2 s of a 1M-edge deletion epoch (one job
+        at the first read, once)."""
         return self.materializer.keep(rows) if len(checkpoint_rdds(rows)) > 1 else rows
 
     def _copy_after(self, relation: str, rows: DataFrame, delta: Delta) -> Batch | None:
