@@ -211,8 +211,9 @@ class BufferConfig:
 class EngineConfig:
     mode: str = _key("hybrid", choices=("sync", "async", "hybrid"))
     shards: int = _key(0, minimum=0)
-    """MonoTable shards of the async/hybrid engine; 0 = one per 2M auxiliary rows, at most
-    one per Spark core (a stage ships every shard's rows, so small shards do not pay)."""
+    """MonoTable shards of the async/hybrid engine; 0 = one per 20M auxiliary rows (as many
+    as one Python worker holds; a second shard was never faster where measured), at most one
+    per Spark task slot."""
     max_iterations: int = _key(0, minimum=0)
     """Round (sync) or stage (async/hybrid) cap of every recursive stratum; 0 = the default
     rule (``operators.core.round_cap``): none where a stratum reaches a fixpoint, 1000

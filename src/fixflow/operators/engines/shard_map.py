@@ -20,13 +20,17 @@ from pyspark.sql import functions as F
 
 from fixflow.operators.engines.base import EngineEnv
 from fixflow.operators.engines.sharding import KeyShards, assign, label_batch, labelled
+from fixflow.operators.thresholds import TASK_LOOP_ROWS
 
 log = logging.getLogger(__name__)
 
-ROWS_PER_SHARD = 2_000_000
-"""With ``[engine] shards = 0``: auxiliary rows per shard before another core gets one.
-A shard must hold enough work to pay for the exchange across its cut and the stages that
-crossing it costs (bench/ENGINES.md measures one and two shards)."""
+ROWS_PER_SHARD = TASK_LOOP_ROWS
+"""With ``[engine] shards = 0``: auxiliary rows per shard before another core gets one:
+as many as one Python worker holds (``TASK_LOOP_ROWS``, a memory bound). More shards are
+for memory, not speed: on the machines measured a second shard was never faster (engine
+time, Spark placement, medians of 3: R-MAT 10M SSSP 30.5 s on one shard against 34.6 s on
+two, CC 60.7 s against 99.7 s; grid_1m SSSP 1.5-2.1x; bench/ENGINES.md), since the shards'
+loops are a few seconds of a run whose preparation on Spark does not depend on them."""
 
 
 def murmur3_int(value: int, seed: int = 42) -> int:

@@ -119,7 +119,7 @@ def _add_evaluation_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="shards of an async/hybrid MonoTable (default: [engine] shards, 0: one per 2M "
+        help="shards of an async/hybrid MonoTable (default: [engine] shards, 0: one per 20M "
         "auxiliary rows; at most one per Spark task slot)",
     )
     parser.add_argument(
