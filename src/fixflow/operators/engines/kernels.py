@@ -264,22 +264,16 @@ def aggregate(plan: Aggregate, batch: Batch) -> Batch:
 def _by_integer_keys(plan: Aggregate, batch: Batch) -> Batch | None:
     """The aggregate over integer keys without nulls, hashed as one column (several packed:
     ``KeyPacking``), each group's min, max, count or integer sum by ``ufunc.at``; None
-    for what only pandas' group-by computes exactly (nulls, NaN, float sums, means).
-    pandas' group-by over nullable columns was half of a non-linear APSP's time."""
+    for what only pandas' group-by computes exactly (``_exact_in_numpy``) and for keys
+    too wide to pack. pandas' group-by over nullable columns was half of a non-linear
+    APSP's time."""
+    if not _exact_in_numpy(plan, batch):
+        return None
     keys = [batch.cols[g] for g in plan.group_by]
-    arg = None if plan.arg is None else batch.cols[plan.arg]
-    exact = plan.func in ("min", "max", "count") or (
-        plan.func == "sum" and arg is not None and arg.dtype.kind == "i"
-    )
-    if not (exact and keys and batch.n) or any(g in batch.valid for g in plan.group_by):
-        return None
-    if arg is not None and (plan.arg in batch.valid or arg.dtype.kind not in "if"):
-        return None
-    if arg is not None and arg.dtype.kind == "f" and np.isnan(arg).any():
-        return None
     packing = KeyPacking.fitting(keys) if len(keys) > 1 else None
-    if keys[0].dtype.kind != "i" or (len(keys) > 1 and packing is None):
+    if len(keys) > 1 and packing is None:
         return None
+    arg = None if plan.arg is None else batch.cols[plan.arg]
     group, codes = pd.factorize(keys[0] if packing is None else packing.codes(keys))
     columns = [codes] if packing is None else packing.columns(codes)
     out = Batch(len(codes), dict(zip(plan.group_by, columns, strict=True)))
@@ -287,6 +281,26 @@ def _by_integer_keys(plan: Aggregate, batch: Batch) -> Batch | None:
         NUMPY_TYPES[plan.type]
     )
     return out
+
+
+def _exact_in_numpy(plan: Aggregate, batch: Batch) -> bool:
+    """Whether numpy gives what pandas' group-by gives: some rows, grouped by integer keys
+    without nulls, and a min, max or count of values without nulls or NaN, or a sum of
+    integers (a float sum's rounding, and a mean, are pandas')."""
+    if not (plan.group_by and batch.n):
+        return False
+    if any(g in batch.valid or batch.cols[g].dtype.kind != "i" for g in plan.group_by):
+        return False
+    if plan.arg is None:
+        return plan.func in ("min", "max", "count")
+    arg = batch.cols[plan.arg]
+    if plan.arg in batch.valid or arg.dtype.kind not in "if":
+        return False
+    if plan.func == "sum":
+        return arg.dtype.kind == "i"
+    return plan.func in ("min", "max", "count") and not (
+        arg.dtype.kind == "f" and np.isnan(arg).any()
+    )
 
 
 def _per_group(func: str, group: np.ndarray, groups: int, arg: np.ndarray | None) -> np.ndarray:
