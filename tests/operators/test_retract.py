@@ -302,3 +302,31 @@ def _driver_chain(
     facts = [(i, i + 1, 1.0) for i in range(1, 40)] + [(1, 20, 30.0), (5, 25, 2.0)]
     maintainer.load({"warc": _warc(facts)})
     return report, maintainer, facts
+
+
+def test_a_retraction_that_outgrows_the_driver_runs_on_spark(
+    spark: SparkSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Placed in the driver, a retraction that reads more than ``local_rows`` rows raises
+    ``Outgrown`` and runs again on Spark (the same steps, ``mra_retract.retract_on``); the
+    rows equal a fresh evaluation's, and the next epoch retracts from Spark's witnesses."""
+    report = report_of(SSSP)
+    maintainer = Maintainer(report, spark, _options("driver"), switch_fraction=1e6)
+    facts = [(i, i + 1, 1.0) for i in range(1, 30)] + [(1, 15, 20.0), (3, 20, 4.0)]
+    loaded = maintainer.load({"warc": _warc(facts)})
+    assert [s.note for s in loaded.strata] == ["in the driver"]
+    copies = maintainer.setting.copies
+    assert copies is not None
+    copies.limit = 8  # the auxiliary side alone holds 31 rows
+    for removed in ([(14, 15, 1.0)], [(3, 4, 1.0)]):
+        facts = [f for f in facts if f not in removed]
+        with caplog.at_level("INFO", logger="fixflow.operators.strategies.mra"):
+            epoch = maintainer.apply({}, {"warc": _warc(removed)}, net_counts={"warc": (0, 1)})
+        stratum = epoch.strata[0]
+        assert stratum.strategy == "update:mra-retract" and not stratum.note, stratum
+        assert "outgrew the driver" in caplog.text
+        caplog.clear()
+        fresh = evaluate(report, {"warc": spark.createDataFrame(_warc(facts))}, spark)
+        assert {tuple(r) for r in maintainer.relation("sp").collect()} == {
+            tuple(r) for r in fresh["sp"].collect()
+        }

@@ -4,18 +4,18 @@ On Spark a retraction costs about a dozen jobs (the witness walk, the re-seeding
 auxiliary rows packed again, the stage, the change diff) whose fixed cost is most of an
 epoch: on a 100k-edge road grid the shard's loop itself runs 0.03-0.2 s of a 2.5 s update.
 When the relation and the inputs of its recursive bodies hold at most
-``EvalOptions.local_rows`` rows, the Maintainer runs the same retraction here, over numpy
-batches, with the same kernels and shard loop a Spark task runs (``engines.shard_loop``):
+``EvalOptions.local_rows`` rows, the Maintainer runs the same retraction
+(``strategies.mra_retract.retract_on``) here, over numpy batches, with the same kernels and
+shard loop a Spark task runs (``engines.shard_loop``): ``DriverRetraction`` is its driver
+backend.
 
-1. each body's auxiliary side before and after the epoch (``Kernel`` over the inputs' rows):
-   rows it lost and rows it gained;
-2. roots: keys whose witness is the source of a lost auxiliary row leading to them, and
-   keys without a witness whose X⁰/C candidate is gone; then every key whose witness chain
-   passes through a root (``witness.invalidated_rows``) is reset;
-3. one loop resumed from the surviving rows: the survivors with an auxiliary row into a
-   reset key or a gained auxiliary row are pending (they re-derive what they reach), and
-   X⁰/C are merged as messages. Survivors' values are still derivable and no worse than
-   before, so the loop converges to the new fixpoint.
+- roots: keys whose witness is the source of an auxiliary row the epoch removed (found per
+  changed input, ``_changed_aux``), and keys without a witness whose X⁰/C candidate is
+  gone; the witness walk is ``witness.invalidated_rows``, the numpy walk Spark's task runs;
+- seeds: the surviving sources of auxiliary rows into a reset key, and of auxiliary rows
+  the epoch added, are pending (the loop derives their candidates), and X⁰/C are merged
+  as messages;
+- the resume: one ``ShardLoop.in_driver`` from the surviving rows.
 
 The rows are handed back to Spark as local relations (no job), and ``DriverCopies`` keeps
 the driver's copy of every frame it made or read, by identity, so the next epoch finds them
@@ -26,9 +26,9 @@ decision; one that grows past ``local_rows`` (``placement.Outgrown``) runs on Sp
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -66,8 +66,6 @@ from fixflow.operators.plan import Aggregate, AntiJoin, Fixpoint, Plan, children
 from fixflow.operators.spark_backend import relation_struct, spark_type
 from fixflow.operators.thresholds import COLLECT_AS_ROWS, HANDOVER_ROWS
 from fixflow.operators.witness import ROOT, invalidated_rows
-
-log = logging.getLogger(__name__)
 
 Sources = Callable[[str], Batch]
 """A relation's rows (positional columns ``c0..``) as the update reads them."""
@@ -171,16 +169,28 @@ class ChangedSince:
         return self.added.n + self.removed.n
 
 
-# ---------------------------------------------------------------- the update
+# ---------------------------------------------------------------- the retraction
 
 
-def retract(ctx: UpdateContext, program: MraProgram, copies: DriverCopies) -> Outcome:
-    """The epoch's insertions and deletions retracted and propagated in the driver (placed
-    there by ``placement.place_retraction``); ``Outgrown`` past ``copies.limit`` rows."""
-    return _Retraction(ctx, program, copies).run()
+@dataclass(frozen=True)
+class DriverSeed:
+    """What one seeding step hands the driver's loop (``resume`` joins the steps' parts, so
+    that the surviving rows are searched once per body, as one step would)."""
+
+    sources: tuple[Batch, ...]
+    """Per recursive body, auxiliary rows whose surviving sources propagate again (the loop
+    derives their candidates)."""
+    messages: np.ndarray
+    """Which X⁰/C candidates (``DriverRetraction._seeds``) are merged as messages."""
 
 
-class _Retraction:
+class DriverRetraction:
+    """``mra_retract.retract_on``'s primitives over the driver's numpy batches, with the
+    kernels and shard loop a Spark task runs. Rows are positional (``c0..``) with their
+    witness (``c<arity>..``); keys are rows of the relation; a seed marks survivors pending
+    rather than deriving their candidates: the loop derives them, as it would anyway.
+    ``Outgrown`` past ``copies.limit`` rows."""
+
     def __init__(self, ctx: UpdateContext, program: MraProgram, copies: DriverCopies) -> None:
         self.ctx, self.program, self.copies = ctx, program, copies
         self.limit = copies.limit
@@ -195,22 +205,70 @@ class _Retraction:
             _head_key_columns(program, b, _scan_of(b), program.keys) for b in program.bodies
         ]
 
-    def run(self) -> Outcome:
-        ctx, program = self.ctx, self.program
-        relation = program.relation
-        state = self.copies.rows(ctx.witnessed[relation], self._witnessed_types())
-        new_aux = [self._aux(body, self._new) for body in program.bodies]
-        bodies = list(zip(program.bodies, new_aux, strict=True))
-        lost = [self._changed_aux(body, new, "del") for body, new in bodies]
-        gained = [self._changed_aux(body, new, "add") for body, new in bodies]
-        seeds = self._seeds()
-        gone = self._invalidated(state, lost, seeds)
-        log.info("%s: %d key(s) lost their witness chain (in the driver)", relation, gone.n)
-        surviving = state.take(np.flatnonzero(~_member(state, self.key_cols, gone)))
-        pending = self._pending(surviving, gone, new_aux, gained)
-        rows, loop = self._resume(surviving, pending, new_aux, seeds)
+    # ------------------------------------------------------------ the primitives
+
+    def witnessed(self) -> Batch:
+        return self.copies.rows(self.ctx.witnessed[self.program.relation], self._witnessed_types())
+
+    def roots(self, state: Batch) -> Batch | None:
+        lost = [self._changed_aux(body, new, "del") for body, new in self._bodies]
+        found = self._lost_witness(state, lost) | self._lost_seed(state)
+        return state.take(np.flatnonzero(found)) if found.any() else None
+
+    def invalidated(self, state: Batch, roots: Batch) -> tuple[Batch, int]:
+        keys = {f"k{j}": c for j, c in enumerate(self.key_cols)}
+        wits = {f"w{j}": c for j, c in enumerate(self.wit_cols)}
+        has_wit = state.mask(self.wit_cols[0]) if self.wit_cols else np.zeros(state.n, bool)
+        table = pa.table(
+            {
+                **{k: np.concatenate([state.cols[c], roots.cols[c]]) for k, c in keys.items()},
+                **{
+                    w: pa.array(
+                        np.concatenate([state.cols[c], roots.cols[c]]),
+                        mask=~np.r_[has_wit, np.zeros(roots.n, bool)],
+                    )
+                    for w, c in wits.items()
+                },
+                ROOT: np.r_[np.zeros(state.n, bool), np.ones(roots.n, bool)],
+            }
+        )
+        rows = invalidated_rows(table, list(keys), list(wits))
+        gone = state.take(rows[rows < state.n])
+        return gone, gone.n
+
+    def surviving(self, state: Batch, gone: Batch) -> Batch:
+        return state.take(np.flatnonzero(~_member(state, self.key_cols, gone)))
+
+    def reseeded(self, surviving: Batch, gone: Batch) -> list[DriverSeed]:
+        """The sources of auxiliary rows into ``gone`` are pending. X⁰/C for its keys are
+        among the messages ``inserted`` merges (all of them), so none are picked here."""
+        into = [
+            rows.take(
+                np.flatnonzero(_member(_renamed(rows, dests, self.key_cols), self.key_cols, gone))
+            )
+            for (_, rows), dests in zip(self._bodies, self.dests, strict=True)
+        ]
+        return [DriverSeed(tuple(into), np.zeros(self._seeds.n, dtype=bool))]
+
+    def inserted(self, surviving: Batch) -> list[DriverSeed]:
+        """The sources of gained auxiliary rows are pending; every X⁰/C candidate over the
+        new inputs is merged (those the insertions did not derive improve nothing)."""
+        gained = tuple(self._changed_aux(body, new, "add") for body, new in self._bodies)
+        return [DriverSeed(gained, np.ones(self._seeds.n, dtype=bool))]
+
+    def resume(self, state: Batch, surviving: Batch, seeds: list[DriverSeed]) -> Outcome:
+        pending = np.zeros(surviving.n, dtype=bool)
+        for body, joins in enumerate(self.joins):
+            parts = [seed.sources[body] for seed in seeds if seed.sources[body].n]
+            if parts:
+                pending |= self._sources(surviving, concat(parts), joins)
+        merged = np.zeros(self._seeds.n, dtype=bool)
+        for seed in seeds:
+            merged |= seed.messages
+        messages = self._seeds.take(np.flatnonzero(merged))
+        rows, loop = self._loop(surviving, pending, messages)
         detail = {"local_iterations": float(loop.iterations), "propagated": float(loop.propagated)}
-        ctx.round(RoundInfo(1, 0, None, detail))
+        self.ctx.round(RoundInfo(1, 0, None, detail))
         return self._outcome(state, rows)
 
     # ------------------------------------------------------------ inputs
@@ -236,6 +294,16 @@ class _Retraction:
             self.copies.hold(frame, found)
         return found
 
+    @cached_property
+    def _bodies(self) -> list[tuple[RecursiveBody, Batch]]:
+        """Each recursive body with its auxiliary rows over the new inputs."""
+        return [(body, self._aux(body, self._new)) for body in self.program.bodies]
+
+    @cached_property
+    def _seeds(self) -> Batch:
+        """X⁰ and C's candidates over the new inputs: ``k0..``, ``v``."""
+        return seed_candidates(self.program, lambda plan: _sources(plan, self._new))
+
     def _changed_aux(self, body: RecursiveBody, new: Batch, kind: str) -> Batch:
         """The auxiliary rows the epoch removed (``del``) or added (``add``), or more: when
         the auxiliary plan only filters, joins and projects, a removed row derives from a
@@ -249,7 +317,7 @@ class _Retraction:
         if not _row_by_row(plan):  # exactly: the difference of the whole sides
             old = self._aux(body, self._old)
             return _rows_minus(old, new) if kind == "del" else _rows_minus(new, old)
-        parts = [new.take(np.zeros(0, dtype=np.int64))]
+        parts = [new.take(_NONE)]
         for changed in sorted({r for r, _ in relations_read(plan) if r in self.ctx.deltas}):
 
             def read(relation: str, changed: str = changed) -> Batch:
@@ -276,42 +344,11 @@ class _Retraction:
             if n in batch.valid
         }
         out.cols[DESTINATION] = np.zeros(batch.n, dtype=np.int32)
-        self._bounded(out.n)
+        if out.n > self.limit:
+            raise Outgrown(f"it reads more than {self.limit} rows")
         return out
 
-    def _seeds(self) -> Batch:
-        """X⁰ and C's candidates over the new inputs: ``k0..``, ``v``."""
-        return seed_candidates(self.program, lambda plan: _sources(plan, self._new))
-
-    def _bounded(self, rows: int) -> None:
-        if rows > self.limit:
-            raise Outgrown(f"it reads more than {self.limit} rows")
-
-    # ------------------------------------------------------------ trimming
-
-    def _invalidated(self, state: Batch, lost: list[Batch], seeds: Batch) -> Batch:
-        """The keys (``c<key position>``) whose witness chain passes through a root."""
-        roots = [self._lost_witness(state, lost), self._lost_seed(state, seeds)]
-        root_rows = np.flatnonzero(np.logical_or.reduce(roots))
-        keys = {f"k{j}": state.cols[c] for j, c in enumerate(self.key_cols)}
-        wits = {f"w{j}": state.cols[c] for j, c in enumerate(self.wit_cols)}
-        has_wit = state.mask(self.wit_cols[0]) if self.wit_cols else np.zeros(state.n, bool)
-        n = state.n
-        table = pa.table(
-            {
-                **{k: np.concatenate([v, v[root_rows]]) for k, v in keys.items()},
-                **{
-                    w: pa.array(
-                        np.concatenate([v, v[root_rows]]),
-                        mask=~np.r_[has_wit, np.zeros(len(root_rows), bool)],
-                    )
-                    for w, v in wits.items()
-                },
-                ROOT: np.r_[np.zeros(n, bool), np.ones(len(root_rows), bool)],
-            }
-        )
-        rows = invalidated_rows(table, list(keys), list(wits))
-        return state.take(rows[rows < n])
+    # ------------------------------------------------------------ roots and sources
 
     def _lost_witness(self, state: Batch, lost: list[Batch]) -> np.ndarray:
         """Rows whose witness is the source of a lost auxiliary row leading to them."""
@@ -331,10 +368,10 @@ class _Retraction:
             found |= JoinIndex.build(pairs, names).matches(state, names)
         return found
 
-    def _lost_seed(self, state: Batch, seeds: Batch) -> np.ndarray:
+    def _lost_seed(self, state: Batch) -> np.ndarray:
         """Rows without a witness whose X⁰/C candidate is no longer derived."""
         unwitnessed = ~state.mask(self.wit_cols[0]) if self.wit_cols else np.ones(state.n, bool)
-        value = f"c{self.program.spec.value_pos}"
+        seeds, value = self._seeds, f"c{self.program.spec.value_pos}"
         names = tuple([*self.key_cols, value])
         renamed = Batch(
             seeds.n,
@@ -345,23 +382,14 @@ class _Retraction:
         )
         return unwitnessed & ~JoinIndex.build(renamed, names).matches(state, names)
 
-    def _pending(
-        self, surviving: Batch, gone: Batch, aux: list[Batch], gained: list[Batch]
-    ) -> np.ndarray:
-        """Survivors that must propagate again: the sources of auxiliary rows into a reset
-        key, and of gained auxiliary rows."""
-        pending = np.zeros(surviving.n, dtype=bool)
-        for rows, more, joins, dests in zip(aux, gained, self.joins, self.dests, strict=True):
-            assert joins is not None and dests is not None
-            into = _member(_renamed(rows, dests, self.key_cols), self.key_cols, gone)
-            sources = concat([rows.take(np.flatnonzero(into)), more])
-            pending |= _member(surviving, self.key_cols, _renamed(sources, joins, self.key_cols))
-        return pending
+    def _sources(self, surviving: Batch, rows: Batch, joins: Sequence[int] | None) -> np.ndarray:
+        """Survivors that are the source of an auxiliary row of ``rows``."""
+        return _member(surviving, self.key_cols, _renamed(rows, joins, self.key_cols))
 
     # ------------------------------------------------------------ the loop
 
-    def _resume(
-        self, surviving: Batch, pending: np.ndarray, aux: list[Batch], seeds: Batch
+    def _loop(
+        self, surviving: Batch, pending: np.ndarray, messages: Batch
     ) -> tuple[Batch, ShardLoop]:
         program, ctx = self.program, self.ctx
         params = stage_params(
@@ -372,8 +400,9 @@ class _Retraction:
         has_wit = surviving.mask(self.wit_cols[0])
         wits = [surviving.cols[c] for c in self.wit_cols]
         table = LocalTable(params, keys, acc, (pending, acc.copy()), [*wits, has_wit])
-        messages = seed_messages(program, seeds, witness=True)
-        loop = ShardLoop.in_driver(params, aux, messages, row_limit=self.limit, table=table)
+        seeds = seed_messages(program, messages, witness=True)
+        aux = [rows for _, rows in self._bodies]
+        loop = ShardLoop.in_driver(params, aux, seeds, row_limit=self.limit, table=table)
         loop.run()  # hybrid parameters: to local quiescence (or the row limit)
         if len(loop.table) > self.limit:
             raise Outgrown(f"it grew past {self.limit} rows")
@@ -399,6 +428,10 @@ class _Retraction:
             note="in the driver",
             witnessed={relation: witnessed},
         )
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+"""Row indices that take no row: an empty batch with the columns of another."""
 
 
 # ---------------------------------------------------------------- helpers

@@ -6,9 +6,10 @@ evaluation or Maintainer). The strategy reads the engine's state only through
 ``MraState``'s accessors.
 
 - bootstrap: ``MraEngine.bootstrap`` (from empty: X⁰ and C seed the table).
-- ``mra-retract`` (min/max kept with witnesses): in the driver (``operators.local_update``)
-  where ``placement.place_retraction`` puts it and it stays within ``local_rows``, else on
-  Spark below (the log says why).
+- ``mra-retract`` (min/max kept with witnesses): ``mra_retract.retract_on``, in the driver
+  (``local_update.DriverRetraction``) where ``placement.place_retraction`` puts it and it
+  stays within ``local_rows``, else on Spark (``mra_retract.SparkRetraction``; the log
+  says why).
 - ``mra-improve`` (min/max, insertions only): the delta rules over the inserted input rows
   give candidate values; the engine resumes from the current fixpoint and only the keys
   they improve become pending.
@@ -27,21 +28,22 @@ import logging
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from fixflow.checker import ast
 from fixflow.checker.model import MraSpec
-from fixflow.operators import local_update
 from fixflow.operators.core import Bootstrapped, StratumRun, atoms_over, union_by_name
-from fixflow.operators.engines.program import (
-    MraProgram,
-    aux_frame,
-    head_aux_columns,
-    output_column,
-)
+from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.epoch import Abandon, Outcome, UpdateContext
+from fixflow.operators.local_update import DriverRetraction
 from fixflow.operators.placement import Outgrown, place_retraction
-from fixflow.operators.plan import Plan, Version
-from fixflow.operators.spark_backend import SparkBackend, positional
-from fixflow.operators.witness import descendants
+from fixflow.operators.spark_backend import positional
+from fixflow.operators.strategies.mra_frames import (
+    derive,
+    key_columns,
+    keyed,
+    mra_spec_of,
+    resume,
+    seed_bodies,
+)
+from fixflow.operators.strategies.mra_retract import SparkRetraction, retract_on
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +51,12 @@ log = logging.getLogger(__name__)
 
 
 def bootstrap(run: StratumRun) -> Bootstrapped:
-    spec = _spec(run)
+    spec = mra_spec_of(run)
     program = MraProgram(spec, run.catalog.types)
     outcome = run.engine.bootstrap(program, run.engine_env(), run.max_iterations, run.round)
     # The rows are a projection of the engine's stored state: no job of their own.
     run.frames.full[spec.relation] = outcome.rows
     return Bootstrapped(outcome.rounds, outcome.capped, {spec.relation: outcome.state})
-
-
-def _spec(run: StratumRun) -> MraSpec:
-    spec = run.mra_spec()
-    assert spec is not None, "the MRA strategy runs only where mra_spec() is known"
-    return spec
 
 
 # ---------------------------------------------------------------- update: improve
@@ -80,8 +76,8 @@ def improve_applies(ctx: UpdateContext) -> bool:
 def improve(ctx: UpdateContext) -> Outcome:
     """Insert-only min/max: the delta rules over the added input rows give candidate
     values; only the keys they improve become pending."""
-    relation = _spec(ctx).relation
-    return _resume(ctx, ctx.combine(relation, ctx.inserted_rows(relation)))
+    relation = mra_spec_of(ctx).relation
+    return resume(ctx, ctx.combine(relation, ctx.inserted_rows(relation)))
 
 
 # ---------------------------------------------------------------- update: retract
@@ -100,179 +96,19 @@ def retract_applies(ctx: UpdateContext) -> bool:
 
 
 def retract(ctx: UpdateContext) -> Outcome:
-    """KickStarter-style trimming, then one resume: the keys whose witness chain passes
-    through a deleted fact (or a key it invalidates) are reset and re-seeded from their
-    surviving in-neighbours and X⁰/C; the insertions' candidates (with witnesses) join the
-    same seed. Surviving values are still derivable (their chain survived) and no worse
-    than before, so resuming from them converges to the new fixpoint."""
-    spec = _spec(ctx)
+    """KickStarter-style trimming, then one resume (``mra_retract.retract_on``): in the
+    driver where ``placement.place_retraction`` puts it, else on Spark (the log says why);
+    a driver retraction that outgrows ``local_rows`` runs again on Spark."""
+    spec = mra_spec_of(ctx)
     program = MraProgram(spec, ctx.catalog.types)
     placement = place_retraction(ctx, program)
     log.info("%s: retracting on %s: %s", spec.relation, placement.where, placement.why)
     if placement.in_driver and ctx.copies is not None:
         try:
-            return local_update.retract(ctx, program, ctx.copies)
+            return retract_on(DriverRetraction(ctx, program, ctx.copies), ctx)
         except Outgrown as error:
             log.info("%s: outgrew the driver (%s): retracting on Spark", spec.relation, error)
-    witnessed = ctx.witnessed[spec.relation]
-    surviving, seeds = witnessed, []
-    roots = _roots(ctx, program, witnessed)
-    if roots is not None:
-        if spec.relation in ctx.carried:
-            raise Abandon("a deletion while deltas are pending")
-        gone, n_gone = ctx.materializer.keep_counted(
-            descendants(_keyed(program, witnessed, wits=True), roots, program.keys)
-        )
-        log.info("%s: %d key(s) lost their witness chain", spec.relation, n_gone)
-        if n_gone:
-            positions = _key_columns(spec)
-            renamed = gone.toDF(*positions)
-            surviving = witnessed.join(F.broadcast(renamed), positions, "left_anti")
-            seeds += _reseeded(ctx, program, surviving, gone)
-    seeds += _inserted(ctx, program, surviving)
-    return _resume(ctx, _candidate_union(ctx, seeds, program), rows=surviving)
-
-
-def _key_columns(spec: MraSpec) -> list[str]:
-    return [positional(p) for p in spec.key_positions]
-
-
-def _keyed(program: MraProgram, rows: DataFrame, wits: bool = False) -> DataFrame:
-    """Positional relation rows as ``k0..`` (and ``w0..``)."""
-    keys = zip(program.keys, program.spec.key_positions, strict=True)
-    columns = [F.col(positional(p)).alias(k) for k, p in keys]
-    return rows.select(*columns, *((f"w{j}" for j in range(len(program.keys))) if wits else ()))
-
-
-def _roots(ctx: UpdateContext, program: MraProgram, witnessed: DataFrame) -> DataFrame | None:
-    """Keys (``k0..``) a deleted fact supported directly: a recursive derivation through a
-    deleted row matching the key's witness, or a deleted X⁰/C derivation of a key without
-    a witness. None without deletions."""
-    spec, frames = program.spec, []
-    wits = [f"w{j}" for j in range(len(program.keys))]
-    with_witness = _keyed(program, witnessed, wits=True)
-    for i, body in enumerate(spec.recursive_bodies):
-        for j in _changed_atoms(ctx, body, "del", skip=spec.recursive_atom_index[i]):
-            derived = _derive(ctx, program, i, _through(ctx, body, j, "del"), witnessed)
-            # The whole table on the streamed side: the derivations are few (broadcast).
-            matched = with_witness.join(F.broadcast(derived), [*program.keys, *wits], "left_semi")
-            frames.append(matched.select(*program.keys))
-    seeded = with_witness.where(F.col("w0").isNull()).select(*program.keys)
-    for rule, body in _seed_bodies(spec):
-        for j in _changed_atoms(ctx, body, "del"):
-            plan = ctx.rule_rows(rule, body, relation_of=_through(ctx, body, j, "del"))
-            rows = _keyed(program, ctx.head_rows(spec.relation, plan))
-            frames.append(seeded.join(F.broadcast(rows), list(program.keys), "left_semi"))
-    return union_by_name(frames) if frames else None
-
-
-def _reseeded(
-    ctx: UpdateContext, program: MraProgram, surviving: DataFrame, gone: DataFrame
-) -> list[DataFrame]:
-    """Candidates for the invalidated keys ``gone`` (``k0..``): F′ over their surviving
-    in-neighbours under the new facts, and X⁰/C."""
-    keys = list(program.keys)
-    small = F.broadcast(gone)
-    seeds = [
-        _derive(ctx, program, i, {}, surviving, heads=gone).join(small, keys, "left_semi")
-        for i in range(len(program.bodies))
-    ]
-    for plan in (*program.init_plans, *program.constant_plans):
-        seeds.append(_plan_candidates(ctx, plan).join(small, keys, "left_semi"))
-    return seeds
-
-
-def _inserted(ctx: UpdateContext, program: MraProgram, surviving: DataFrame) -> list[DataFrame]:
-    """Candidates the epoch's insertions derive: F′ over the surviving keys through added
-    rows (with witnesses), and X⁰/C over added rows."""
-    spec, seeds = program.spec, []
-    for i, body in enumerate(spec.recursive_bodies):
-        for j in _changed_atoms(ctx, body, "add", skip=spec.recursive_atom_index[i]):
-            seeds.append(_derive(ctx, program, i, _through(ctx, body, j, "add"), surviving))
-    for rule, body in _seed_bodies(spec):
-        for j in _changed_atoms(ctx, body, "add"):
-            plan = ctx.rule_rows(rule, body, relation_of=_through(ctx, body, j, "add"))
-            seeds.append(program.candidates(ctx.head_rows(spec.relation, plan)))
-    return seeds
-
-
-def _changed_atoms(
-    ctx: UpdateContext, body: ast.Body, kind: str, skip: int | None = None
-) -> list[int]:
-    """Atoms of ``body`` over an input that gained (``add``) or lost (``del``) rows."""
-    found = []
-    for j in atoms_over(body, ctx.deltas):
-        atom = body.literals[j]
-        assert isinstance(atom, ast.Atom)
-        delta = ctx.deltas[atom.relation]
-        if j != skip and (delta.n_added if kind == "add" else delta.n_removed):
-            found.append(j)
-    return found
-
-
-def _through(ctx: UpdateContext, body: ast.Body, j: int, kind: str) -> dict[int, str]:
-    """Derivations through atom ``j``'s added (deleted) rows, every other changed atom
-    reading its new (old) rows. Not the telescoped terms of a sum: a min/max candidate must
-    be derived from facts that hold now, and a root from facts that held before."""
-    others = ctx.before(body) if kind == "del" else {}
-    return {**others, j: ctx.projected_delta(body, j, kind)}
-
-
-def _seed_bodies(spec: MraSpec) -> list[tuple[ast.Rule, ast.Body]]:
-    """X⁰ and C: the rule bodies that seed the relation."""
-    bodies = [(spec.head, b) for b in spec.constant_bodies]
-    return bodies + [(r, b) for r in spec.init_rules for b in r.bodies]
-
-
-def _derive(
-    ctx: UpdateContext,
-    program: MraProgram,
-    i: int,
-    relation_of: dict[int, str],
-    frontier: DataFrame,
-    heads: DataFrame | None = None,
-) -> DataFrame:
-    """Recursive body ``i`` over ``frontier`` (positional relation rows) with its atoms
-    reading ``relation_of``'s names: candidates ``k0.., v, w0..``. The auxiliary side is
-    broadcast: it is an epoch's changed rows, or cut down to the rows leading to the keys
-    ``heads`` (``k0..``, few) where the head copies its keys from it."""
-    body = program.recursive_body(i, relation_of) if relation_of else program.bodies[i]
-    tables = {}
-    if body.aux_plan is not None:
-        aux = aux_frame(body, ctx.backend)
-        columns = head_aux_columns(body, program.keys)
-        if heads is not None and columns is not None:
-            aux = aux.join(F.broadcast(heads.toDF(*columns)), columns, "left_semi")
-        small = relation_of or (heads is not None and columns is not None)
-        tables[body.aux_name] = F.broadcast(aux) if small else aux
-    rows = frontier.select(*(positional(p) for p in range(len(program.types))))
-
-    def source(relation: str, version: Version) -> DataFrame:
-        if version == "aux":
-            return tables[relation]
-        if version == "delta" and relation == program.relation:
-            return rows
-        return ctx.frames.source(relation, version)
-
-    derived = SparkBackend(ctx.spark, source).run(body.plan)
-    names = [*program.keys, "v", *(f"w{j}" for j in range(len(program.keys)))]
-    return derived.select(*(F.col(output_column(n)).alias(n) for n in names))
-
-
-def _plan_candidates(ctx: UpdateContext, plan: Plan) -> DataFrame:
-    """An X⁰/C plan's rows (``k0.., v``) over the current inputs."""
-    frame = ctx.backend.run(plan)
-    return frame.select(*(F.col(output_column(n)).alias(n) for n, _ in plan.schema))
-
-
-def _candidate_union(ctx: UpdateContext, frames: list[DataFrame], program: MraProgram) -> DataFrame:
-    """Candidates ``k0.., v, w0..`` (a missing witness is null)."""
-    names = [*program.keys, "v", *(f"w{j}" for j in range(len(program.keys)))]
-    union = program.candidates(ctx.frames.empty(program.relation))
-    for other in frames:
-        union = union.unionByName(other, allowMissingColumns=True)
-    missing = [n for n in names if n not in union.columns]
-    return union.select(*union.columns, *(F.lit(None).alias(n) for n in missing))
+    return retract_on(SparkRetraction(ctx, program), ctx)
 
 
 # ---------------------------------------------------------------- update: correction
@@ -290,7 +126,7 @@ def correction(ctx: UpdateContext) -> Outcome:
     """Exact signed corrections (constant/initial facts, and every changed auxiliary fact
     with the recursive atom bound to the current values) resumed on the engine; then the
     keys that lost every derivation are dropped (``_unsupported``)."""
-    spec = _spec(ctx)
+    spec = mra_spec_of(ctx)
     relation, value = spec.relation, positional(spec.value_pos)
     keys = [positional(i) for i in spec.key_positions]
     current = ctx.frames.full[relation]
@@ -313,7 +149,7 @@ def correction(ctx: UpdateContext) -> Outcome:
                     suspects.append(rows.select(*keys))
     seed = union_by_name(seeds).groupBy(*keys).agg(F.sum("d").alias(value))
     ctx.frames.full[relation] = current
-    outcome = _resume(ctx, seed)
+    outcome = resume(ctx, seed)
     if ctx.insert_only:  # no key can lose a derivation
         return outcome
     return _without_unsupported(ctx, outcome, suspects)
@@ -324,7 +160,7 @@ def _constant_correction(
 ) -> tuple[DataFrame, list[DataFrame]]:
     """G(X⁰ ∪ C) under the new inputs minus under the old ones, per key; and the keys that
     lost their constant support (a list of one frame, or none)."""
-    bodies = _seed_bodies(spec)
+    bodies = seed_bodies(spec)
     empty = ctx.frames.empty(spec.relation).select(*keys, F.col(value).alias("d"))
     if not any(atoms_over(b, ctx.deltas) for _, b in bodies):
         return empty, []
@@ -355,13 +191,13 @@ def _without_unsupported(
     deleted fact derived) can have lost that, so this is DRed over derivability:
     over-delete the suspects and what they derive (keys without constant support), then
     re-derive from the rest."""
-    spec = _spec(ctx)
+    spec = mra_spec_of(ctx)
     program, relation = MraProgram(spec, ctx.catalog.types), spec.relation
-    rows, positions = outcome.frames[relation], _key_columns(spec)
+    rows, positions = outcome.frames[relation], key_columns(spec)
     keys = list(program.keys)
-    present = _keyed(program, rows)
-    seeded = ctx.combine(relation, [ctx.rule_rows(r, b) for r, b in _seed_bodies(spec)])
-    constant = _keyed(program, seeded).select(*keys)
+    present = keyed(program, rows)
+    seeded = ctx.combine(relation, [ctx.rule_rows(r, b) for r, b in seed_bodies(spec)])
+    constant = keyed(program, seeded).select(*keys)
     named = union_by_name(suspects).select(
         *(F.col(p).alias(k) for p, k in zip(positions, keys, strict=True))
     )
@@ -388,7 +224,7 @@ def _over_deleted(
     keys, frontier = list(program.keys), over
     for _ in range(ctx.max_iterations):
         children = _derived_keys(ctx, program, _rows_of(program, rows, frontier))
-        children = children.join(_keyed(program, rows), keys, "left_semi")
+        children = children.join(keyed(program, rows), keys, "left_semi")
         children = children.join(constant, keys, "left_anti").join(over, keys, "left_anti")
         frontier, n = ctx.materializer.keep_counted(children)
         if not n:
@@ -403,7 +239,7 @@ def _rederived(
     """The keys of ``over`` that nothing outside it derives, transitively: unsupported."""
     keys = list(program.keys)
     frontier = rows.join(
-        F.broadcast(_positional_keys(program, over)), _key_columns(program.spec), "left_anti"
+        F.broadcast(_positional_keys(program, over)), key_columns(program.spec), "left_anti"
     )
     for _ in range(ctx.max_iterations):
         back = _derived_keys(ctx, program, frontier).join(over, keys, "left_semi")
@@ -419,54 +255,16 @@ def _derived_keys(ctx: UpdateContext, program: MraProgram, frontier: DataFrame) 
     """The keys ``k0..`` the recursive bodies derive from ``frontier`` under the new facts."""
     keys = list(program.keys)
     derived = [
-        _derive(ctx, program, i, {}, frontier).select(*keys) for i in range(len(program.bodies))
+        derive(ctx, program, i, {}, frontier).select(*keys) for i in range(len(program.bodies))
     ]
     return union_by_name(derived).distinct()
 
 
 def _positional_keys(program: MraProgram, keyed: DataFrame) -> DataFrame:
-    return keyed.toDF(*_key_columns(program.spec))
+    return keyed.toDF(*key_columns(program.spec))
 
 
 def _rows_of(program: MraProgram, rows: DataFrame, keyed: DataFrame) -> DataFrame:
     """The rows of ``rows`` whose key is in ``keyed`` (``k0..``)."""
-    positions = _key_columns(program.spec)
+    positions = key_columns(program.spec)
     return rows.join(F.broadcast(_positional_keys(program, keyed)), positions, "left_semi")
-
-
-# ---------------------------------------------------------------- resuming
-
-
-def _resume(ctx: UpdateContext, seed: DataFrame, rows: DataFrame | None = None) -> Outcome:
-    """Resume the relation from ``rows`` (default: its current rows; with witnesses when
-    kept) or its carried state with ``seed`` (candidates or corrections ``k0.., v``)."""
-    spec = _spec(ctx)
-    relation = spec.relation
-    program = MraProgram(spec, ctx.catalog.types)
-    original = ctx.frames.full[relation]
-    # The budget counts propagation rounds; the seed's merge comes on top of them.
-    budget = min(ctx.max_iterations, ctx.round_budget + 1 if ctx.round_budget else 1 << 62)
-    outcome = ctx.engine.resume(
-        program,
-        ctx.engine_env(),
-        original if rows is None else rows,
-        seed if rows is not None else program.candidates(seed),
-        budget,
-        ctx.round,
-        carried=ctx.carried.get(relation),
-    )
-    current = outcome.rows.select(*original.columns)
-    left = {relation: outcome.state} if outcome.capped else {}
-    if outcome.capped and ctx.round_budget is None:  # the Maintainer warns
-        log.info("%s: hit the iteration cap (%d rounds)", relation, ctx.max_iterations)
-    changes = {relation: ctx.changes(original, current)}
-    witnessed = {relation: outcome.state.witnessed_rows()} if rows is not None else {}
-    capped = outcome.capped and ctx.round_budget is None  # else: carried on, not cut short
-    return Outcome(
-        {relation: current},
-        changes,
-        outcome.rounds,
-        carried=left,
-        witnessed=witnessed,
-        capped=capped,
-    )
