@@ -16,7 +16,7 @@ Programs are generated here (deterministic) so the bench needs nothing outside t
 
 Each program runs twice per repeat, in the same run: ``spark`` (``--local-rows 0``: every
 stratum on Spark, as before the driver path existed) and ``driver`` (the default: strata of
-up to ``--local-rows`` rows run in the driver, ``fixflow.operators.local``).
+up to ``--local-rows`` rows run in the driver, ``fixflow.operators.driver``).
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StructType
 
+from fixflow.operators.driver.rows import arrow_frame, to_frame
 from fixflow.operators.engines.batches import Batch
 from fixflow.operators.lazy_frame import LazyFrame, deferred, renamed
-from fixflow.operators.local import arrow_frame, to_frame
 from fixflow.operators.materialize import live_rdds
 
 

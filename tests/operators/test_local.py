@@ -1,4 +1,4 @@
-"""Small strata in the driver (``fixflow.operators.local``): the numpy kernels of anti-joins
+"""Small strata in the driver (``fixflow.operators.driver``): the numpy kernels of anti-joins
 and aggregates agree with Spark SQL (nulls included), a local stratum runs no Spark job,
 and whatever the driver cannot run, or outgrows the limit, runs on Spark with the same
 results. Every golden program is also evaluated with the local path on
@@ -14,7 +14,8 @@ from pyspark.sql import SparkSession
 
 from fixflow.checker import load
 from fixflow.checker.model import Report, Stratum
-from fixflow.operators import local
+from fixflow.operators.driver import stratum as driver_stratum
+from fixflow.operators.driver.stratum import LocalStratum
 from fixflow.operators.engines.async_support import unsupported
 from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.engines.batches import Batch
@@ -341,8 +342,8 @@ def test_a_round_reads_a_large_delta_in_slices_with_the_same_rows(
     widest: dict[bool, int] = {}
     for sliced in (False, True):
         if sliced:
-            monkeypatch.setattr(local, "SLICE_CANDIDATES", 40)
-            monkeypatch.setattr(local, "FIRST_SLICE", 2)
+            monkeypatch.setattr(driver_stratum, "SLICE_CANDIDATES", 40)
+            monkeypatch.setattr(driver_stratum, "FIRST_SLICE", 2)
         seen = _widest_derivations(monkeypatch)
         weighted = [(x, y, float(w)) for x, y, w in edges]
         rows, evaluation = run(spark, APSP_SQUARED, {"warc": weighted}, local_rows=LOCAL)
@@ -357,12 +358,12 @@ def test_a_round_reads_a_large_delta_in_slices_with_the_same_rows(
 def _widest_derivations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The most rows a kernel run held, per ``LocalStratum.derive`` from now on."""
     seen: list[int] = []
-    derive = local.LocalStratum.derive
+    derive = LocalStratum.derive
 
-    def recorded(self: local.LocalStratum, relation: str, plans: object) -> Batch:
+    def recorded(self: LocalStratum, relation: str, plans: object) -> Batch:
         rows = derive(self, relation, plans)  # type: ignore[arg-type]
         seen.append(self.widest)
         return rows
 
-    monkeypatch.setattr(local.LocalStratum, "derive", recorded)
+    monkeypatch.setattr(LocalStratum, "derive", recorded)
     return seen

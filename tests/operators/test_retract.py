@@ -25,7 +25,7 @@ from .test_maintain import SSSP, Facts, Step, program, run_epochs, strategies
 
 ENGINES = ["sync", "async", "driver"]
 """``driver``: the async engine with ``local_rows``, so retractions run in the driver
-(``operators.local_update``)."""
+(``operators.driver``)."""
 
 
 def _options(mode: str) -> EvalOptions:

@@ -23,6 +23,7 @@ from scipy.sparse.csgraph import dijkstra
 from fixflow.checker import ast, load
 from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions
+from fixflow.operators.driver.stratum import _measure as driver_measure
 from fixflow.operators.engines.base import BufferOptions, EngineOptions
 from fixflow.operators.engines.mra_bootstrap import Stage, StageRule, Stop
 from fixflow.operators.engines.shard_exchange import (
@@ -37,7 +38,6 @@ from fixflow.operators.engines.shard_exchange import (
 from fixflow.operators.engines.shard_map import InsufficientSlots, require_slots, task_slots
 from fixflow.operators.engines.shard_run import change_partials, measure_of
 from fixflow.operators.evaluate import evaluate_with_stats
-from fixflow.operators.local import _measure as driver_measure
 from fixflow.operators.maintain import Epoch, Maintainer
 from python_workers import WorkerKiller, gone
 

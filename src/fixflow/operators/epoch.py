@@ -32,7 +32,7 @@ from fixflow.operators.plan import Plan
 from fixflow.operators.spark_backend import join_on, positional, set_minus, spark_type
 
 if TYPE_CHECKING:
-    from fixflow.operators.local_update import DriverCopies
+    from fixflow.operators.driver.copies import DriverCopies
 
 
 class Abandon(Exception):

@@ -2,7 +2,7 @@
 
 ``evaluate(report, edb, spark, options) -> {relation: DataFrame}`` runs the strata of a
 ``Report`` in order. The ``Bootstrap`` driver loads the EDB, then places each stratum
-(``placement.place``: in the driver over numpy kernels, ``operators.local``; the same loop in
+(``placement.place``: in the driver over numpy kernels, ``operators.driver``; the same loop in
 one Spark task, ``operators.task_stratum``; or on Spark)
 and bootstraps it with the class module (``fixflow.operators.strategies``) that
 ``placement.bootstrap_method`` names:
@@ -49,16 +49,12 @@ from fixflow.operators.core import (
     round_cap,
     strategy_of,
 )
+from fixflow.operators.driver.rows import local_rows, to_frame, to_table
+from fixflow.operators.driver.stratum import run_locally
 from fixflow.operators.engines.base import MraEngine, MraState, RoundInfo
 from fixflow.operators.engines.batches import Batch, table_rows
 from fixflow.operators.engines.kernels import distinct_rows
 from fixflow.operators.engines.modes import UnknownEngine, engine_for
-from fixflow.operators.local import (
-    local_rows,
-    run_locally,
-    to_frame,
-    to_table,
-)
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.placement import (
     Outgrown,
@@ -143,7 +139,7 @@ class StratumStats:
 
     @property
     def local(self) -> bool:
-        """Whether the stratum ran in the driver (``fixflow.operators.local``)."""
+        """Whether the stratum ran in the driver (``fixflow.operators.driver``)."""
         return self.placement is not None and self.placement.in_driver
 
 
@@ -427,7 +423,7 @@ class Bootstrap:
         return seminaive.resumed(run, growth, reached.rounds)
 
     def _in_driver(self, run: StratumRun) -> Bootstrapped:
-        """The stratum bootstrapped in the driver (``fixflow.operators.local``)."""
+        """The stratum bootstrapped in the driver (``fixflow.operators.driver``)."""
         assert self.local is not None, "placed in the driver only with local_rows > 0"
         done = run_locally(run, self._in_driver_rows, self.options.local_rows)
         self.local.update(done.rows)

@@ -172,7 +172,7 @@ def place(run: StratumView, sizes: Sizes) -> Placement:
 
 
 TASK_METHODS = ("set", "aggregate-seminaive", "naive")
-"""The bootstraps whose loop ``local.LocalStratum`` runs in one Spark task as in the driver
+"""The bootstraps whose loop ``driver.stratum.LocalStratum`` runs in one Spark task as in the driver
 (an ``mra`` stratum off the driver runs on the MRA engines' sharded tasks instead)."""
 
 

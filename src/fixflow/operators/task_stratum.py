@@ -3,7 +3,7 @@
 On Spark a ``set``, ``aggregate-seminaive`` or ``naive`` stratum pays a job a round
 (``strategies.seminaive``: ~0.1-1 s each); a counter of 1,011 rounds took 250-330 s. When
 the stratum's plans compile to numpy kernels, ``placement.place`` puts it in a task
-instead (``Placement.where == "task"``), and the driver's loop (``local.LocalStratum``: the
+instead (``Placement.where == "task"``), and the driver's loop (``driver.stratum.LocalStratum``: the
 same plans, the same loop) runs there:
 
 1. every input relation is packed, by the tasks that hold its rows, into Arrow IPC blocks
@@ -38,9 +38,10 @@ from pyspark.sql.types import BooleanType, StructField, StructType
 from fixflow.checker.ast import TypeName
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.core import EvalOptions, RoundInfo, StratumRun, StratumView
+from fixflow.operators.driver.rows import empty_rows, to_table
+from fixflow.operators.driver.stratum import LocalStratum
 from fixflow.operators.engines.batches import Batch, concat, table_rows
 from fixflow.operators.engines.blocks import BLOCK_ROWS, decode, encode
-from fixflow.operators.local import LocalStratum, empty_rows, to_table
 from fixflow.operators.placement import Outgrown, inputs_of
 from fixflow.operators.spark_backend import relation_struct
 from fixflow.operators.task_progress import Address, RoundListener, RoundSender

@@ -1,6 +1,6 @@
 """What the async engine can run, and with which parameters: shared by the Spark tasks
 (``engines.async_engine``) and the driver's loops over the same kernels
-(``operators.local``, ``operators.local_update``).
+(``operators.driver``, ``operators.driver``).
 
 A program runs sharded when every recursive body joins an auxiliary atom on a key column
 of the recursive atom (``unsupported``): its rows are cut into shards by those columns
@@ -35,7 +35,7 @@ def stage_params(
     beta: dict[tuple[int, int], float] | None = None,
 ) -> StageParams:
     """What a shard's local loop needs (``shard_loop.StageParams``): a Spark task's, or
-    the driver's for a small stratum (``operators.local``). Hybrid flushes only at local
+    the driver's for a small stratum (``operators.driver``). Hybrid flushes only at local
     quiescence: no τ, no β."""
     buffer = options.buffer
     return StageParams(

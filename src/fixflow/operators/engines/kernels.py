@@ -13,7 +13,7 @@ Spark backend runs, over numpy columns instead of DataFrames:
   a sorted index built once per task (``prepare``), so an iteration costs O(frontier).
 
 Round plans contain scans, filters, projections, joins and unions; the driver's local path
-for small strata (``fixflow.operators.local``) also runs anti-joins (stratified negation)
+for small strata (``fixflow.operators.driver``) also runs anti-joins (stratified negation)
 and group-by aggregates, with Spark SQL's null semantics. ``unsupported(plan)`` says why a
 plan cannot run here (the engine then runs it on Spark). User expressions become numpy
 operations on whole columns, never Python ``eval``.

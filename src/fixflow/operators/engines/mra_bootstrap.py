@@ -9,7 +9,7 @@ A backend (``MraBackend``) holds the rows and says what a stage is: on Spark
 (``async_engine.SparkShards``) frames, auxiliary rows packed in blocks per shard, every
 stage in one job whose tasks each keep a shard's loop and stop by the same ``StageRule``
 (the driver replays their stages through it; the engine's resumes run the same job); in
-the driver (``local.DriverMra``) numpy batches, one shard's loop, a stage one run of it.
+the driver (``driver.stratum.DriverMra``) numpy batches, one shard's loop, a stage one run of it.
 
 Not shared, for structural reasons: how a backend shards and starts (the driver has one
 shard: no assignment, labels or blocks; only Spark runs an iteration-indexed start, as

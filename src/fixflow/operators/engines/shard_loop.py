@@ -1,6 +1,6 @@
 """One shard's local asynchronous loop (A3's AsyncTable, PowerLog §5.3): in a Spark task
 of a sharded run (``engines.shard_run``), or in the driver for a small stratum
-(``operators.local``).
+(``operators.driver``).
 
 A task of a sharded run starts from the rows of its shard: the shard's MonoTable rows (key,
 ``acc``, pending ``delta``, witness), the messages other shards sent it (candidate values for
@@ -82,7 +82,7 @@ class ShardLoop:
         row_limit: int,
         table: LocalTable | None = None,
     ) -> ShardLoop:
-        """The only shard of a small relation, run in the driver (``operators.local``):
+        """The only shard of a small relation, run in the driver (``operators.driver``):
         ``table``'s rows (default: none yet), every body's auxiliary rows with
         ``DESTINATION`` 0, and the seeds (columns ``k0..``, ``acc``, and ``wit0..`` when
         witnesses are kept) as its messages. A loop resumed from ``table`` reserves no

@@ -21,13 +21,13 @@ from fixflow.operators.core import (
     extended,
     segments_full,
 )
+from fixflow.operators.driver.copies import ChangedSince
+from fixflow.operators.driver.rows import empty_rows, to_frame
 from fixflow.operators.engines.batches import Batch, table_rows
 from fixflow.operators.engines.kernels import distinct_rows
 from fixflow.operators.epoch import Delta, stored_delta
 from fixflow.operators.evaluate import Input
 from fixflow.operators.lazy_frame import LazyFrame
-from fixflow.operators.local import empty_rows, to_frame
-from fixflow.operators.local_update import ChangedSince
 from fixflow.operators.maintain.elastic import EdbChange
 from fixflow.operators.maintain.setting import Setting
 from fixflow.operators.materialize import CHECKPOINTS, checkpoint_rdds, reading_checkpoints_of

@@ -14,10 +14,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions
+from fixflow.operators.driver.copies import DriverCopies
 from fixflow.operators.engines.modes import engine_for
 from fixflow.operators.epoch import Delta
 from fixflow.operators.evaluate import Input
-from fixflow.operators.local_update import DriverCopies
 from fixflow.operators.maintain.carried import CarriedState
 from fixflow.operators.maintain.elastic import ElasticSwitch
 from fixflow.operators.maintain.epoch_report import (

@@ -10,11 +10,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
+from fixflow.operators.driver.rows import arrow_frame, to_table
 from fixflow.operators.engines.batches import Batch
 from fixflow.operators.engines.joins import anti_join
 from fixflow.operators.epoch import Delta
 from fixflow.operators.lazy_frame import deferred
-from fixflow.operators.local import arrow_frame, to_table
 from fixflow.operators.maintain.setting import Setting
 from fixflow.operators.spark_backend import minus
 

@@ -13,9 +13,9 @@ from fixflow.checker import ast
 from fixflow.checker.catalog import Catalog
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.core import EvalOptions
+from fixflow.operators.driver.copies import DriverCopies
 from fixflow.operators.engines.base import MraEngine
 from fixflow.operators.lazy_frame import renamed
-from fixflow.operators.local_update import DriverCopies
 from fixflow.operators.materialize import Materializer
 
 _T = TypeVar("_T")

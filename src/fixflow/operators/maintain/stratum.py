@@ -13,10 +13,10 @@ from pyspark.sql import DataFrame
 
 from fixflow.checker.model import Report, Stratum
 from fixflow.operators.core import Frames, StratumRun
+from fixflow.operators.driver.copies import hand_over
 from fixflow.operators.engines.base import MraState
 from fixflow.operators.epoch import Abandon, Delta, UpdateContext, changes_between
 from fixflow.operators.evaluate import Bootstrap
-from fixflow.operators.local_update import hand_over
 from fixflow.operators.maintain.carried import CarriedState
 from fixflow.operators.maintain.elastic import ElasticSwitch
 from fixflow.operators.maintain.epoch_report import (

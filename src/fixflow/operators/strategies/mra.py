@@ -7,7 +7,7 @@ evaluation or Maintainer). The strategy reads the engine's state only through
 
 - bootstrap: ``MraEngine.bootstrap`` (from empty: X⁰ and C seed the table).
 - ``mra-retract`` (min/max kept with witnesses): ``mra_retract.retract_on``, in the driver
-  (``local_update.DriverRetraction``) where ``placement.place_retraction`` puts it and it
+  (``driver.retraction.DriverRetraction``) where ``placement.place_retraction`` puts it and it
   stays within ``local_rows``, else on Spark (``mra_retract.SparkRetraction``; the log
   says why).
 - ``mra-improve`` (min/max, insertions only): the delta rules over the inserted input rows
@@ -30,9 +30,9 @@ from pyspark.sql import functions as F
 
 from fixflow.checker.model import MraSpec
 from fixflow.operators.core import Bootstrapped, StratumRun, atoms_over, union_by_name
+from fixflow.operators.driver.retraction import DriverRetraction
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.epoch import Abandon, Outcome, UpdateContext
-from fixflow.operators.local_update import DriverRetraction
 from fixflow.operators.placement import Outgrown, place_retraction
 from fixflow.operators.spark_backend import positional
 from fixflow.operators.strategies.mra_frames import (

@@ -4,7 +4,7 @@ insertions and deletions (KickStarter-style trimming, then one resume), written 
 
 - ``SparkRetraction`` (below): Spark frames; the witness walk is one Spark task
   (``witness.descendants``) and the resume runs on the run's engine;
-- ``local_update.DriverRetraction``: the driver's numpy batches, the kernels and the shard
+- ``driver.retraction.DriverRetraction``: the driver's numpy batches, the kernels and the shard
   loop a Spark task runs, where ``placement.place_retraction`` puts it; it raises
   ``Outgrown`` past ``local_rows`` and the caller (``mra.retract``) runs this on Spark.
 

@@ -29,7 +29,7 @@ R = TypeVar("R")
 
 class NaiveBackend(Protocol[R]):
     """A backend's side of the naive loops: Spark frames here (``SparkNaive``), numpy
-    batches in the driver (``local.LocalStratum``)."""
+    batches in the driver (``driver.stratum.LocalStratum``)."""
 
     def derive(
         self, relation: str, rules: list[ast.Rule] | None = None, iteration: int | None = None

@@ -151,7 +151,7 @@ class Grown:
 
 class RoundBackend(Protocol[R]):
     """A backend's side of the semi-naive loop (``semi_naive``): Spark frames here
-    (``SparkRounds``), numpy batches in the driver (``local.LocalStratum``)."""
+    (``SparkRounds``), numpy batches in the driver (``driver.stratum.LocalStratum``)."""
 
     def changed(self, relation: str, plans: list[Plan]) -> R:
         """G over the round's head-row plans, then the rows that change the relation."""
@@ -272,7 +272,7 @@ def bootstrap_with(run: StratumRun, growth: Mapping[str, Growth]) -> Bootstrappe
 
 
 def resumed(run: StratumRun, growth: Mapping[str, Growth], rounds_done: int) -> Bootstrapped:
-    """A bootstrap the driver began (``local.LocalStratum``) continued on Spark: the
+    """A bootstrap the driver began (``driver.stratum.LocalStratum``) continued on Spark: the
     relations' rows and last deltas are in ``run.frames``; the next round derives the
     growth's step from them."""
     seeds = {r: growth[r].step(run, r) for r in run.relations}

@@ -17,7 +17,7 @@ backend.
   as messages;
 - the resume: one ``ShardLoop.in_driver`` from the surviving rows.
 
-The rows are handed back to Spark as local relations (no job), and ``DriverCopies`` keeps
+The rows are handed back to Spark as local relations (no job), and ``copies.DriverCopies`` keeps
 the driver's copy of every frame it made or read, by identity, so the next epoch finds them
 without collecting. It is a cache: a frame it does not hold is collected (one job, at most
 ``local_rows`` + 1 rows). Whether a retraction runs here is ``placement.place_retraction``'s
@@ -26,16 +26,16 @@ decision; one that grows past ``local_rows`` (``placement.Outgrown``) runs on Sp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker.ast import TypeName
+from fixflow.operators.driver.copies import DriverCopies, hand_over, plain_rows
+from fixflow.operators.driver.stratum import seed_candidates, seed_messages, witnessed_rows
 from fixflow.operators.engines.async_support import (
     _head_key_columns,
     _join_key_columns,
@@ -43,130 +43,19 @@ from fixflow.operators.engines.async_support import (
     stage_params,
 )
 from fixflow.operators.engines.base import RoundInfo
-from fixflow.operators.engines.batches import Batch, concat, table_rows
+from fixflow.operators.engines.batches import Batch, concat
 from fixflow.operators.engines.joins import JoinIndex, anti_join
 from fixflow.operators.engines.kernels import Kernel
 from fixflow.operators.engines.program import MraProgram, RecursiveBody
 from fixflow.operators.engines.shard_loop import DESTINATION, ShardLoop
 from fixflow.operators.engines.shard_table import LocalTable
-from fixflow.operators.epoch import Delta, Outcome, UpdateContext
-from fixflow.operators.lazy_frame import LazyFrame, deferred
-from fixflow.operators.local import (
-    empty_rows,
-    local_rows,
-    seed_candidates,
-    seed_messages,
-    to_frame,
-    to_table,
-    witnessed_rows,
-)
-from fixflow.operators.materialize import Materializer
+from fixflow.operators.epoch import Outcome, UpdateContext
 from fixflow.operators.placement import Outgrown
 from fixflow.operators.plan import Aggregate, AntiJoin, Fixpoint, Plan, children, relations_read
-from fixflow.operators.spark_backend import relation_struct, spark_type
-from fixflow.operators.thresholds import COLLECT_AS_ROWS, HANDOVER_ROWS
 from fixflow.operators.witness import ROOT, invalidated_rows
 
 Sources = Callable[[str], Batch]
 """A relation's rows (positional columns ``c0..``) as the update reads them."""
-
-
-# ---------------------------------------------------------------- the driver's copies
-
-
-class DriverCopies:
-    """Rows of Spark frames held in the driver, by frame identity: the frames a driver
-    update made (local relations) and the inputs it read. ``rows`` collects a frame it
-    does not hold (one job) when it has at most ``limit`` rows."""
-
-    def __init__(self, limit: int, materializer: Materializer | None = None) -> None:
-        self.limit = limit
-        self.materializer = materializer
-        """Counts the collects that may run a Spark job (``Materializer.jobs``)."""
-        self._held: dict[int, tuple[DataFrame, Batch]] = {}
-
-    def held(self, frame: DataFrame) -> Batch | None:
-        entry = self._held.get(id(frame))
-        return entry[1] if entry is not None and entry[0] is frame else None
-
-    def rows(self, frame: DataFrame, types: Sequence[TypeName], count: int | None = None) -> Batch:
-        """``frame``'s rows (columns ``c0..`` cast to ``types``); ``Outgrown`` when it has
-        more than ``limit``. ``count``: its rows when known (few are collected as
-        rows, which needs no job for a local relation; Arrow always runs one)."""
-        found = self.held(frame)
-        if found is not None:
-            return found
-        if self.materializer is not None and not frame.isLocal():
-            self.materializer.jobs += 1
-        if count is not None and count <= COLLECT_AS_ROWS:
-            batch = local_rows(frame, COLLECT_AS_ROWS)
-            assert batch is not None
-        else:
-            table = frame.limit(self.limit + 1).toArrow()
-            if table.num_rows > self.limit:
-                raise Outgrown(f"a frame it reads holds more than {self.limit} rows")
-            batch = table_rows(table, types)
-        self.hold(frame, batch)
-        return batch
-
-    def after(self, rows: Batch, delta: Delta, types: Sequence[TypeName]) -> Batch:
-        """``rows`` with ``delta`` (net: added rows absent, removed ones present) applied."""
-        return _applied(rows, self.side(delta, True, types), self.side(delta, False, types))
-
-    def before(self, rows: Batch, delta: Delta, types: Sequence[TypeName]) -> Batch:
-        """``rows`` with ``delta`` undone."""
-        return _applied(rows, self.side(delta, False, types), self.side(delta, True, types))
-
-    def side(self, delta: Delta, added: bool, types: Sequence[TypeName]) -> Batch:
-        """``delta``'s added (or removed) rows."""
-        frame, n = (delta.added, delta.n_added) if added else (delta.removed, delta.n_removed)
-        if n == 0:  # nothing to collect
-            return empty_rows(types)
-        return self.rows(frame, types, n)
-
-    def hold(self, frame: DataFrame, batch: Batch) -> None:
-        self._held[id(frame)] = (frame, batch)
-
-    def delta(
-        self, spark: SparkSession, before: Batch, after: Batch, types: Sequence[TypeName]
-    ) -> Delta:
-        """The change from ``before`` to ``after`` (two sets of rows) as local relations,
-        held: no job, and the result commit reads it as Arrow (``_change_tables``)."""
-        columns = tuple(before.cols)
-        added, removed = anti_join(after, before, columns), anti_join(before, after, columns)
-        delta = Delta(
-            to_frame(spark, added, types), to_frame(spark, removed, types), added.n, removed.n
-        )
-        self.hold(delta.added, added)
-        self.hold(delta.removed, removed)
-        return delta
-
-    def keep_only(self, frames: Iterable[DataFrame]) -> None:
-        """Forget every copy but those of ``frames`` (the Maintainer's current ones)."""
-        live = {id(f) for f in frames}
-        self._held = {k: v for k, v in self._held.items() if k in live}
-
-
-class ChangedSince:
-    """The net change of a relation since ``base`` (rows Spark stored), held in the driver:
-    ``base`` minus ``removed`` plus ``added`` is the relation now. ``latest`` is the frame
-    made from them last (``Maintainer._changed_later``): the next epoch continues the
-    chain only from it."""
-
-    def __init__(self, base: DataFrame, types: Sequence[TypeName]) -> None:
-        self.base = self.latest = base
-        self.added = self.removed = empty_rows(types)
-
-    def apply(self, added: Batch, removed: Batch) -> None:
-        """One more net change (its added rows absent, its removed ones present). A base
-        row removed and added again stays in both, which still counts it once."""
-        columns = tuple(self.added.cols)
-        self.added = concat([anti_join(self.added, removed, columns), added])
-        self.removed = concat([self.removed, removed])
-
-    @property
-    def rows(self) -> int:
-        return self.added.n + self.removed.n
 
 
 # ---------------------------------------------------------------- the retraction
@@ -420,7 +309,7 @@ class DriverRetraction:
         witnessed, rows = hand_over(spark, types, program.key_types, after, self.copies)
         plain_after = self.copies.held(rows)
         assert plain_after is not None
-        delta = self.copies.delta(spark, _plain(before, columns), plain_after, types)
+        delta = self.copies.delta(spark, plain_rows(before, columns), plain_after, types)
         return Outcome(
             {relation: rows},
             {relation: delta},
@@ -437,71 +326,12 @@ _NONE = np.zeros(0, dtype=np.int64)
 # ---------------------------------------------------------------- helpers
 
 
-def hand_over(
-    spark: SparkSession,
-    types: Sequence[TypeName],
-    key_types: Sequence[TypeName],
-    witnessed: Batch,
-    copies: DriverCopies,
-    materializer: Materializer | None = None,
-) -> tuple[DataFrame, DataFrame]:
-    """Witnessed rows made in the driver (``local.witnessed_rows``) as Spark frames: the
-    rows with their witness ``w0..`` and the rows alone (a projection of them), both held by
-    ``copies``. A local relation up to ``HANDOVER_ROWS``; a larger one is stored through
-    ``materializer`` (one job) when one is given."""
-    columns = [f"c{i}" for i in range(len(types))]
-    names = [*columns, *(f"w{j}" for j in range(len(key_types)))]
-    struct = _witnessed_struct(types, key_types)
-    frame: DataFrame = LazyFrame(
-        spark,
-        lambda: spark.createDataFrame(
-            to_table(witnessed, [*types, *key_types]).rename_columns(names), struct
-        ),
-        struct,
-    )
-    if materializer is not None and witnessed.n > HANDOVER_ROWS:
-        frame = materializer.keep(frame)
-    copies.hold(frame, witnessed)
-    rows = deferred(frame, lambda f: f.select(*columns), relation_struct(types))
-    copies.hold(rows, _plain(witnessed, columns))  # a later stratum reads the rows alone
-    return frame, rows
-
-
 def _sources(plan: Plan, read: Sources) -> dict[tuple[str, str], Batch]:
     found: dict[tuple[str, str], Batch] = {}
     for relation, version in relations_read(plan):
         assert version == "full", "place_retraction admits plans over full relations only"
         found[(relation, version)] = read(relation)
     return found
-
-
-def _applied(rows: Batch, added: Batch, removed: Batch) -> Batch:
-    columns = tuple(rows.cols)
-    if not columns:
-        return added
-    if removed.n == 0 or rows.n == 0:
-        return concat([rows, added])
-    nullable = {*rows.valid, *removed.valid}
-    gone_rows = _identity(removed, nullable)
-    on = tuple(gone_rows.cols)
-    gone = JoinIndex.build(gone_rows, on).matches(_identity(rows, nullable), on)
-    return concat([rows.take(np.flatnonzero(~gone)), added])
-
-
-def _identity(rows: Batch, nullable: set[str]) -> Batch:
-    """``rows`` as values that compare equal when the rows are the same row: a null is a
-    filler plus a flag (a row with a null is removed by that same row, as Spark's EXCEPT
-    does; a join key never matches a null)."""
-    out = Batch(rows.n)
-    for name, values in rows.cols.items():
-        if name not in nullable:
-            out.cols[name] = values
-            continue
-        valid = rows.valid.get(name, np.ones(rows.n, dtype=bool))
-        filler = "" if values.dtype == object else values.dtype.type(0)
-        out.cols[name] = np.where(valid, values, filler).astype(values.dtype)
-        out.cols[f"{name}#null"] = ~valid
-    return out
 
 
 def _row_by_row(plan: Plan) -> bool:
@@ -529,17 +359,3 @@ def _member(rows: Batch, names: Sequence[str], keys: Batch) -> np.ndarray:
         return np.zeros(rows.n, dtype=bool)
     on = tuple(names)
     return JoinIndex.build(Batch(keys.n, {n: keys.cols[n] for n in on}), on).matches(rows, on)
-
-
-def _plain(rows: Batch, columns: Sequence[str]) -> Batch:
-    return Batch(
-        rows.n,
-        {c: rows.cols[c] for c in columns},
-        {c: v for c, v in rows.valid.items() if c in columns},
-    )
-
-
-def _witnessed_struct(types: Sequence[TypeName], key_types: Sequence[TypeName]) -> StructType:
-    fields = list(relation_struct(types).fields)
-    fields += [StructField(f"w{j}", spark_type(t)) for j, t in enumerate(key_types)]
-    return StructType(fields)

@@ -38,16 +38,14 @@ from functools import partial
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from fixflow.checker import ast
-from fixflow.checker.ast import TypeName
 from fixflow.checker.catalog import RelationEntry
 from fixflow.operators.compiler import combine_plan, head_columns
 from fixflow.operators.core import StratumRun
+from fixflow.operators.driver.rows import empty_rows
 from fixflow.operators.engines.async_support import stage_params
-from fixflow.operators.engines.batches import ARROW_TYPES, NUMPY_TYPES, Batch, concat, table_rows
+from fixflow.operators.engines.batches import ARROW_TYPES, NUMPY_TYPES, Batch, concat
 from fixflow.operators.engines.joins import HeldKeys, JoinIndex, anti_join
 from fixflow.operators.engines.kernels import Kernel, relation_rows
 from fixflow.operators.engines.mra_bootstrap import (
@@ -65,10 +63,8 @@ from fixflow.operators.engines.shard_loop import (
     valid_candidates,
 )
 from fixflow.operators.engines.shard_table import LocalTable
-from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.placement import Outgrown, Reached, bootstrap_method
 from fixflow.operators.plan import Plan, Scan, relations_read, scans
-from fixflow.operators.spark_backend import relation_struct
 from fixflow.operators.strategies import naive
 from fixflow.operators.strategies.aggregate_seminaive import growth_for
 from fixflow.operators.strategies.seminaive import exit_rules, semi_naive
@@ -76,80 +72,6 @@ from fixflow.operators.strategies.seminaive import exit_rules, semi_naive
 Fetch = Callable[[str], Batch | None]
 """A relation's rows in the driver (collected from Spark if need be); None when it holds
 more rows than the limit."""
-
-
-# ---------------------------------------------------------------- conversions
-
-
-def local_rows(frame: DataFrame, limit: int) -> Batch | None:
-    """``frame``'s rows as a batch in positional columns when they are at most ``limit``;
-    else None. A local relation is collected as rows, without a job; any other frame costs
-    one, which reads at most ``limit + 1`` rows through Arrow (``toArrow``: a million rows
-    in ~0.5 s, where ``collect()`` made Python rows of them in ~4 s)."""
-    if limit <= 0:
-        return None
-    if frame.isLocal() or not frame.columns:  # a nullary relation: nothing for Arrow
-        return _collected_rows(frame, limit)
-    table = frame.limit(limit + 1).toArrow()
-    if table.num_rows > limit:
-        return None
-    return table_rows(table, [_type_of(f.dataType.simpleString()) for f in frame.schema.fields])
-
-
-def _collected_rows(frame: DataFrame, limit: int) -> Batch | None:
-    rows = frame.limit(limit + 1).collect()
-    if len(rows) > limit:
-        return None
-    batch = Batch(len(rows))
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(frame.columns)
-    for i, (values, field) in enumerate(zip(columns, frame.schema.fields, strict=True)):
-        type_ = _type_of(field.dataType.simpleString())
-        present = np.fromiter((v is not None for v in values), dtype=bool, count=len(rows))
-        filler = "" if type_ == "symbol" else 0
-        filled = [v if v is not None else filler for v in values]
-        batch.cols[f"c{i}"] = np.array(filled, dtype=NUMPY_TYPES[type_])
-        if not present.all():
-            batch.valid[f"c{i}"] = present
-    return batch
-
-
-SPARK_TYPES: dict[str, TypeName] = {"bigint": "number", "double": "float", "string": "symbol"}
-
-
-def _type_of(spark_type: str) -> TypeName:
-    return SPARK_TYPES[spark_type]
-
-
-def to_table(batch: Batch, types: Sequence[TypeName]) -> pa.Table:
-    """A batch in positional columns as an Arrow table (``c0..``; no columns for a nullary
-    relation, whose rows are empty tuples: then ``num_rows`` is 0 or 1)."""
-    arrays = []
-    for i, type_ in enumerate(types):
-        valid = batch.valid.get(f"c{i}")
-        mask = None if valid is None else ~valid
-        arrays.append(pa.array(batch.cols[f"c{i}"], type=ARROW_TYPES[type_], mask=mask))
-    if not types:
-        return pa.table({"#": pa.nulls(batch.n)}).select([])
-    return pa.table(arrays, names=[f"c{i}" for i in range(len(types))])
-
-
-def to_frame(spark: SparkSession, batch: Batch, types: Sequence[TypeName]) -> DataFrame:
-    """A batch in positional columns as a Spark local relation (no job), made when Spark
-    first reads it (``LazyFrame``)."""
-    if not types:  # a nullary relation: its rows are empty tuples
-        return spark.range(batch.n).select()
-    struct = relation_struct(types)
-    return LazyFrame(spark, lambda: spark.createDataFrame(to_table(batch, types), struct), struct)
-
-
-def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
-    """An Arrow table as a Spark local relation, made when Spark first reads it."""
-    return LazyFrame(spark, lambda: spark.createDataFrame(table), from_arrow_schema(table.schema))
-
-
-def empty_rows(types: Sequence[TypeName]) -> Batch:
-    """No rows, in positional columns of ``types``."""
-    return Batch(0, {f"c{i}": np.zeros(0, NUMPY_TYPES[t]) for i, t in enumerate(types)})
 
 
 # ---------------------------------------------------------------- one stratum
