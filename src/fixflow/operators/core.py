@@ -114,8 +114,8 @@ class EvalOptions:
     local_rows: int = field(default_factory=lambda: resolved_local_rows(LOCAL_ROWS))
     """Strata whose inputs the driver holds (at most this many rows together) and that stay
     that small run there, without Spark jobs (``placement.place``): batch evaluation's
-    strata (``operators.driver``) and the Maintainer's min/max retractions
-    (``operators.driver``); 0: every stratum runs on Spark. One default everywhere
+    strata (``driver.stratum``) and the Maintainer's min/max retractions
+    (``driver.retraction``); 0: every stratum runs on Spark. One default everywhere
     (``thresholds.LOCAL_ROWS``, ``auto``: by the driver's memory), which ``[engine]
     local_rows`` and ``--local-rows`` set."""
     task_rows: int = TASK_LOOP_ROWS

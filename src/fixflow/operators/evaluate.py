@@ -247,7 +247,7 @@ class Bootstrap:
         (``run`` with ``EvalOptions.local_rows``, or a Maintainer's bootstrap)."""
         self.witnessed: dict[str, Batch] = {}
         """min/max MRA relations bootstrapped in the driver with ``EvalOptions.witness``:
-        their rows with witnesses (``local.witnessed_rows``)."""
+        their rows with witnesses (``driver.stratum.witnessed_rows``)."""
         self.unshared: set[str] = set()
         """Relations in the driver that Spark has no frame of yet (``_share``)."""
         self._before_spark: Callable[[], None] | None = None

@@ -1,6 +1,6 @@
 """Spark frames made only when Spark first needs them.
 
-The driver path (``local``, ``local_update``) hands Spark a frame of every relation it
+The driver path (``operators.driver``) hands Spark a frame of every relation it
 changes, for the case that a later stratum, a fallback or a caller reads it there. Making a
 local relation from driver rows is a py4j round trip and a copy of the rows into the JVM
 (~35 ms for 100k rows), and most of these frames are never read: eight of them were 0.27 s

@@ -217,7 +217,7 @@ def outgrown(run: StratumView, where: str, reason: str, rounds: int | None) -> P
 
 
 def place_retraction(ctx: UpdateContext, program: MraProgram) -> Placement:
-    """Where an ``mra-retract`` update runs: in the driver (``local_update``) when the
+    """Where an ``mra-retract`` update runs: in the driver (``driver.retraction``) when the
     Maintainer keeps driver copies and the stage runs there as one shard, else on Spark.
     The relation's and its inputs' sizes are checked as the update reads them
     (``Outgrown``)."""

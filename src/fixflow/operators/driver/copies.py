@@ -128,7 +128,7 @@ def hand_over(
     copies: DriverCopies,
     materializer: Materializer | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """Witnessed rows made in the driver (``local.witnessed_rows``) as Spark frames: the
+    """Witnessed rows made in the driver (``stratum.witnessed_rows``) as Spark frames: the
     rows with their witness ``w0..`` and the rows alone (a projection of them), both held by
     ``copies``. A local relation up to ``HANDOVER_ROWS``; a larger one is stored through
     ``materializer`` (one job) when one is given."""

@@ -33,7 +33,7 @@ class RelationChange:
     ones): the consumer need not collect ``upserts`` and ``deletes``."""
     tables: tuple[pa.Table, pa.Table] | None = None
     """``upserts`` and ``deletes`` as Arrow tables (result columns), when the driver made
-    the change (``local_update``): the consumer need not collect them either."""
+    the change (``operators.driver``): the consumer need not collect them either."""
 
     @classmethod
     def nothing(cls, relation: str, keys: tuple[str, ...], rows: DataFrame) -> RelationChange:

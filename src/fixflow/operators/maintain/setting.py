@@ -25,7 +25,7 @@ _T = TypeVar("_T")
 class Setting:
     """The checked program, the session and options, the MRA engine (looked up once: it
     may keep per-relation state across epochs), the materializer (which counts every
-    job), and the driver's copies of small relations (``local_update``; None when
+    job), and the driver's copies of small relations (``driver.copies``; None when
     ``EvalOptions.local_rows`` is 0): min/max retractions of at most that many rows run
     there without a Spark job."""
 

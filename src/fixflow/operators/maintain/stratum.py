@@ -232,7 +232,7 @@ class StratumUpdater:
 def bootstrap_run(setting: Setting, partitions: int = 1) -> Bootstrap:
     """A bootstrap over the current frames. With driver copies (``local_rows``) a
     stratum within the limit runs in the driver, reading the rows the copies hold, and
-    a min/max MRA one keeps its witnesses there (``local.witnessed_rows``)."""
+    a min/max MRA one keeps its witnesses there (``driver.stratum.witnessed_rows``)."""
     copies, options = setting.copies, setting.options
     return Bootstrap(
         setting.report,
