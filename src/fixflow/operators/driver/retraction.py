@@ -69,8 +69,8 @@ class DriverSeed:
     sources: tuple[Batch, ...]
     """Per recursive body, auxiliary rows whose surviving sources propagate again (the loop
     derives their candidates)."""
-    messages: np.ndarray
-    """Which X⁰/C candidates (``DriverRetraction._seeds``) are merged as messages."""
+    every_seed: bool
+    """Whether every X⁰/C candidate (``DriverRetraction._seeds``) is merged as a message."""
 
 
 class DriverRetraction:
@@ -137,13 +137,13 @@ class DriverRetraction:
             )
             for (_, rows), dests in zip(self._bodies, self.dests, strict=True)
         ]
-        return [DriverSeed(tuple(into), np.zeros(self._seeds.n, dtype=bool))]
+        return [DriverSeed(tuple(into), every_seed=False)]
 
     def inserted(self, surviving: Batch) -> list[DriverSeed]:
         """The sources of gained auxiliary rows are pending; every X⁰/C candidate over the
         new inputs is merged (those the insertions did not derive improve nothing)."""
         gained = tuple(self._changed_aux(body, new, "add") for body, new in self._bodies)
-        return [DriverSeed(gained, np.ones(self._seeds.n, dtype=bool))]
+        return [DriverSeed(gained, every_seed=True)]
 
     def resume(self, state: Batch, surviving: Batch, seeds: list[DriverSeed]) -> Outcome:
         pending = np.zeros(surviving.n, dtype=bool)
@@ -151,10 +151,8 @@ class DriverRetraction:
             parts = [seed.sources[body] for seed in seeds if seed.sources[body].n]
             if parts:
                 pending |= self._sources(surviving, concat(parts), joins)
-        merged = np.zeros(self._seeds.n, dtype=bool)
-        for seed in seeds:
-            merged |= seed.messages
-        messages = self._seeds.take(np.flatnonzero(merged))
+        every = any(seed.every_seed for seed in seeds)
+        messages = self._seeds if every else self._seeds.take(_NONE)
         rows, loop = self._loop(surviving, pending, messages)
         detail = {"local_iterations": float(loop.iterations), "propagated": float(loop.propagated)}
         self.ctx.round(RoundInfo(1, 0, None, detail))
