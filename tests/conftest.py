@@ -17,6 +17,8 @@ from types import ModuleType
 
 import pytest
 
+from ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SLOW_MODULES = frozenset(
@@ -99,15 +101,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     Yields the ``fixflow.pipeline.config.Config`` pointing at it (its lake path is a
     temporary directory holding the broker's pid and log files)."""
-    import socket
     from dataclasses import replace
 
     from fixflow.pipeline.broker.embedded import start_broker, stop_broker
     from fixflow.pipeline.config import default_config
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     base = default_config()
     config = replace(
         base,

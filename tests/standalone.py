@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ports import free_port
 
 DAEMON_MEMORY = "384m"
 """Heap of the master and worker daemons themselves (executors get ``Shape.memory``)."""
@@ -53,12 +54,6 @@ def spark_home() -> Path:
         import pyspark
 
         return Path(pyspark.__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

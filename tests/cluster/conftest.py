@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from standalone import Cluster, ClusterError, Shape, free_port, standalone
+from standalone import Cluster, ClusterError, Shape, standalone
 
-__all__ = ["Cluster", "free_port"]
+__all__ = ["Cluster"]
 
 WORKERS = 2
 

@@ -27,10 +27,11 @@ import pytest
 
 from fixflow.checker.parser import parse
 from fixflow.pipeline.lake.lakehouse import ProgramLake
+from ports import free_port
 from streams.cli import BATCH_LINE, STOPPED_LINE
 from streams.harness import Row, oracle, result_rows, table_rows
 
-from .conftest import Cluster, free_port
+from .conftest import Cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.kafka]
 

@@ -121,7 +121,7 @@ def test_durable_storage_keeps_records_and_cluster_id_across_restarts(
 
 def _durable_config(tmp_path: Path) -> Config:
     from fixflow.pipeline.config import default_config
-    from streams.harness import free_port
+    from ports import free_port
 
     defaults = default_config()
     kafka = replace(defaults.kafka, bootstrap_servers=f"127.0.0.1:{free_port()}", storage="durable")

@@ -19,8 +19,9 @@ from fixflow.checker.parser import parse
 from fixflow.pipeline.broker.embedded import start_broker, stop_broker
 from fixflow.pipeline.config import Config, default_config
 from fixflow.pipeline.lake.lakehouse import ProgramLake
+from ports import free_port
 from streams.cli import FixflowRun, probe, scrape, total, write_conf
-from streams.harness import free_port, oracle, publish, result_rows
+from streams.harness import oracle, publish, result_rows
 
 PROGRAM_FILE = Path(__file__).resolve().parent.parent / "streams" / "sssp" / "program.dl"
 WAITING = "kafka: no broker answers at"

@@ -3,12 +3,14 @@ started on it. The clock is the test's, so the back-off schedule is checked exac
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fixflow.pipeline.broker.embedded import start_broker, stop_broker
+from fixflow.pipeline.broker.processes import port_open
 from fixflow.pipeline.config import Config, default_config
 from fixflow.pipeline.stream.broker_watch import (
     AVAILABLE_NOW_WAIT_S,
@@ -16,7 +18,7 @@ from fixflow.pipeline.stream.broker_watch import (
     BrokerWatch,
 )
 from fixflow.pipeline.stream.metrics import Health
-from streams.harness import free_port
+from ports import free_port
 
 
 class Clock:
@@ -93,3 +95,20 @@ def test_a_run_meant_to_end_gives_up_after_a_minute_a_continuous_one_never(
         ending.check_or_give_up()
     clock.now += 3600.0
     assert continuous.check_or_give_up() is False
+
+
+def test_a_listener_that_does_not_speak_kafka_is_no_broker(tmp_path: Path) -> None:
+    """The probe asks for the broker's API versions: a port another process listens on
+    while the broker is down (or a connect that meets itself) does not count as a broker,
+    so `fixflow run` waits instead of handing the port to kafka-python."""
+    config = _config(tmp_path)
+    host, port = config.kafka.bootstrap_servers.split(":")
+    with socket.create_server((host, int(port))):
+        watch = BrokerWatch(config.kafka, Health(), [].append)
+        assert port_open(config.kafka.bootstrap_servers) is True
+        assert watch.check() is False
+    start_broker(config)
+    try:
+        assert watch.wait() is True
+    finally:
+        stop_broker(config)

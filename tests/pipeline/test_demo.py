@@ -15,8 +15,9 @@ from fixflow.checker.parser import parse
 from fixflow.pipeline.broker.embedded import pid_file
 from fixflow.pipeline.config import load_config
 from fixflow.pipeline.lake.lakehouse import ProgramLake
+from ports import free_port
 from streams.cli import FIXFLOW
-from streams.harness import free_port, mismatches_with_oracle
+from streams.harness import mismatches_with_oracle
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 

@@ -308,7 +308,7 @@ def test_an_unreachable_broker_plans_no_batch() -> None:
     of failing the query; the driver says that it waits (BrokerWatch)."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from streams.harness import free_port
+    from ports import free_port
 
     reader = KafkaStreamReader({"bootstrap_servers": f"127.0.0.1:{free_port()}", "topics": "edge"})
     start = {"edge": {"0": 7, "1": 3}, "@cluster": "c"}

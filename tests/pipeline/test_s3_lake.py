@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from fixflow.pipeline.lake.checkpoint_mirror import CheckpointMirror
 from fixflow.pipeline.lake.lakehouse import ProgramLake
 from fixflow.pipeline.lake.lease import LEASE_FILE, LakeBusy, refuse_if_held, take
 from fixflow.pipeline.object_store import StorageError, storage_environment, use_lake
+from ports import free_port
 from s3server import SECRET_KEY, S3Server
 from streams.cli import BATCH_LINE, FIXFLOW, FixflowRun, write_conf
 from streams.harness import isolated_config, oracle, publish
@@ -106,9 +106,7 @@ def test_a_wrong_key_endpoint_or_bucket_fails_in_one_line_before_evaluating(
             "secret access key from $TEST_S3_SECRET)"
         )
     elif fault == "endpoint":
-        with socket.socket() as probe:  # a port nothing listens on
-            probe.bind(("127.0.0.1", 0))
-            endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        endpoint = f"http://127.0.0.1:{free_port()}"  # a port nothing listens on
         keys["endpoint"] = f'"{endpoint}"'
         why = f"cannot reach {endpoint}: check [lake.storage] endpoint and the network"
     else:

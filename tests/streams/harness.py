@@ -9,7 +9,6 @@ transport.
 
 from __future__ import annotations
 
-import socket
 import tomllib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -124,12 +123,6 @@ def memory_config(lake_root: Path, **stream: Any) -> Config:
         stream=replace(base.stream, **stream),
         metrics=replace(base.metrics, port=0),
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def publish(config: Config, program: Program, messages: Iterable[tuple[str, Row, str]]) -> int:

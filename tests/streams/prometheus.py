@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streams.harness import free_port
+from ports import free_port
 
 DASHBOARD = (
     Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "fixflow.json"

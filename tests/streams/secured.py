@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fixflow.pipeline.broker import processes
+from ports import free_port
 
 USER = "fixflow-test"
 PASSWORD = "pw-7f3c9a1e-correct-horse"
@@ -88,12 +89,6 @@ def make_certs(directory: Path) -> Certs:
         directory / "client.key",
         directory / "other-ca.pem",
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # ---------------------------------------------------------------- Kafka framing

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from fixflow.pipeline.broker import processes
 from fixflow.pipeline.broker.processes import BrokerError, broker_dir
-from fixflow.pipeline.config import Config
+from fixflow.pipeline.config import Config, KafkaConfig
 
 if TYPE_CHECKING:  # kafka is imported where used: `fixflow broker status` stays quick
     from kafka import KafkaAdminClient
@@ -241,7 +241,11 @@ def _live_pid(config: Config) -> int | None:
     return processes.live_pid(pid_file(config), TANSU)
 
 
-def reachable(bootstrap_servers: str) -> bool:
-    """Whether any of the comma-separated servers accepts TCP connections (a quick check
-    before kafka-python, which would retry for half a minute)."""
-    return any(processes.port_open(server.strip()) for server in bootstrap_servers.split(","))
+def reachable(kafka: KafkaConfig) -> bool:
+    """Whether any bootstrap server answers (a quick check before kafka-python, which would
+    retry for half a minute): over PLAINTEXT, a Kafka ApiVersions request answered
+    (``processes.answers_kafka``); over TLS or SASL, a TCP connect, the handshake being
+    ``kafka_security.check_access``'s."""
+    plaintext = kafka.security_protocol == "PLAINTEXT"
+    probe = processes.answers_kafka if plaintext else processes.port_open
+    return any(probe(server.strip()) for server in kafka.bootstrap_servers.split(","))

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -124,6 +125,38 @@ def port_open(address: str) -> bool:
             return True
     except OSError:
         return False
+
+
+API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 0x0F1F, 7) + b"fixflow"
+"""A Kafka ApiVersions request, version 0: api key 18, version 0, correlation id 0x0F1F,
+client id "fixflow". Every broker answers it, before any authentication."""
+
+
+def answers_kafka(address: str) -> bool:
+    """Whether ``host:port`` answers a Kafka ApiVersions request within half a second.
+
+    A TCP connect alone is not enough: while a broker is down its port may be taken by
+    another listener, or a connect to a port in the ephemeral range may meet itself (TCP
+    simultaneous open) and read back its own bytes, which carry api key 18 where the
+    answer carries the correlation id."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5) as connection:
+            connection.sendall(struct.pack(">i", len(API_VERSIONS_V0)) + API_VERSIONS_V0)
+            head = _receive(connection, 8)
+    except OSError:
+        return False
+    return head is not None and struct.unpack(">ii", head)[1] == 0x0F1F
+
+
+def _receive(connection: socket.socket, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

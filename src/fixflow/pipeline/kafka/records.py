@@ -121,7 +121,7 @@ def read_ranges(parts: Sequence[KafkaRange], timestamps: bool = True) -> Iterato
                     consumer.pause([TopicPartition(*key)])
             if groups:
                 continue
-            if time.monotonic() > deadline and not reachable(kafka.bootstrap_servers):
+            if time.monotonic() > deadline and not reachable(kafka):
                 # The broker went away mid-read: wait for it rather than fail the batch.
                 log.warning("kafka: broker at %s unreachable; waiting", kafka.bootstrap_servers)
                 deadline = time.monotonic() + timeout_s

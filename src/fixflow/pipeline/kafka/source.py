@@ -169,7 +169,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from fixflow.pipeline.broker.embedded import reachable
 
         try:
-            if reachable(self.bootstrap):
+            if reachable(self.kafka):
                 view = broker_view(self.kafka, self.topics, self.probe)
                 if self._broker_was_down:
                     log.info("kafka: broker at %s answers again", self.bootstrap)

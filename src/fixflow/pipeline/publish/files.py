@@ -139,7 +139,7 @@ def publish_facts(
 
     declaration = find_declaration(config, relation, program)
     op: Op = "delete" if delete else "insert"
-    up = reachable(config.kafka.bootstrap_servers)
+    up = reachable(config.kafka)
     if up and secured(config.kafka):
         try:  # refused credentials fail now, not after a send's 60 s timeout
             check_access(config.kafka)

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_S = 0.5
 UP_PROBE_S = 2.0
-"""While the broker answers, how often it is probed (a TCP connect)."""
+"""While the broker answers, how often it is probed (``embedded.reachable``)."""
 AVAILABLE_NOW_WAIT_S = 60.0
 """How long `fixflow run --available-now` waits for an absent broker when ``[kafka]
 wait_for_broker_s`` is 0: a run meant to end must not wait forever."""
@@ -48,6 +48,7 @@ class BrokerWatch:
     ) -> None:
         """``available_now``: the run processes what is there and exits, so it gives up
         after ``AVAILABLE_NOW_WAIT_S`` when ``wait_for_broker_s`` is 0 (forever)."""
+        self.kafka = kafka
         self.servers = kafka.bootstrap_servers
         self.backoff_max_s = kafka.backoff_max_s
         self.give_up_after_s = kafka.wait_for_broker_s or (
@@ -73,7 +74,7 @@ class BrokerWatch:
         now = self.clock()
         if now < self._next_probe:
             return self.up
-        if reachable(self.servers):
+        if reachable(self.kafka):
             self._came_back(now)
         else:
             self._went_away(now)
