@@ -15,9 +15,9 @@ from fixflow.checker.model import Report
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.evaluate import evaluate
-from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.maintain import Maintainer
 from fixflow.operators.materialize import checkpoint_rdds
+from fixflow.operators.relation import Relation
 from fixflow.operators.witness import descendants
 
 from .helpers import report_of
@@ -207,7 +207,7 @@ def test_a_large_input_changed_in_the_driver_stays_readable_on_spark(
 def test_a_large_input_changed_in_the_driver_is_planned_only_when_spark_reads_it(
     spark: SparkSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The input's rows after a driver epoch are a ``LazyFrame`` nothing has made (no
+    """The input's rows after a driver epoch are a ``Relation`` nothing has made (no
     Spark plan), declaring the stored rows they read, so the garbage collection keeps those;
     read now and then, later epochs continue from them, and every read holds the facts."""
     report, maintainer, facts = _driver_chain(spark, monkeypatch, chain_rows=100)
@@ -218,7 +218,7 @@ def test_a_large_input_changed_in_the_driver_is_planned_only_when_spark_reads_it
             {"warc": _warc(added)}, {"warc": _warc(removed)}, net_counts={"warc": (1, 1)}
         )
         frame = maintainer.frames[maintainer.setting.loaded()["warc"]]
-        assert isinstance(frame, LazyFrame) and not frame.made, number
+        assert isinstance(frame, Relation) and not frame.made, number
         assert checkpoint_rdds(frame), "it declares no stored rows: they could be released"
         if number in (1, 4):
             assert {tuple(r) for r in frame.collect()} == set(facts), number
@@ -247,7 +247,7 @@ def test_an_input_appended_on_spark_is_not_stored_again_for_a_driver_epoch(
         maintainer.apply({}, {"warc": _warc(removed)}, net_counts={"warc": (0, 1)})
         assert maintainer.materializer.jobs == jobs, f"a Spark job ran in epoch {number}"
         frame = maintainer.frames[maintainer.setting.loaded()["warc"]]
-        assert isinstance(frame, LazyFrame) and not frame.made, number
+        assert isinstance(frame, Relation) and not frame.made, number
         if number:
             assert {tuple(r) for r in frame.collect()} == set(facts), number
     fresh = evaluate(report, {"warc": spark.createDataFrame(_warc(facts))}, spark)

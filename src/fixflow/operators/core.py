@@ -41,6 +41,7 @@ from fixflow.operators.plan import (
     Plan,
     Version,
 )
+from fixflow.operators.relation import partition_bound, with_partition_bound
 from fixflow.operators.spark_backend import (
     SparkBackend,
     column_name,
@@ -398,20 +399,13 @@ def appended(rows: DataFrame, added: DataFrame) -> DataFrame:
 def bounded(frame: DataFrame, like: DataFrame) -> DataFrame:
     """``frame`` in no more partitions than ``like`` has (at least the default parallelism);
     asking for ``like``'s partitions plans it, so lazily merged frames bound once, when
-    they are stored. The bound is kept on the result (``PARTITION_BOUND``): a segmented
+    they are stored. The result keeps the bound (``Relation.partition_bound``): a segmented
     relation extended every epoch is bounded by it without being planned again (two
     planning round trips, ~0.1 s, per relation and epoch)."""
-    known = like.__dict__.get(PARTITION_BOUND)
+    known = partition_bound(like)
     partitions = known if known is not None else like.rdd.getNumPartitions()
     bound = max(partitions, _parallelism(frame))
-    result = frame.coalesce(bound)
-    result.__dict__[PARTITION_BOUND] = bound
-    return result
-
-
-PARTITION_BOUND = "_fixflow_partition_bound"
-"""Where a ``bounded`` frame keeps its bound: no more partitions than this (the plan of a
-DataFrame never changes, so neither does the bound)."""
+    return with_partition_bound(frame.coalesce(bound), bound)
 
 
 def bounded_to(frame: DataFrame, partitions: int) -> DataFrame:

@@ -31,7 +31,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from fixflow.operators.lazy_frame import LazyFrame
+from fixflow.operators.relation import Checkpoint, Relation
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,10 @@ class Materializer:
         if corrected:
             stored = exact_size(stored, int(values[ROWS]))
         (rdd,) = _walk(stored) or [None]  # a fresh store has exactly one
-        return Stored(stored, rdd, values)
+        relation = Relation.of(stored)
+        if rdd is not None:
+            relation.checkpoints = ((int(rdd.id()), rdd),)
+        return Stored(relation, rdd, values)
 
     def keep(self, frame: DataFrame) -> DataFrame:
         """``frame`` materialized (one job)."""
@@ -161,10 +164,6 @@ def exact_size(stored: DataFrame, rows: int) -> DataFrame:
     return DataFrame(frame, spark)
 
 
-CHECKPOINTS = "_fixflow_checkpoints"
-"""Where a frame keeps the checkpoints its plan reads, once walked (``checkpoint_rdds``)."""
-
-
 def checkpoint_rdds(frame: DataFrame) -> list[JavaObject]:
     """Every RDD-backed leaf of ``frame``'s plan: the checkpoints a segmented relation (a
     union of stored segments, ``core.extended``) reads, or the one under a stored frame
@@ -172,27 +171,30 @@ def checkpoint_rdds(frame: DataFrame) -> list[JavaObject]:
     return [rdd for _, rdd in _checkpoints(frame)]
 
 
-def _checkpoints(frame: DataFrame) -> tuple[tuple[int, JavaObject], ...]:
-    """(id, RDD) of the checkpoints under ``frame``, walked once per frame: the walk is
-    three or four py4j calls a plan node, and a segmented relation is walked at every
-    epoch (its segments, the garbage collection), which made a one-fact epoch's calls grow
-    by ~130 a segment. A DataFrame's plan never changes, so the answer is kept on it."""
-    if isinstance(frame, LazyFrame) and not frame.made:
+def _checkpoints(frame: DataFrame) -> tuple[Checkpoint, ...]:
+    """(id, RDD) of the checkpoints under ``frame``: walked once per ``Relation`` and kept
+    in its ``checkpoints``, since the walk is three or four py4j calls a plan node and a
+    segmented relation is walked at every epoch (its segments, the garbage collection):
+    a one-fact epoch's calls grew by ~130 a segment. A plain frame (a projection of a
+    store, such as a delta's side) is walked each time it is asked about."""
+    if isinstance(frame, Relation) and not frame.made:
         # Driver rows, or what it declares it will read (``reading_checkpoints_of``):
         # walking would make it.
-        return frame.__dict__.get(CHECKPOINTS, ())
-    known = frame.__dict__.get(CHECKPOINTS)
+        return frame.checkpoints or ()
+    known = frame.checkpoints if isinstance(frame, Relation) else None
     if known is None:
         known = tuple((int(rdd.id()), rdd) for rdd in _walk(frame))
-        frame.__dict__[CHECKPOINTS] = known
+        if isinstance(frame, Relation):
+            frame.checkpoints = known
     return known
 
 
-def reading_checkpoints_of(frame: DataFrame, *parts: DataFrame) -> DataFrame:
+def reading_checkpoints_of(frame: DataFrame, *parts: DataFrame) -> Relation:
     """``frame``, recorded as reading exactly the checkpoints of ``parts`` (it is their
     union, maybe re-partitioned): its plan, which grows with the parts, is never walked."""
-    frame.__dict__[CHECKPOINTS] = tuple(c for part in parts for c in _checkpoints(part))
-    return frame
+    relation = Relation.of(frame)
+    relation.checkpoints = tuple(c for part in parts for c in _checkpoints(part))
+    return relation
 
 
 def _walk(frame: DataFrame) -> list[JavaObject]:

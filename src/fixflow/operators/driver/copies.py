@@ -16,9 +16,9 @@ from fixflow.operators.driver.rows import empty_rows, local_rows, to_frame, to_t
 from fixflow.operators.engines.batches import Batch, concat, table_rows
 from fixflow.operators.engines.joins import JoinIndex, anti_join
 from fixflow.operators.epoch import Delta
-from fixflow.operators.lazy_frame import LazyFrame, deferred
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.placement import Outgrown
+from fixflow.operators.relation import Relation, deferred
 from fixflow.operators.spark_backend import relation_struct, spark_type
 from fixflow.operators.thresholds import COLLECT_AS_ROWS, HANDOVER_ROWS
 
@@ -135,7 +135,7 @@ def hand_over(
     columns = [f"c{i}" for i in range(len(types))]
     names = [*columns, *(f"w{j}" for j in range(len(key_types)))]
     struct = _witnessed_struct(types, key_types)
-    frame: DataFrame = LazyFrame(
+    frame: DataFrame = Relation.lazy(
         spark,
         lambda: spark.createDataFrame(
             to_table(witnessed, [*types, *key_types]).rename_columns(names), struct

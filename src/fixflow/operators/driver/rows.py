@@ -1,6 +1,6 @@
 """The driver backend's rows: Spark frames ⇄ numpy batches in positional columns (``c0..``)
 and Arrow tables. A batch handed to Spark is a local relation made when Spark first reads it
-(``LazyFrame``); a frame is collected as rows when it is a local relation (no job), else through
+(``Relation``); a frame is collected as rows when it is a local relation (no job), else through
 Arrow."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from fixflow.checker.ast import TypeName
 from fixflow.operators.engines.batches import ARROW_TYPES, NUMPY_TYPES, Batch, table_rows
-from fixflow.operators.lazy_frame import LazyFrame
+from fixflow.operators.relation import Relation
 from fixflow.operators.spark_backend import relation_struct
 
 # ---------------------------------------------------------------- conversions
@@ -74,16 +74,20 @@ def to_table(batch: Batch, types: Sequence[TypeName]) -> pa.Table:
 
 def to_frame(spark: SparkSession, batch: Batch, types: Sequence[TypeName]) -> DataFrame:
     """A batch in positional columns as a Spark local relation (no job), made when Spark
-    first reads it (``LazyFrame``)."""
+    first reads it (``Relation``)."""
     if not types:  # a nullary relation: its rows are empty tuples
         return spark.range(batch.n).select()
     struct = relation_struct(types)
-    return LazyFrame(spark, lambda: spark.createDataFrame(to_table(batch, types), struct), struct)
+    return Relation.lazy(
+        spark, lambda: spark.createDataFrame(to_table(batch, types), struct), struct
+    )
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
     """An Arrow table as a Spark local relation, made when Spark first reads it."""
-    return LazyFrame(spark, lambda: spark.createDataFrame(table), from_arrow_schema(table.schema))
+    return Relation.lazy(
+        spark, lambda: spark.createDataFrame(table), from_arrow_schema(table.schema)
+    )
 
 
 def empty_rows(types: Sequence[TypeName]) -> Batch:

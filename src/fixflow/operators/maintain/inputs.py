@@ -15,7 +15,6 @@ from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker.ast import TypeName
 from fixflow.operators.core import (
-    PARTITION_BOUND,
     appended,
     compacted,
     extended,
@@ -27,11 +26,11 @@ from fixflow.operators.engines.batches import Batch, table_rows
 from fixflow.operators.engines.kernels import distinct_rows
 from fixflow.operators.epoch import Delta, stored_delta
 from fixflow.operators.evaluate import Input
-from fixflow.operators.lazy_frame import LazyFrame
 from fixflow.operators.maintain.elastic import EdbChange
 from fixflow.operators.maintain.setting import Setting
-from fixflow.operators.materialize import CHECKPOINTS, checkpoint_rdds, reading_checkpoints_of
+from fixflow.operators.materialize import checkpoint_rdds, reading_checkpoints_of
 from fixflow.operators.placement import Outgrown
+from fixflow.operators.relation import Relation, partition_bound, with_partition_bound
 from fixflow.operators.spark_backend import join_on, positional, relation_struct, spark_type
 from fixflow.operators.thresholds import CHAIN_ROWS, HANDOVER_ROWS
 
@@ -197,7 +196,7 @@ class Inputs:
         self, since: ChangedSince, net: Delta, n: int, types: Sequence[TypeName]
     ) -> DataFrame:
         """``since.base`` after ``net`` (``n`` rows), stored by the first job that reads it
-        and planned only when Spark first needs it (a ``LazyFrame``): when every stratum
+        and planned only when Spark first needs it (a ``Relation``): when every stratum
         runs in the driver nothing reads it, and planning the anti join and its checkpoint
         was ~40 py4j calls, 0.3-0.8 s of an R-MAT 10M epoch. Until then it declares the
         base's blocks as the ones it reads, so the garbage collection keeps them; once
@@ -210,10 +209,10 @@ class Inputs:
             since.base = self._one_store(since.base)
             later = materializer.keep_later(_with_removals(since.base, net), n)
             made = reading_checkpoints_of(later, later, since.base)
-            frame.__dict__[CHECKPOINTS] = made.__dict__[CHECKPOINTS]
+            frame.checkpoints = made.checkpoints
             return made
 
-        frame = LazyFrame(self.spark, make, relation_struct(types))
+        frame = Relation.lazy(self.spark, make, relation_struct(types))
         return reading_checkpoints_of(frame, base)
 
     def _one_store(self, rows: DataFrame) -> DataFrame:
@@ -275,7 +274,4 @@ def _with_removals(rows: DataFrame, delta: Delta) -> DataFrame:
     kept = kept.select(*rows.columns)
     # A broadcast anti join keeps the partitions of ``rows``: said, ``appended`` need not
     # plan the join to count them (0.57 s of a 1M-edge deletion epoch).
-    bound = rows.__dict__.get(PARTITION_BOUND)
-    if bound is not None:
-        kept.__dict__[PARTITION_BOUND] = bound
-    return appended(kept, delta.added)
+    return appended(with_partition_bound(kept, partition_bound(rows)), delta.added)

@@ -14,8 +14,8 @@ from fixflow.operators.driver.rows import arrow_frame, to_table
 from fixflow.operators.engines.batches import Batch
 from fixflow.operators.engines.joins import anti_join
 from fixflow.operators.epoch import Delta
-from fixflow.operators.lazy_frame import deferred
 from fixflow.operators.maintain.setting import Setting
+from fixflow.operators.relation import deferred
 from fixflow.operators.spark_backend import minus
 
 

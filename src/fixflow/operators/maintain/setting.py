@@ -15,8 +15,8 @@ from fixflow.checker.model import Report, Stratum
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.driver.copies import DriverCopies
 from fixflow.operators.engines.base import MraEngine
-from fixflow.operators.lazy_frame import renamed
 from fixflow.operators.materialize import Materializer
+from fixflow.operators.relation import renamed
 
 _T = TypeVar("_T")
 

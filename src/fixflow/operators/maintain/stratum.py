@@ -27,6 +27,7 @@ from fixflow.operators.maintain.epoch_report import (
 from fixflow.operators.maintain.inputs import Inputs
 from fixflow.operators.maintain.setting import Setting, inputs_of
 from fixflow.operators.maintain.updates import UpdateMethod, chosen
+from fixflow.operators.materialize import reading_checkpoints_of
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.strategies import nonrecursive
 
@@ -264,7 +265,8 @@ def stored_result(
         return materializer.keep(result)
     witnessed = materializer.keep(state.witnessed_rows())
     carried.witnessed[relation] = witnessed
-    return witnessed.select(*result.columns)
+    # A projection of the store: it reads its checkpoints, said so that no epoch walks it.
+    return reading_checkpoints_of(witnessed.select(*result.columns), witnessed)
 
 
 def _witnessed(report: Report, relation: str) -> bool:

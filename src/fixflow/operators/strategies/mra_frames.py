@@ -20,7 +20,9 @@ from fixflow.operators.engines.program import (
     output_column,
 )
 from fixflow.operators.epoch import Outcome, UpdateContext
+from fixflow.operators.materialize import reading_checkpoints_of
 from fixflow.operators.plan import Version
+from fixflow.operators.relation import Relation
 from fixflow.operators.spark_backend import SparkBackend, positional
 
 log = logging.getLogger(__name__)
@@ -102,12 +104,15 @@ def resume(ctx: UpdateContext, seed: DataFrame, rows: DataFrame | None = None) -
         ctx.round,
         carried=ctx.carried.get(relation),
     )
-    current = outcome.rows.select(*original.columns)
+    # Relations: the garbage collection walks their plans as live, then as replaced.
+    current = reading_checkpoints_of(outcome.rows.select(*original.columns), outcome.rows)
     left = {relation: outcome.state} if outcome.capped else {}
     if outcome.capped and ctx.round_budget is None:  # the Maintainer warns
         log.info("%s: hit the iteration cap (%d rounds)", relation, ctx.max_iterations)
     changes = {relation: ctx.changes(original, current)}
-    witnessed = {relation: outcome.state.witnessed_rows()} if rows is not None else {}
+    witnessed: dict[str, DataFrame] = {}
+    if rows is not None:
+        witnessed[relation] = Relation.of(outcome.state.witnessed_rows())
     capped = outcome.capped and ctx.round_budget is None  # else: carried on, not cut short
     return Outcome(
         {relation: current},

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from deltalake import Schema
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from fixflow.operators.lazy_frame import LazyFrame
+from fixflow.operators.relation import Relation
 from fixflow.operators.thresholds import ROW_GROUP_ROWS
 from fixflow.pipeline.lake.lakehouse import (
     BatchCommit,
@@ -110,7 +110,7 @@ def by_tasks(frame: DataFrame, limit: int) -> bool:
     """Whether Spark tasks write ``frame``: it is not a local relation (rows the driver
     holds already) and holds more than ``limit`` rows (``[lake] task_io_rows``), which
     one job finds without counting past ``limit + 1``."""
-    if isinstance(frame, LazyFrame) and not frame.made:
+    if isinstance(frame, Relation) and not frame.made:
         return False  # rows the driver holds; asking Spark would start it (or make them)
     if frame.isLocal():
         return False

@@ -1,4 +1,4 @@
-"""``LazyFrame``: driver rows handed to Spark as a frame that is made only when Spark first
+"""``Relation``: driver rows handed to Spark as a frame that is made only when Spark first
 needs it, and that is then the frame it stands for."""
 
 from __future__ import annotations
@@ -10,10 +10,16 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StructType
 
+from fixflow.operators.core import bounded
 from fixflow.operators.driver.rows import arrow_frame, to_frame
 from fixflow.operators.engines.batches import Batch
-from fixflow.operators.lazy_frame import LazyFrame, deferred, renamed
-from fixflow.operators.materialize import live_rdds
+from fixflow.operators.materialize import (
+    Materializer,
+    checkpoint_rdds,
+    live_rdds,
+    reading_checkpoints_of,
+)
+from fixflow.operators.relation import Relation, deferred, partition_bound, renamed
 
 
 def _rows() -> Batch:
@@ -26,7 +32,7 @@ def _rows() -> Batch:
 
 def test_schema_and_columns_do_not_make_the_frame(spark: Any) -> None:
     frame = to_frame(spark, _rows(), ["number", "float"])
-    assert isinstance(frame, LazyFrame) and not frame.made
+    assert isinstance(frame, Relation) and not frame.made
     assert frame.columns == ["c0", "c1"]
     assert [f.dataType.simpleString() for f in frame.schema] == ["bigint", "double"]
     assert live_rdds([frame]) == set()  # the garbage collection's walk
@@ -48,12 +54,12 @@ def test_derived_frames_stay_unmade_until_read(spark: Any) -> None:
     frame = arrow_frame(spark, pa.table({"a": [1, 2, 2], "b": ["x", "y", "z"]}))
     named = renamed(frame, ["k", "v"])
     keys = deferred(named, lambda f: f.select("k").distinct(), StructType([named.schema["k"]]))
-    assert not any(isinstance(f, LazyFrame) and f.made for f in (frame, named, keys))
+    assert not any(isinstance(f, Relation) and f.made for f in (frame, named, keys))
     assert named.columns == ["k", "v"] and keys.columns == ["k"]
     assert sorted(r.k for r in keys.collect()) == [1, 2]
     assert frame.made and named.made  # made on the way
     # Of a frame already made, they are the plain transformations.
-    assert not isinstance(renamed(frame, ["p", "q"]), LazyFrame)
+    assert not isinstance(renamed(frame, ["p", "q"]), Relation)
     assert renamed(frame, ["p", "q"]).columns == ["p", "q"]
 
 
@@ -61,8 +67,34 @@ def test_a_failing_make_is_an_error_not_a_column_lookup(spark: Any) -> None:
     def fail() -> Any:
         raise AttributeError("boom")
 
-    frame = LazyFrame(spark, fail, to_frame(spark, _rows(), ["number", "float"]).schema)
+    frame = Relation.lazy(spark, fail, to_frame(spark, _rows(), ["number", "float"]).schema)
     with pytest.raises(RuntimeError, match="boom"):
         frame.count()
     with pytest.raises(RuntimeError, match="failed to be made before"):
         frame.count()
+
+
+def test_of_gives_a_plain_frame_the_fields_without_making_or_copying(spark: Any) -> None:
+    plain = spark.range(5)
+    relation = Relation.of(plain)
+    assert relation._jdf is plain._jdf and relation.checkpoints is None
+    assert Relation.of(relation) is relation
+    lazy = to_frame(spark, _rows(), ["number", "float"])
+    assert Relation.of(lazy) is lazy and not lazy.made
+
+
+def test_a_store_knows_its_checkpoint_and_a_projection_is_told_it(spark: Any) -> None:
+    stored = Materializer(spark).keep(spark.range(10).toDF("c0"))
+    assert isinstance(stored, Relation) and stored.checkpoints is not None
+    (rdd,) = checkpoint_rdds(stored)
+    projection = reading_checkpoints_of(stored.select((stored.c0 * 2).alias("c0")), stored)
+    assert [r.id() for r in checkpoint_rdds(projection)] == [rdd.id()]
+    assert sorted(r.c0 for r in projection.collect()) == list(range(0, 20, 2))
+
+
+def test_a_bounded_frame_carries_its_bound(spark: Any) -> None:
+    wide = spark.range(0, 100, numPartitions=8)
+    assert partition_bound(wide) is None
+    kept = bounded(wide.union(wide), wide)
+    assert partition_bound(kept) == max(8, spark.sparkContext.defaultParallelism)
+    assert kept.rdd.getNumPartitions() <= partition_bound(kept)
