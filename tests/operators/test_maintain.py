@@ -100,6 +100,8 @@ def check_current(
 ) -> None:
     """The maintained relations equal the oracle's on ``facts`` and, if ``engine``, a
     fresh Spark evaluation (the costlier check, so run once per sequence)."""
+    kinds = {rel: type(frame).__name__ for rel, frame in maintainer.frames.items()}
+    assert set(kinds.values()) == {"Relation"}, f"current rows that are no Relation: {kinds}"
     expected = oracle(report.analysis.program, facts)
     fresh = (
         evaluate(report, declared(report, edb_frames(spark, report, facts)), spark)

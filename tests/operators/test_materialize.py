@@ -6,6 +6,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.operators.core import extended
 from fixflow.operators.materialize import Materializer, checkpoint_rdds, live_rdds
+from fixflow.operators.relation import Relation
 
 from .helpers import py4j_commands
 
@@ -21,9 +22,9 @@ def test_a_segmented_relation_is_never_walked(spark: SparkSession) -> None:
     with py4j_commands(spark) as sent:
         live = live_rdds([rows])
     assert sent == []
-    walked = DataFrame(rows._jdf, spark)  # the same plan, nothing recorded on it
+    walked = Relation.of(DataFrame(rows._jdf, spark))  # the same plan, nothing known of it
     assert live == live_rdds([walked]) and len(checkpoint_rdds(walked)) == 4
     with py4j_commands(spark) as sent:
-        assert live_rdds([walked]) == live  # walked once, then kept
+        assert live_rdds([walked]) == live  # walked once, then kept on the relation
     assert sent == []
     assert sorted(r[0] for r in rows.collect()) == [0, 1, 2, 10, 11, 20, 21, 30, 31]

@@ -11,8 +11,10 @@ import pytest
 from pyspark.sql.types import StructType
 
 from fixflow.operators.core import bounded
+from fixflow.operators.driver.copies import DriverCopies
 from fixflow.operators.driver.rows import arrow_frame, to_frame
 from fixflow.operators.engines.batches import Batch
+from fixflow.operators.maintain.publish import RelationChange
 from fixflow.operators.materialize import (
     Materializer,
     checkpoint_rdds,
@@ -98,3 +100,26 @@ def test_a_bounded_frame_carries_its_bound(spark: Any) -> None:
     kept = bounded(wide.union(wide), wide)
     assert partition_bound(kept) == max(8, spark.sparkContext.defaultParallelism)
     assert kept.rdd.getNumPartitions() <= partition_bound(kept)
+
+
+def test_driver_rows_live_on_the_relation(spark: Any) -> None:
+    """``DriverCopies`` keeps the rows it made or collected on the frame: a plain frame
+    becomes a ``Relation`` of the same Spark frame, and a frame without them holds none."""
+    copies = DriverCopies(limit=10)
+    plain = spark.createDataFrame([(1, 0.5), (2, 1.5)], "c0 long, c1 double")
+    assert copies.held(plain) is None
+    held = copies.hold(plain, _rows())
+    assert held._jdf is plain._jdf and copies.held(held) is not None
+    assert copies.hold(held, _rows()) is held
+    collected = Relation.of(spark.createDataFrame([(7, 0.5)], "c0 long, c1 double"))
+    batch = copies.rows(collected, ["number", "float"])
+    assert copies.held(collected) is batch and batch.n == 1
+
+
+def test_a_change_made_of_arrow_tables_hands_them_to_the_commit(spark: Any) -> None:
+    upserts, deletes = pa.table({"a": [1, 2]}), pa.table({"a": [3]})
+    change = RelationChange("r", ("a",), arrow_frame(spark, upserts), arrow_frame(spark, deletes))
+    assert change.tables == (upserts, deletes)
+    assert not any(f.made for f in (change.upserts, change.deletes))  # type: ignore[attr-defined]
+    on_spark = RelationChange("r", ("a",), spark.range(1).toDF("a"), spark.range(0).toDF("a"))
+    assert on_spark.tables is None

@@ -12,7 +12,10 @@ nowhere: ``Relation``, a Spark DataFrame (every Spark-side strategy takes it as 
   three or four py4j calls a plan node, so the answer is kept once found or declared;
 - **carries its partition bound** (``partition_bound``, kept by ``core.bounded``): a
   relation extended every epoch is bounded without planning it again (two planning round
-  trips, ~0.1 s, per relation and epoch).
+  trips, ~0.1 s, per relation and epoch);
+- **carries its driver rows** when the driver made or read them (``batch``, kept by
+  ``driver.copies.DriverCopies``; ``table`` for rows given as Arrow): a driver stratum or
+  update, or the result commit, reads them instead of collecting the frame (a job).
 
 A DataFrame's plan never changes, so neither do these facts; they are fields of the frame,
 not entries of a cache beside it. ``Relation.of`` gives a plain frame the fields (the same
@@ -22,13 +25,18 @@ JVM frame, no py4j call).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from py4j.java_gateway import JavaObject
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicFrame
 from pyspark.sql.types import StructField, StructType
 
 from fixflow.operators.on_demand import real_session
+
+if TYPE_CHECKING:
+    from fixflow.operators.engines.batches import Batch
 
 Checkpoint = tuple[int, JavaObject]
 """A stored RDD under a plan: its id and the RDD."""
@@ -60,7 +68,7 @@ class Relation(ClassicFrame):
     An unmade one (``lazy``) is made of driver rows or derived from an unmade one
     (``renamed``, ``deferred``), so its plan holds no checkpoint: the garbage collection's
     walk leaves it unmade (``materialize._checkpoints``). Made, it is the frame it stood
-    for: ``DriverCopies`` (keyed by frame identity) holds it before and after."""
+    for, and keeps its driver rows."""
 
     def __new__(cls, *_args: object, **_kwargs: object) -> Relation:
         return object.__new__(cls)  # the classic frame's __new__ takes a JVM frame
@@ -88,6 +96,10 @@ class Relation(ClassicFrame):
         the ones it will read (``materialize.reading_checkpoints_of``)."""
         self.partition_bound: int | None = None
         """No more partitions than this (``core.bounded``), when known."""
+        self.batch: Batch | None = None
+        """Its rows in the driver (positional columns), when the driver made or read them."""
+        self.table: pa.Table | None = None
+        """Its rows as the Arrow table it was made of (``driver.rows.arrow_frame``)."""
 
     @classmethod
     def lazy(
@@ -136,3 +148,8 @@ def with_partition_bound(frame: DataFrame, bound: int | None) -> DataFrame:
     relation = Relation.of(frame)
     relation.partition_bound = bound
     return relation
+
+
+def arrow_table(frame: DataFrame) -> pa.Table | None:
+    """The Arrow table ``frame`` was made of, when it was (``driver.rows.arrow_frame``)."""
+    return frame.table if isinstance(frame, Relation) else None

@@ -1,11 +1,12 @@
 """The driver's copies of Spark frames (``DriverCopies``): the rows of every frame a driver
-stratum or update made or read, held by frame identity, so that the next epoch finds them
-without a Spark job; the net change of an input since Spark last stored it
-(``ChangedSince``); witnessed rows handed to Spark (``hand_over``)."""
+stratum or update made or read, kept on the frame (``Relation.batch``), so that the next
+epoch finds them without a Spark job and they go when the frame goes; the net change of an
+input since Spark last stored it (``ChangedSince``); witnessed rows handed to Spark
+(``hand_over``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from pyspark.sql import DataFrame, SparkSession
@@ -26,24 +27,32 @@ from fixflow.operators.thresholds import COLLECT_AS_ROWS, HANDOVER_ROWS
 
 
 class DriverCopies:
-    """Rows of Spark frames held in the driver, by frame identity: the frames a driver
-    update made (local relations) and the inputs it read. ``rows`` collects a frame it
-    does not hold (one job) when it has at most ``limit`` rows."""
+    """Rows of Spark frames held in the driver, on the frames (``Relation.batch``): the
+    frames a driver update made (local relations) and the inputs it read. ``rows``
+    collects a frame that holds none (one job) when it has at most ``limit`` rows."""
 
     def __init__(self, limit: int, materializer: Materializer | None = None) -> None:
         self.limit = limit
         self.materializer = materializer
         """Counts the collects that may run a Spark job (``Materializer.jobs``)."""
-        self._held: dict[int, tuple[DataFrame, Batch]] = {}
 
-    def held(self, frame: DataFrame) -> Batch | None:
-        entry = self._held.get(id(frame))
-        return entry[1] if entry is not None and entry[0] is frame else None
+    @staticmethod
+    def held(frame: DataFrame) -> Batch | None:
+        return frame.batch if isinstance(frame, Relation) else None
+
+    @staticmethod
+    def hold(frame: DataFrame, batch: Batch) -> Relation:
+        """``frame`` holding ``batch`` as its driver rows: ``frame`` itself when it is a
+        ``Relation``, else the same Spark frame as one (which the caller keeps)."""
+        relation = Relation.of(frame)
+        relation.batch = batch
+        return relation
 
     def rows(self, frame: DataFrame, types: Sequence[TypeName], count: int | None = None) -> Batch:
         """``frame``'s rows (columns ``c0..`` cast to ``types``); ``Outgrown`` when it has
         more than ``limit``. ``count``: its rows when known (few are collected as
-        rows, which needs no job for a local relation; Arrow always runs one)."""
+        rows, which needs no job for a local relation; Arrow always runs one). A
+        ``Relation`` keeps them."""
         found = self.held(frame)
         if found is not None:
             return found
@@ -57,7 +66,8 @@ class DriverCopies:
             if table.num_rows > self.limit:
                 raise Outgrown(f"a frame it reads holds more than {self.limit} rows")
             batch = table_rows(table, types)
-        self.hold(frame, batch)
+        if isinstance(frame, Relation):
+            frame.batch = batch
         return batch
 
     def after(self, rows: Batch, delta: Delta, types: Sequence[TypeName]) -> Batch:
@@ -75,9 +85,6 @@ class DriverCopies:
             return empty_rows(types)
         return self.rows(frame, types, n)
 
-    def hold(self, frame: DataFrame, batch: Batch) -> None:
-        self._held[id(frame)] = (frame, batch)
-
     def delta(
         self, spark: SparkSession, before: Batch, after: Batch, types: Sequence[TypeName]
     ) -> Delta:
@@ -85,17 +92,12 @@ class DriverCopies:
         held: no job, and the result commit reads it as Arrow (``_change_tables``)."""
         columns = tuple(before.cols)
         added, removed = anti_join(after, before, columns), anti_join(before, after, columns)
-        delta = Delta(
-            to_frame(spark, added, types), to_frame(spark, removed, types), added.n, removed.n
+        return Delta(
+            self.hold(to_frame(spark, added, types), added),
+            self.hold(to_frame(spark, removed, types), removed),
+            added.n,
+            removed.n,
         )
-        self.hold(delta.added, added)
-        self.hold(delta.removed, removed)
-        return delta
-
-    def keep_only(self, frames: Iterable[DataFrame]) -> None:
-        """Forget every copy but those of ``frames`` (the Maintainer's current ones)."""
-        live = {id(f) for f in frames}
-        self._held = {k: v for k, v in self._held.items() if k in live}
 
 
 class ChangedSince:
@@ -144,10 +146,10 @@ def hand_over(
     )
     if materializer is not None and witnessed.n > HANDOVER_ROWS:
         frame = materializer.keep(frame)
-    copies.hold(frame, witnessed)
+    frame = copies.hold(frame, witnessed)
     rows = deferred(frame, lambda f: f.select(*columns), relation_struct(types))
-    copies.hold(rows, plain_rows(witnessed, columns))  # a later stratum reads the rows alone
-    return frame, rows
+    # A later stratum reads the rows alone.
+    return frame, copies.hold(rows, plain_rows(witnessed, columns))
 
 
 def _applied(rows: Batch, added: Batch, removed: Batch) -> Batch:

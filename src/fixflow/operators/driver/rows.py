@@ -84,10 +84,13 @@ def to_frame(spark: SparkSession, batch: Batch, types: Sequence[TypeName]) -> Da
 
 
 def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
-    """An Arrow table as a Spark local relation, made when Spark first reads it."""
-    return Relation.lazy(
+    """An Arrow table as a Spark local relation, made when Spark first reads it; the
+    relation keeps the table (``relation.arrow_table``)."""
+    relation = Relation.lazy(
         spark, lambda: spark.createDataFrame(table), from_arrow_schema(table.schema)
     )
+    relation.table = table
+    return relation
 
 
 def empty_rows(types: Sequence[TypeName]) -> Batch:

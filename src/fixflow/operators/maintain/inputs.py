@@ -97,14 +97,12 @@ class Inputs:
                 if isinstance(given, pa.Table)
                 else empty_rows(types)
             )
-            frame = to_frame(self.spark, rows, types)
-            copies.hold(frame, rows)
-            return frame, rows.n
+            return copies.hold(to_frame(self.spark, rows, types), rows), rows.n
         positional_rows = self._positional_input(relation, given)
         frame, n = self.materializer.keep_counted(positional_rows.distinct())
         copy = None if copies is None else copies.held(positional_rows)
         if copy is not None and copies is not None:  # an Arrow input's rows
-            copies.hold(frame, distinct_rows(copy))
+            frame = copies.hold(frame, distinct_rows(copy))
         return frame, n
 
     def _edb_delta(
@@ -148,7 +146,7 @@ class Inputs:
         else:
             frame, delta = self._changed_on_spark(rows, delta)
         if copy is not None and self.copies is not None:
-            self.copies.hold(frame, copy)
+            frame = self.copies.hold(frame, copy)
         return frame, delta
 
     def _changed_on_spark(self, rows: DataFrame, delta: Delta) -> tuple[DataFrame, Delta]:
@@ -257,9 +255,7 @@ class Inputs:
         the epoch's changes without collecting them."""
         batch = self._arrow_rows(relation, table)
         frame = to_frame(self.spark, batch, self.catalog[relation].types)
-        if self.copies is not None:
-            self.copies.hold(frame, batch)
-        return frame
+        return frame if self.copies is None else self.copies.hold(frame, batch)
 
     def _arrow_rows(self, relation: str, table: pa.Table) -> Batch:
         """An Arrow table's declared columns as driver rows (positional, declared types)."""

@@ -67,7 +67,8 @@ class Maintainer:
             self.setting, self.inputs, self.elastic, self.carried, round_budget
         )
         self.frames: dict[str, DataFrame] = {}
-        """Every relation's current rows, positional columns (IDB: result rows)."""
+        """Every relation's current rows, positional columns (IDB: result rows): each a
+        ``Relation``, which keeps its driver rows, checkpoints and partition bound."""
         self.epochs = 0
         self.partial: dict[int, StratumEpoch] = {}
         """Per stratum whose rows are partial, the epoch a round cap stopped it in. An
@@ -138,9 +139,6 @@ class Maintainer:
         With no change at all it only carries pending deltas on (async consistency)."""
         started = time.monotonic()
         self.garbage.collect([*self.frames.values(), *self.carried.live_frames()])
-        copies = self.setting.copies
-        if copies is not None:  # the epoch starts from the current frames
-            copies.keep_only([*self.frames.values(), *self.carried.witnessed.values()])
         old, deltas = self._changed_inputs(inserts, deletes, net_counts)
         if not deltas and not self.carried.pending:
             unchanged = Epoch(strata=[unchanged_epoch(s) for s in self.report.strata])

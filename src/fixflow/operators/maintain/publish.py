@@ -15,7 +15,7 @@ from fixflow.operators.engines.batches import Batch
 from fixflow.operators.engines.joins import anti_join
 from fixflow.operators.epoch import Delta
 from fixflow.operators.maintain.setting import Setting
-from fixflow.operators.relation import deferred
+from fixflow.operators.relation import arrow_table, deferred
 from fixflow.operators.spark_backend import minus
 
 
@@ -31,9 +31,14 @@ class RelationChange:
     unchanged: bool = False
     """Known to be empty without running a job (the relation's rows are the published
     ones): the consumer need not collect ``upserts`` and ``deletes``."""
-    tables: tuple[pa.Table, pa.Table] | None = None
-    """``upserts`` and ``deletes`` as Arrow tables (result columns), when the driver made
-    the change (``operators.driver``): the consumer need not collect them either."""
+
+    @property
+    def tables(self) -> tuple[pa.Table, pa.Table] | None:
+        """``upserts`` and ``deletes`` as Arrow tables (result columns), when the driver
+        made the change (``operators.driver``) and the relations keep the tables they were
+        made of: the consumer need not collect them either."""
+        upserts, deletes = arrow_table(self.upserts), arrow_table(self.deletes)
+        return None if upserts is None or deletes is None else (upserts, deletes)
 
     @classmethod
     def nothing(cls, relation: str, keys: tuple[str, ...], rows: DataFrame) -> RelationChange:
@@ -110,7 +115,7 @@ class Publisher:
         tables = self._change_tables(relation, delta)
         if tables is not None:
             upserts, gone = (arrow_frame(self.spark, t) for t in tables)
-            return RelationChange(relation, keys, upserts, gone, tables=tables)
+            return RelationChange(relation, keys, upserts, gone)
         added, removed = delta.added.toDF(*names), delta.removed.toDF(*names)
         if not delta.n_removed:
             # Insertions only (the counts are exact): the added rows are the upserts as
@@ -164,7 +169,7 @@ class Publisher:
         upserts = self._result_table(relation, held)
         tables = upserts, upserts.select(list(keys)).slice(0, 0)
         upserted, deleted = (arrow_frame(self.spark, t) for t in tables)
-        return RelationChange(relation, keys, upserted, deleted, tables=tables)
+        return RelationChange(relation, keys, upserted, deleted)
 
     def _diff(self, relation: str, old: DataFrame | None, new: DataFrame) -> RelationChange:
         keys = self.setting.key_columns(relation)

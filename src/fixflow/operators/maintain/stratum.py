@@ -28,6 +28,7 @@ from fixflow.operators.maintain.inputs import Inputs
 from fixflow.operators.maintain.setting import Setting, inputs_of
 from fixflow.operators.maintain.updates import UpdateMethod, chosen
 from fixflow.operators.materialize import reading_checkpoints_of
+from fixflow.operators.relation import Relation
 from fixflow.operators.rounds import partitions_for, round_conf, session_conf
 from fixflow.operators.strategies import nonrecursive
 
@@ -190,7 +191,8 @@ class StratumUpdater:
                     garbage.add([frames[rel]])
             else:
                 old[rel], deltas[rel] = current[rel], change
-                current[rel] = frames[rel]
+                # A Relation: what later epochs learn of it (driver rows, checkpoints) stays.
+                current[rel] = Relation.of(frames[rel])
         return StratumEpoch(stratum.index, stratum.relations, "update")
 
     def bootstrap(
