@@ -60,3 +60,19 @@ def test_same_draws_as_the_peer_generator(kind: str, tmp_path: Path) -> None:
     ref = np.loadtxt(out, delimiter=",", skiprows=1, dtype=np.int64)
     g = graphs.generate(kind, 5_000)
     assert np.array_equal(ref, np.column_stack([g.src, g.dst, g.weight]))
+
+
+@pytest.mark.parametrize("name", ["grid_small", "rmat_small"])
+def test_the_partitioners_compared_with_rcm_stay_balanced(name: str) -> None:
+    """bench/partition_cut.py: every method but hash keeps each shard's work within 1.05×
+    the mean; restreamed Fennel from the RCM ranges cuts no more links than RCM."""
+    import partition_cut
+
+    g = graphs.build(name)
+    graph = partition_cut.G(g.src, g.dst, g.nodes)
+    cuts = {}
+    for method in ("rcm", "lp_rcm", "refennel", "hybrid", "refennel_rcm"):
+        cut, imbalance = partition_cut.evaluate(graph, partition_cut.run(graph, 2, method), 2)
+        assert imbalance <= 1.05 + 1e-9, (method, imbalance)
+        cuts[method] = cut
+    assert cuts["refennel_rcm"] <= cuts["rcm"], cuts
