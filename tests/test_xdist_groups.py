@@ -44,9 +44,9 @@ def test_grouped_modules_run_on_one_worker(tmp_path: Path) -> None:
         "pytest_collection_modifyitems = tests_conftest.pytest_collection_modifyitems\n",
         encoding="utf-8",
     )
-    (tmp_path / "tests_conftest.py").write_text(
-        (Path(__file__).parent / "conftest.py").read_text(encoding="utf-8"), encoding="utf-8"
-    )
+    for module, copy in (("conftest.py", "tests_conftest.py"), ("ports.py", "ports.py")):
+        text = (Path(__file__).parent / module).read_text(encoding="utf-8")
+        (tmp_path / copy).write_text(text, encoding="utf-8")  # ports: the conftest's import
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p",

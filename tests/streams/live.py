@@ -22,11 +22,11 @@ from fixflow.checker.parser import parse
 from fixflow.pipeline.config import Config
 from fixflow.pipeline.kafka.messages import encode_fact, fact_key
 from fixflow.pipeline.lake.lakehouse import ProgramLake
+from ports import free_port
 from streams.cli import FixflowRun, probe, scrape, total, write_conf
 from streams.harness import (
     STREAMS,
     Row,
-    free_port,
     isolated_config,
     oracle,
     publish_raw,

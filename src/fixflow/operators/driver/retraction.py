@@ -18,8 +18,8 @@ backend.
 - the resume: one ``ShardLoop.in_driver`` from the surviving rows.
 
 The rows are handed back to Spark as local relations (no job), and ``copies.DriverCopies`` keeps
-the driver's copy of every frame it made or read, by identity, so the next epoch finds them
-without collecting. It is a cache: a frame it does not hold is collected (one job, at most
+the driver's copy of every frame it made or read on the frame (``Relation.batch``), so the next
+epoch finds them without collecting. A frame that holds none is collected (one job, at most
 ``local_rows`` + 1 rows). Whether a retraction runs here is ``placement.place_retraction``'s
 decision; one that grows past ``local_rows`` (``placement.Outgrown``) runs on Spark.
 """

@@ -41,12 +41,9 @@ out-links per shard, hash sharding only within 4-33% (R-MAT hubs)::
 
 On road-like grids an order cuts 40-400 times fewer links than hashing. On R-MAT no order
 helps (every node is a few hops from the hubs): the cut stays at hash level, but the shards'
-work is balanced. Partitioners from the literature (label propagation, Fennel and LDG
-restreamed, hub-aware placement; ``bench/partition_cut.py``) cut R-MAT at best 18% less at
-two shards, which made no two-shard run faster on this machine (``bench/ENGINES.md``,
-"Cutting R-MAT"), so the order stays.
-
-RCM is the default: plain BFS (from the lowest id of each component) cut a little less on
+work is balanced. Partitioners from the literature (``bench/partition_cut.py``) cut R-MAT at
+best 18% less at two shards, which made no two-shard run faster (``bench/ENGINES.md``). RCM
+is the default: plain BFS (from the lowest id of each component) cut a little less on
 this one permutation at 4-8 shards, but over 8 other random permutations of grid_100k its
 cut depends on where the start node falls (8 shards: 3,099-5,591 links, median 3,737),
 where RCM's start is a pseudo-peripheral node (3,117-3,758, median 3,565; 2 shards: RCM
