@@ -48,6 +48,13 @@ class DriverCopies:
         relation.batch = batch
         return relation
 
+    @staticmethod
+    def keep_on(frame: DataFrame, batch: Batch) -> None:
+        """``batch`` kept as ``frame``'s driver rows when ``frame`` is a ``Relation`` (a
+        plain frame cannot keep them: its rows are collected again when asked for)."""
+        if isinstance(frame, Relation):
+            frame.batch = batch
+
     def rows(self, frame: DataFrame, types: Sequence[TypeName], count: int | None = None) -> Batch:
         """``frame``'s rows (columns ``c0..`` cast to ``types``); ``Outgrown`` when it has
         more than ``limit``. ``count``: its rows when known (few are collected as
@@ -66,8 +73,7 @@ class DriverCopies:
             if table.num_rows > self.limit:
                 raise Outgrown(f"a frame it reads holds more than {self.limit} rows")
             batch = table_rows(table, types)
-        if isinstance(frame, Relation):
-            frame.batch = batch
+        self.keep_on(frame, batch)
         return batch
 
     def after(self, rows: Batch, delta: Delta, types: Sequence[TypeName]) -> Batch:

@@ -52,7 +52,6 @@ from fixflow.operators.engines.shard_table import LocalTable
 from fixflow.operators.epoch import Outcome, UpdateContext
 from fixflow.operators.placement import Outgrown
 from fixflow.operators.plan import Aggregate, AntiJoin, Fixpoint, Plan, children, relations_read
-from fixflow.operators.relation import Relation
 from fixflow.operators.witness import ROOT, invalidated_rows
 
 Sources = Callable[[str], Batch]
@@ -179,8 +178,7 @@ class DriverRetraction:
         if found is None:  # the new rows with the change undone
             delta, types = self.ctx.deltas[relation], self._types(relation)
             found = self.copies.before(self._new(relation), delta, types)
-            if isinstance(frame, Relation):  # a Maintainer frame: kept for the next call
-                frame.batch = found
+            self.copies.keep_on(frame, found)  # a Maintainer frame: kept for the next call
         return found
 
     @cached_property

@@ -119,9 +119,8 @@ def _reap(pid: int) -> None:
 
 def port_open(address: str) -> bool:
     """Whether ``host:port`` accepts a TCP connection within half a second."""
-    host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=0.5):
+        with _connect(address):
             return True
     except OSError:
         return False
@@ -139,14 +138,18 @@ def answers_kafka(address: str) -> bool:
     another listener, or a connect to a port in the ephemeral range may meet itself (TCP
     simultaneous open) and read back its own bytes, which carry api key 18 where the
     answer carries the correlation id."""
-    host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=0.5) as connection:
+        with _connect(address) as connection:
             connection.sendall(struct.pack(">i", len(API_VERSIONS_V0)) + API_VERSIONS_V0)
             head = _receive(connection, 8)
     except OSError:
         return False
     return head is not None and struct.unpack(">ii", head)[1] == 0x0F1F
+
+
+def _connect(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    return socket.create_connection((host, int(port)), timeout=0.5)
 
 
 def _receive(connection: socket.socket, size: int) -> bytes | None:
