@@ -40,6 +40,7 @@ import graphs
 import run_eval_bench as classic
 
 from fixflow.checker import load
+from fixflow.operators.change import inserted
 from fixflow.operators.engines.base import EngineOptions, RoundInfo
 from fixflow.operators.evaluate import EvalOptions, Progress, evaluate_with_stats
 from fixflow.operators.maintain import Maintainer
@@ -239,7 +240,7 @@ def incremental_runner(
             src, dst, w = np.r_[src, dst], np.r_[dst, src], np.r_[w, w]
         rows = pa.table({"src": src, "dst": dst, "w": w})
         inserts = spark.createDataFrame(rows).subtract(maintainer.relation("edge"))
-        epoch = maintainer.apply({"edge": inserts.toDF("src", "dst", "w")}, {})
+        epoch = maintainer.apply({"edge": inserted(inserts.toDF("src", "dst", "w"))})
         stratum = max(epoch.strata, key=lambda s: s.seconds)
         cell = Cell(loaded.name, f"{program}+{INSERTED_EDGES}", engine, 0.0, 0, stratum.rounds)
         cell.detail = {"stratum_seconds": stratum.seconds}

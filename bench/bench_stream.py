@@ -118,6 +118,8 @@ class Measurement:
     """SSSP, per update: deleted edges with dist[src] + w == dist[dst] before the batch."""
     load_start: float = 0.0
     load_end: float = 0.0
+    result: str = "not checked"
+    """The committed results after the kind's last batch against scipy (``check_results``)."""
 
     @property
     def median_update_s(self) -> float:
@@ -280,6 +282,41 @@ def on_shortest_paths(present: EdgeSet, deleted: Sequence[Edge], source: int) ->
     matrix = csr_matrix((edges[:, 2], (edges[:, 0].astype(int), edges[:, 1].astype(int))), (n, n))
     dist = dijkstra(matrix, indices=source)
     return sum(1 for a, b, w in deleted if dist[a] + w == dist[b] and dist[b] < float("inf"))
+
+
+def check_results(work: Workload, lake: Any, present: EdgeSet) -> str:
+    """The stream's committed results against scipy over the edges ``present`` now: SSSP's
+    distances from the source, CC's labels (the least node of each component); "exact",
+    or what differs. PageRank is not checked here (bench_forms.py checks its fixpoint)."""
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components, dijkstra
+
+    from fixflow.pipeline.lake.lakehouse import read_table
+
+    if work.program not in ("sssp", "cc"):
+        return "not checked"
+    table = read_table(lake.results(work.program))
+    got = {} if table is None else dict(zip(*(c.to_pylist() for c in table.columns), strict=True))
+    edges = np.array([e[:2] for e in present.items], dtype=np.int64).reshape(-1, 2)
+    n = int(max(edges.max(initial=0), work.source)) + 1
+    if work.program == "sssp":
+        weights = np.array([e[2] for e in present.items], dtype=np.float64)
+        matrix = csr_matrix((weights, (edges[:, 0], edges[:, 1])), (n, n))
+        dist = dijkstra(matrix, indices=work.source)
+        reached = np.flatnonzero(np.isfinite(dist))
+        expected = dict(zip(reached.tolist(), dist[reached].tolist(), strict=True))
+    else:
+        ones = np.ones(len(edges), dtype=np.int8)
+        matrix = csr_matrix((ones, (edges[:, 0], edges[:, 1])), (n, n))
+        _, component = connected_components(matrix, directed=False)
+        nodes = np.unique(edges)
+        least = np.full(component.max(initial=0) + 1, n, dtype=np.int64)
+        np.minimum.at(least, component[nodes], nodes)
+        expected = dict(zip(nodes.tolist(), least[component[nodes]].tolist(), strict=True))
+    wrong = sum(1 for k, v in expected.items() if k not in got or got[k] != v)
+    extra = len(got.keys() - expected.keys())
+    return "exact" if not wrong and not extra else f"{wrong} wrong or missing, {extra} extra"
 
 
 # ---------------------------------------------------------------- the stream
@@ -515,9 +552,10 @@ def measure(
                     f"{m.strategies[-1]}; " + "; ".join(r.phases.describe() for r in reports)
                 )
             m.load_end = os.getloadavg()[0]
+            m.result = check_results(work, stream.lake, present)
             log(
                 f"{work.program} {work.graph} {kind}: median {m.median_update_s:.2f} s, "
-                f"ratio {m.ratio:.2f}"
+                f"ratio {m.ratio:.2f}, results {m.result}"
             )
             results.append(m)
         return results
@@ -547,7 +585,7 @@ def command_line(args: argparse.Namespace) -> str:
         f"--edges {args.edges} --batch {args.batch} --repeats {args.repeats} "
         f"--kinds {','.join(args.kinds)} --programs {','.join(args.programs)} "
         f"--engines {','.join(args.engines)} --max-iterations {args.max_iterations} "
-        f"--warmup {args.warmup} --seed {args.seed}"
+        f"--warmup {args.warmup} --seed {args.seed} --master {args.master}"
     )
 
 
@@ -566,7 +604,8 @@ def report(
         "",
         f"Run: `{command_line(args)}` on {when}. Load average (1 / 5 / 15 min) at the start "
         f"{load_text(load_start)}, at the end {load_text(load_end)}.",
-        "Embedded default: Tansu broker, local[2] Spark, Delta via delta-rs, converged "
+        f"Embedded default: Tansu broker, Spark master {args.master}, Delta via delta-rs, "
+        "converged "
         "consistency, trigger 50 ms, no adaptive batch size, "
         f"`[engine] local_rows` {local_rows_text(args)}. Latency = first send of a "
         "batch's messages -> every one of them processed and the last micro-batch's EDB "
@@ -579,13 +618,14 @@ def report(
         "*maintenance part* = all of `foreachBatch`. *Facts +/−* = edge facts the Maintainer "
         "really inserted/deleted per update (CC: an undirected edge is 2 facts). *On a "
         "shortest path* (SSSP): per update, deleted edges with dist[src] + w = dist[dst] "
-        "just before the batch.",
+        "just before the batch. *Result*: the committed results after the kind's last "
+        "batch against scipy over the edges present then (SSSP, CC).",
         "",
         "| program | graph | engine | batch | facts +/− | bootstrap (s) | bootstrap stratum (s) "
         "| update median (s) | update min–max (s) | update stratum median (s) "
         "| maintenance part median (s) | update / bootstrap | batches per update "
-        "| strategy per update | on a shortest path | load 1 min start→end |",
-        "|---|---|---|---|---|--:|--:|--:|---|--:|--:|--:|---|---|---|---|",
+        "| strategy per update | on a shortest path | load 1 min start→end | result |",
+        "|---|---|---|---|---|--:|--:|--:|---|--:|--:|--:|---|---|---|---|---|",
     ]
     for m in results:
         facts = grouped(f"{i}/{d}" for i, d in m.facts)
@@ -599,7 +639,7 @@ def report(
             f"| {statistics.median(m.update_stratum_s):.2f} "
             f"| {statistics.median(m.update_batches_s):.2f} | {m.ratio:.2f} "
             f"| {grouped(m.update_batch_counts)} | {grouped(m.strategies)} | {tight} "
-            f"| {m.load_start:.2f}→{m.load_end:.2f} |"
+            f"| {m.load_start:.2f}→{m.load_end:.2f} | {m.result} |"
         )
     if note:
         lines += ["", note]
@@ -658,6 +698,11 @@ def main() -> None:
         default=2000,
         help="edges of a throwaway stream run first per engine (0: none)",
     )
+    parser.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master (bench_cluster.py --bench stream passes a standalone cluster's)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--note", default="", help="a paragraph appended to the report")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "STREAM_RESULTS.md")
@@ -680,7 +725,7 @@ def main() -> None:
         lake=replace(base.lake, path=str(work / "broker")),
     )
     start_broker(config)
-    spark = make_session(app_name="fixflow-bench-stream")
+    spark = make_session(master=args.master, app_name="fixflow-bench-stream")
     results: list[Measurement] = []
     try:
         for engine in args.engines:

@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker.model import Report
+from fixflow.operators.change import Change, by_relation
 from fixflow.operators.core import SEGMENTS, EvalOptions
-from fixflow.operators.epoch import Delta
 from fixflow.operators.evaluate import evaluate
 from fixflow.operators.maintain import Epoch, Maintainer
 from fixflow.operators.maintain.elastic import ElasticSwitch
@@ -143,8 +143,10 @@ def run_epochs(
             facts[rel] = [r for r in facts[rel] if r not in rows]
         epochs.append(
             maintainer.apply(
-                declared(report, edb_frames(spark, report, inserts)),
-                declared(report, edb_frames(spark, report, deletes)),
+                by_relation(
+                    declared(report, edb_frames(spark, report, inserts)),
+                    declared(report, edb_frames(spark, report, deletes)),
+                )
             )
         )
         last = len(epochs) == len(steps)
@@ -331,7 +333,9 @@ def test_an_abandoned_update_sends_changes_as_large_to_a_bootstrap_for_a_while(
     for rows in steps:
         facts["warc"] += rows
         epochs.append(
-            maintainer.apply(declared(report, edb_frames(spark, report, {"warc": rows})), {})
+            maintainer.apply(
+                by_relation(declared(report, edb_frames(spark, report, {"warc": rows})), {})
+            )
         )
         check_current(spark, report, maintainer, facts, 0.0, engine=False)
     assert "abandoned" in epochs[0].strata[0].note
@@ -352,19 +356,21 @@ def test_changes_are_relative_to_published(spark: SparkSession) -> None:
     maintainer = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     facts = {"warc": [(1, 2, 1.0), (2, 3, 5.0)]}
     maintainer.load(declared(report, edb_frames(spark, report, facts)))
-    assert maintainer.pending_changes().changes["sp"].upserts.count() == 3
+    assert maintainer.pending_changes().changes["sp"].change.added.count() == 3
     epoch = maintainer.apply(
-        declared(report, edb_frames(spark, report, {"warc": [(1, 3, 2.0), (3, 4, 1.0)]})), {}
+        by_relation(
+            declared(report, edb_frames(spark, report, {"warc": [(1, 3, 2.0), (3, 4, 1.0)]})), {}
+        )
     )
     change = epoch.changes["sp"]
     assert change.key_columns == ("node",)
-    assert {tuple(r) for r in change.upserts.collect()} == {(3, 2.0), (4, 3.0)}
-    assert change.deletes.count() == 0
+    assert {tuple(r) for r in change.change.added.collect()} == {(3, 2.0), (4, 3.0)}
+    assert change.change.removed.count() == 0
     epoch = maintainer.apply(
-        {}, declared(report, edb_frames(spark, report, {"warc": [(3, 4, 1.0)]}))
+        by_relation({}, declared(report, edb_frames(spark, report, {"warc": [(3, 4, 1.0)]})))
     )
-    assert {tuple(r) for r in epoch.changes["sp"].deletes.collect()} == {(4,)}
-    assert epoch.changes["sp"].upserts.count() == 0
+    assert {tuple(r) for r in epoch.changes["sp"].change.removed.collect()} == {(4,)}
+    assert epoch.changes["sp"].change.added.count() == 0
 
 
 def test_no_change_is_unchanged(spark: SparkSession) -> None:
@@ -373,7 +379,7 @@ def test_no_change_is_unchanged(spark: SparkSession) -> None:
     maintainer.load(declared(report, edb_frames(spark, report, {"warc": [(1, 2, 1.0)]})))
     # Inserting a fact already present is no change at all.
     epoch = maintainer.apply(
-        declared(report, edb_frames(spark, report, {"warc": [(1, 2, 1.0)]})), {}
+        by_relation(declared(report, edb_frames(spark, report, {"warc": [(1, 2, 1.0)]})), {})
     )
     assert strategies(epoch) == {"sp": "unchanged"}
 
@@ -393,8 +399,10 @@ def test_partitions_stay_bounded_across_epochs(spark: SparkSession) -> None:
         inserts = {"arc": [(100 + i, 200 + i), (200 + i, 0)]}
         deletes = {"arc": [(2 * i, 2 * i + 1)]}
         maintainer.apply(
-            declared(report, edb_frames(spark, report, inserts)),
-            declared(report, edb_frames(spark, report, deletes)),
+            by_relation(
+                declared(report, edb_frames(spark, report, inserts)),
+                declared(report, edb_frames(spark, report, deletes)),
+            )
         )
         grown = {r: n for r, n in _partitions(maintainer).items() if n > limit}
         assert not grown, f"epoch {i}: partitions above {limit}: {grown}"
@@ -431,7 +439,7 @@ def test_insert_only_relations_grow_by_segments_and_compact_releasing_them(
     for i in range(SEGMENTS + 2):
         step = {"arc": [(i, i + 1)]}
         facts["arc"].extend(step["arc"])
-        epoch = maintainer.apply(declared(report, edb_frames(spark, report, step)), {})
+        epoch = maintainer.apply(by_relation(declared(report, edb_frames(spark, report, step)), {}))
         assert set(strategies(epoch).values()) == {"update:delta-rules"}
         check_current(spark, report, maintainer, facts, 0.0, engine=False)
         seen.append({r: len(checkpoint_rdds(f)) for r, f in maintainer.frames.items()})
@@ -458,21 +466,23 @@ def test_an_insert_only_change_is_reported_without_a_shuffle(spark: SparkSession
     maintainer.load(declared(report, edb_frames(spark, report, {"arc": [(100, 101)]})))
     maintainer.pending_changes()  # the consumer now holds the loaded rows
     epoch = maintainer.apply(
-        declared(report, edb_frames(spark, report, {"arc": [(1, 2), (2, 3)]})), {}
+        by_relation(declared(report, edb_frames(spark, report, {"arc": [(1, 2), (2, 3)]})), {})
     )
     copy, two = epoch.changes["copy"], epoch.changes["two"]
-    assert {tuple(r) for r in copy.upserts.collect()} == {(1, 2), (2, 3)}
-    assert {tuple(r) for r in two.upserts.collect()} == {(1, 3)}
-    assert copy.deletes.count() == two.deletes.count() == 0
-    assert not any(_shuffles(f) for c in (copy, two) for f in (c.upserts, c.deletes))
+    assert {tuple(r) for r in copy.change.added.collect()} == {(1, 2), (2, 3)}
+    assert {tuple(r) for r in two.change.added.collect()} == {(1, 3)}
+    assert copy.change.removed.count() == two.change.removed.count() == 0
+    assert not any(_shuffles(f) for c in (copy, two) for f in (c.change.added, c.change.removed))
     epoch = maintainer.apply(
-        declared(report, edb_frames(spark, report, {"arc": [(3, 4)]})),
-        declared(report, edb_frames(spark, report, {"arc": [(1, 2)]})),
+        by_relation(
+            declared(report, edb_frames(spark, report, {"arc": [(3, 4)]})),
+            declared(report, edb_frames(spark, report, {"arc": [(1, 2)]})),
+        )
     )
     copy = epoch.changes["copy"]
-    assert {tuple(r) for r in copy.upserts.collect()} == {(3, 4)}
-    assert {tuple(r) for r in copy.deletes.collect()} == {(1, 2)}
-    assert _shuffles(copy.deletes)
+    assert {tuple(r) for r in copy.change.added.collect()} == {(3, 4)}
+    assert {tuple(r) for r in copy.change.removed.collect()} == {(1, 2)}
+    assert _shuffles(copy.change.removed)
 
 
 COPIES = """
@@ -523,13 +533,13 @@ def test_a_one_to_one_copy_takes_the_inserted_rows_without_a_job(
         facts["arc"] = [*facts["arc"], *step]
         frames = declared(report, edb_frames(spark, report, {"arc": step}))
         counts = {"arc": (len(step), 0)} if net else None
-        epoch = maintainer.apply(frames, {}, net_counts=counts)
+        epoch = maintainer.apply(by_relation(frames, {}, counts))
         assert set(strategies(epoch).values()) == {"update:delta-rules"}
         check_current(spark, report, maintainer, facts, 0.0, engine=False)
         jobs = {rel: s.jobs for s in epoch.strata for rel in s.relations}
         assert jobs["copy"] == jobs["flip"] == 0, jobs
         assert jobs["up"] == jobs["loop"] == jobs["from1"] == 1, jobs
-        assert epoch.changes["up"].upserts.count() == sum(x < y for x, y in step)
+        assert epoch.changes["up"].change.added.count() == sum(x < y for x, y in step)
     for relation, copied in [("copy", True), ("up", True), ("src", False), ("both", False)]:
         stratum = next(s for s in report.strata if relation in s.relations)
         delta = _one_row_delta(spark)
@@ -538,9 +548,9 @@ def test_a_one_to_one_copy_takes_the_inserted_rows_without_a_job(
         assert (copied_atom(ctx, relation) is not None) == copied, relation
 
 
-def _one_row_delta(spark: SparkSession) -> Delta:
+def _one_row_delta(spark: SparkSession) -> Change[DataFrame]:
     rows = spark.createDataFrame([(1, 2)], "c0 long, c1 long")
-    return Delta(rows, rows.limit(0), 1, 0)
+    return Change(rows, rows.limit(0), (1, 0), stored=True)
 
 
 def test_a_first_batch_into_an_empty_input_is_copied_not_bootstrapped(spark: SparkSession) -> None:
@@ -551,7 +561,9 @@ def test_a_first_batch_into_an_empty_input_is_copied_not_bootstrapped(spark: Spa
     maintainer = Maintainer(report, spark, ON_SPARK)
     maintainer.load(declared(report, edb_frames(spark, report, {"arc": []})))
     step = [(1, 5), (4, 4), (6, 2)]
-    epoch = maintainer.apply(declared(report, edb_frames(spark, report, {"arc": step})), {})
+    epoch = maintainer.apply(
+        by_relation(declared(report, edb_frames(spark, report, {"arc": step})), {})
+    )
     chosen = strategies(epoch)
     assert chosen["copy"] == chosen["up"] == "update:delta-rules", chosen
     assert chosen["src"] == chosen["both"] == "bootstrap:switched", chosen
@@ -584,7 +596,7 @@ def test_a_capped_stratum_stays_partial_until_a_bootstrap_converges(
     assert (counter.capped, counter.cap, counter.rounds) == (True, 3, 3)
     assert [s.stratum for s in epoch.partial] == [counter.stratum]
     more = declared(report, edb_frames(spark, report, {"start": [(20,)]}))
-    epoch = capped.apply(more, {})
+    epoch = capped.apply(by_relation(more, {}))
     assert [s.stratum for s in epoch.partial] == [counter.stratum]
     free = Maintainer(report, spark, ON_SPARK, switch_fraction=1e6)
     epoch = free.load(start)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from fixflow.operators.change import by_relation
 from fixflow.operators.maintain import Epoch, Maintainer
 
 from .helpers import ON_SPARK, Row, edb_frames, report_of
@@ -29,8 +30,10 @@ def _maintainer(spark: SparkSession, text: str, facts: Facts, budget: int) -> Ma
 def _apply(spark: SparkSession, maintainer: Maintainer, inserts: dict[str, list[Row]]) -> Epoch:
     report = maintainer.report
     return maintainer.apply(
-        declared(report, edb_frames(spark, report, inserts)),
-        declared(report, edb_frames(spark, report, {})),
+        by_relation(
+            declared(report, edb_frames(spark, report, inserts)),
+            declared(report, edb_frames(spark, report, {})),
+        )
     )
 
 
@@ -58,7 +61,7 @@ def test_min_update_is_spread_over_epochs(spark: SparkSession) -> None:
     assert (rows[3], rows[5], rows[6], rows[12]) == (1.0, 21.0, 50.0, 110.0)
     second = _apply(spark, maintainer, {})
     # Each epoch reports what it moved (read before the next epoch frees it): two more hops.
-    assert {row["node"] for row in second.changes["sp"].upserts.collect()} == {6, 7}
+    assert {row["node"] for row in second.changes["sp"].change.added.collect()} == {6, 7}
     rest = [second, *_drain(spark, maintainer)]
     assert len(rest) >= 2 and not rest[-1].provisional
     assert all(strategies(e) == {"sp": "update:mra-improve"} for e in rest)

@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from fixflow.checker.parser import parse
+from fixflow.operators.change import by_relation
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.maintain import Maintainer
 from reference.evaluator import evaluate as oracle
@@ -42,8 +43,10 @@ def test_even_and_odd_walks_follow_insertions_and_deletions(
     for inserts, deletes in STEPS:
         facts["edge"] = [e for e in facts["edge"] if e not in deletes] + inserts
         epoch = maintainer.apply(
-            declared(report, edb_frames(spark, report, {"edge": inserts})),
-            declared(report, edb_frames(spark, report, {"edge": deletes})),
+            by_relation(
+                declared(report, edb_frames(spark, report, {"edge": inserts})),
+                declared(report, edb_frames(spark, report, {"edge": deletes})),
+            )
         )
         assert strategies(epoch)["_mutual_even_odd"] == "update:mra-retract"
         expected = oracle(written, facts)

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StructType
 
+from fixflow.operators.change import Change
 from fixflow.operators.core import bounded
 from fixflow.operators.driver.copies import DriverCopies
 from fixflow.operators.driver.rows import arrow_frame, to_frame
@@ -118,8 +119,11 @@ def test_driver_rows_live_on_the_relation(spark: Any) -> None:
 
 def test_a_change_made_of_arrow_tables_hands_them_to_the_commit(spark: Any) -> None:
     upserts, deletes = pa.table({"a": [1, 2]}), pa.table({"a": [3]})
-    change = RelationChange("r", ("a",), arrow_frame(spark, upserts), arrow_frame(spark, deletes))
+    made = Change(arrow_frame(spark, upserts), arrow_frame(spark, deletes))
+    change = RelationChange("r", ("a",), made)
     assert change.tables == (upserts, deletes)
-    assert not any(f.made for f in (change.upserts, change.deletes))  # type: ignore[attr-defined]
-    on_spark = RelationChange("r", ("a",), spark.range(1).toDF("a"), spark.range(0).toDF("a"))
+    assert not any(f.made for f in (change.change.added, change.change.removed))  # type: ignore[attr-defined]
+    on_spark = RelationChange(
+        "r", ("a",), Change(spark.range(1).toDF("a"), spark.range(0).toDF("a"))
+    )
     assert on_spark.tables is None

@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from fixflow.checker.model import Report
+from fixflow.operators.change import by_relation
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.engines.base import EngineOptions
 from fixflow.operators.evaluate import evaluate
@@ -163,9 +164,11 @@ def test_arrow_batches_retract_in_the_driver_without_a_job(spark: SparkSession) 
         facts = [f for f in facts if f not in removed] + added
         jobs = maintainer.materializer.jobs
         epoch = maintainer.apply(
-            {"warc": _warc(added)} if added else {},
-            {"warc": _warc(removed)},
-            net_counts={"warc": (len(added), len(removed))},
+            by_relation(
+                {"warc": _warc(added)} if added else {},
+                {"warc": _warc(removed)},
+                {"warc": (len(added), len(removed))},
+            )
         )
         stratum = epoch.strata[0]
         assert (stratum.strategy, stratum.note) == ("update:mra-retract", "in the driver")
@@ -191,7 +194,7 @@ def test_a_large_input_changed_in_the_driver_stays_readable_on_spark(
         facts = [f for f in facts if f not in removed] + added
         jobs = maintainer.materializer.jobs
         maintainer.apply(
-            {"warc": _warc(added)}, {"warc": _warc(removed)}, net_counts={"warc": (1, 1)}
+            by_relation({"warc": _warc(added)}, {"warc": _warc(removed)}, {"warc": (1, 1)})
         )
         stores.append(maintainer.materializer.jobs - jobs)
     # Two rows an epoch: the changes outgrow five rows at the third epoch, and again three
@@ -215,7 +218,7 @@ def test_a_large_input_changed_in_the_driver_is_planned_only_when_spark_reads_it
         removed, added = [facts[number * 3]], [(number + 100, number + 101, 1.0)]
         facts = [f for f in facts if f not in removed] + added
         maintainer.apply(
-            {"warc": _warc(added)}, {"warc": _warc(removed)}, net_counts={"warc": (1, 1)}
+            by_relation({"warc": _warc(added)}, {"warc": _warc(removed)}, {"warc": (1, 1)})
         )
         frame = maintainer.frames[maintainer.setting.loaded()["warc"]]
         assert isinstance(frame, Relation) and not frame.made, number
@@ -237,14 +240,14 @@ def test_an_input_appended_on_spark_is_not_stored_again_for_a_driver_epoch(
     the rows, and every read holds the facts."""
     report, maintainer, facts = _driver_chain(spark, monkeypatch, chain_rows=5)
     added = [(i + 100, i + 101, 1.0) for i in range(6)]
-    maintainer.apply({"warc": _warc(added)}, {}, net_counts={"warc": (6, 0)})
+    maintainer.apply(by_relation({"warc": _warc(added)}, {}, {"warc": (6, 0)}))
     facts += added
     assert len(checkpoint_rdds(maintainer.edb["warc"])) == 2, "the insertions are no segment"
     for number in range(3):
         removed = [facts[number * 3]]
         facts = [f for f in facts if f not in removed]
         jobs = maintainer.materializer.jobs
-        maintainer.apply({}, {"warc": _warc(removed)}, net_counts={"warc": (0, 1)})
+        maintainer.apply(by_relation({}, {"warc": _warc(removed)}, {"warc": (0, 1)}))
         assert maintainer.materializer.jobs == jobs, f"a Spark job ran in epoch {number}"
         frame = maintainer.frames[maintainer.setting.loaded()["warc"]]
         assert isinstance(frame, Relation) and not frame.made, number
@@ -279,7 +282,7 @@ def test_symbol_keys_bootstrap_and_retract_in_the_driver(spark: SparkSession) ->
 
     loaded = maintainer.load({"road": table(roads)})
     assert [s.note for s in loaded.strata] == ["in the driver"]
-    epoch = maintainer.apply({}, {"road": table([("b", "c", 1.0)])}, net_counts={"road": (0, 1)})
+    epoch = maintainer.apply(by_relation({}, {"road": table([("b", "c", 1.0)])}, {"road": (0, 1)}))
     assert epoch.strata[0].note == "in the driver"
     assert {tuple(r) for r in maintainer.relation("dist").collect()} == {
         ("a", 0.0),
@@ -321,7 +324,7 @@ def test_a_retraction_that_outgrows_the_driver_runs_on_spark(
     for removed in ([(14, 15, 1.0)], [(3, 4, 1.0)]):
         facts = [f for f in facts if f not in removed]
         with caplog.at_level("INFO", logger="fixflow.operators.strategies.mra"):
-            epoch = maintainer.apply({}, {"warc": _warc(removed)}, net_counts={"warc": (0, 1)})
+            epoch = maintainer.apply(by_relation({}, {"warc": _warc(removed)}, {"warc": (0, 1)}))
         stratum = epoch.strata[0]
         assert stratum.strategy == "update:mra-retract" and not stratum.note, stratum
         assert "outgrew the driver" in caplog.text

@@ -22,6 +22,7 @@ from scipy.sparse.csgraph import dijkstra
 
 from fixflow.checker import ast, load
 from fixflow.checker.model import Report
+from fixflow.operators.change import by_relation
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.driver.stratum import _measure as driver_measure
 from fixflow.operators.engines.base import BufferOptions, EngineOptions
@@ -164,7 +165,9 @@ def test_stream_updates_resume_the_shards_with_their_pending_deltas(spark: Spark
 
 def _epoch(spark: SparkSession, maintainer: Maintainer, report: Report, rows: list[Row]) -> Epoch:
     inserts = declared(report, edb_frames(spark, report, {"edge": rows}))
-    return maintainer.apply(inserts, declared(report, edb_frames(spark, report, {"edge": []})))
+    return maintainer.apply(
+        by_relation(inserts, declared(report, edb_frames(spark, report, {"edge": []})))
+    )
 
 
 def _distances(

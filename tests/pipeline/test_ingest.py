@@ -71,8 +71,8 @@ def test_last_operation_wins_and_noops_are_counted() -> None:
     ]
     node = (Attribute("name", "symbol"),)
     change = normalize("node", node, facts_table(facts, arrow_schema(node)), before)
-    assert rows(change.inserts) == {("e",)}
-    assert rows(change.deletes) == {("a",)}
+    assert rows(change.change.added) == {("e",)}
+    assert rows(change.change.removed) == {("a",)}
     # b: net insert of a present fact; c, d: net delete of an absent fact.
     assert (change.noop_inserts, change.noop_deletes) == (1, 2)
 
@@ -80,10 +80,10 @@ def test_last_operation_wins_and_noops_are_counted() -> None:
 def test_normalize_against_a_missing_table_types_per_declaration() -> None:
     facts = [Fact((1, 2, 0.5)), Fact((1, 2, 0.5), "delete"), Fact((2, 3, 1.0))]
     change = normalize("edge", EDGE, facts_table(facts, arrow_schema(EDGE)), None)
-    assert change.inserts.schema == pa.schema(
+    assert change.change.added.schema == pa.schema(
         [("src", pa.int64()), ("dst", pa.int64()), ("w", pa.float64())]
     )
-    assert rows(change.inserts) == {(2, 3, 1.0)}
+    assert rows(change.change.added) == {(2, 3, 1.0)}
     assert change.noop_deletes == 1
 
 
@@ -111,12 +111,16 @@ def test_normalize_against_a_large_edb_equals_a_set_oracle() -> None:
     ]
     change = normalize("edge", EDGE, facts_table(facts, arrow_schema(EDGE)), before)
     last = {fact.values: fact.op for fact in facts}
-    assert rows(change.inserts) == {v for v, op in last.items() if op == "insert"} - before_rows
-    assert rows(change.deletes) == {v for v, op in last.items() if op == "delete"} & before_rows
-    # What the EDB commit writes when the batch deletes (``RelationChanges.rows_after``).
+    assert (
+        rows(change.change.added) == {v for v, op in last.items() if op == "insert"} - before_rows
+    )
+    assert (
+        rows(change.change.removed) == {v for v, op in last.items() if op == "delete"} & before_rows
+    )
+    # What the EDB commit writes when the batch deletes (``EdbBatch.rows_after``).
     after = change.rows_after()
     assert after is not None and after.num_rows == len(rows(after))
-    assert rows(after) == (before_rows - rows(change.deletes)) | rows(change.inserts)
+    assert rows(after) == (before_rows - rows(change.change.removed)) | rows(change.change.added)
 
 
 EDGE_ROW = st.tuples(st.integers(0, 4), st.integers(0, 3), st.sampled_from([0.5, 1.0]))
@@ -139,7 +143,7 @@ def test_rows_after_leave_out_exactly_the_deleted_rows_where_normalization_found
     facts = [Fact(values, op) for values, op in operations]
     change = normalize("edge", EDGE, facts_table(facts, arrow_schema(EDGE)), before)
     assert change.deleted_at is not None
-    assert {ordered[i] for i in change.deleted_at} == rows(change.deletes)
+    assert {ordered[i] for i in change.deleted_at} == rows(change.change.removed)
     after = change.rows_after()
     last = {values: op for values, op in operations}
     expected = {v for v in before_rows if last.get(v) != "delete"}
@@ -330,8 +334,12 @@ def test_ingest_records_dead_letters_bad_ones_commits_the_rest_and_a_replay_chan
     assert replay.replayed and replay.offsets == results[1].offsets
     assert replay.commit_edb() == []
     for relation in ("edge", "node"):
-        assert rows(replay.changes[relation].inserts) == rows(results[1].changes[relation].inserts)
-        assert rows(replay.changes[relation].deletes) == rows(results[1].changes[relation].deletes)
+        assert rows(replay.changes[relation].change.added) == rows(
+            results[1].changes[relation].change.added
+        )
+        assert rows(replay.changes[relation].change.removed) == rows(
+            results[1].changes[relation].change.removed
+        )
         assert _version(lake.edb(relation)) == versions[relation]
         assert rows(read_table(lake.edb(relation))) == expected_edb(batch, relation)
 

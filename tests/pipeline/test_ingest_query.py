@@ -100,8 +100,12 @@ def test_bad_messages_dead_lettered_valid_facts_in_edb_and_replay_changes_nothin
     assert replay.batch_id == 1 and replay.replayed and not first[1].replayed
     assert replay.offsets == first[1].offsets
     for relation in ("edge", "node"):
-        assert rows(replay.changes[relation].inserts) == rows(first[1].changes[relation].inserts)
-        assert rows(replay.changes[relation].deletes) == rows(first[1].changes[relation].deletes)
+        assert rows(replay.changes[relation].change.added) == rows(
+            first[1].changes[relation].change.added
+        )
+        assert rows(replay.changes[relation].change.removed) == rows(
+            first[1].changes[relation].change.removed
+        )
     assert replay.edb_committed == [] and first[1].edb_committed
     assert len(second) >= 2, "2,500 records at 700 per trigger need more batches"
 
@@ -189,7 +193,7 @@ def test_ingest_query_runs_the_engine_hook_before_the_edb_commit(
         seen.append(
             (result.batch_id, already_committed(edb_path, result.commit.query_id, result.batch_id))
         )
-        inserts = result.changes["edge"].inserts
+        inserts = result.changes["edge"].change.added
         reach = pa.table(
             {"x": [r["dst"] for r in inserts.to_pylist() if r["src"] == 1]},
             schema=pa.schema([("x", pa.int64())]),

@@ -1,6 +1,6 @@
 """One epoch's changes, and the context an incremental update runs in.
 
-An epoch takes a micro-batch's net changes of the EDB (``Delta``: added and removed rows)
+An epoch takes a micro-batch's net changes of the EDB (``Change``: added and removed rows)
 and brings every stratum up to date. An update method (one per evaluation class, in
 ``fixflow.operators.strategies``) gets an ``UpdateContext``: a ``StratumRun`` whose frames
 are the current rows (the stratum's inputs already new, its own relations still old), plus
@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fixflow.checker import ast
+from fixflow.operators.change import Change
 from fixflow.operators.core import StratumRun, atoms_over, compacted
 from fixflow.operators.engines.base import MraState, RoundInfo
 from fixflow.operators.materialize import Materializer
@@ -44,32 +45,13 @@ class Abandon(Exception):
         self.switched = switched
 
 
-@dataclass
-class Delta:
-    """One relation's change in this epoch (positional columns)."""
-
-    added: DataFrame
-    removed: DataFrame
-    n_added: int
-    n_removed: int
-    stored: bool = True
-    """Whether ``added`` is (a projection of) a store of the epoch's materializer; a
-    caller's net EDB rows are not, until the relation's new segment stores them."""
-
-    @property
-    def empty(self) -> bool:
-        return self.n_added == 0 and self.n_removed == 0
-
-    @property
-    def frames(self) -> tuple[DataFrame, DataFrame]:
-        return (self.added, self.removed)
-
-
 SIDE = "#side"
 
 
-def stored_delta(materializer: Materializer, added: DataFrame, removed: DataFrame) -> Delta:
-    """A ``Delta`` of ``added`` and ``removed`` rows, materialized and counted in ONE job
+def stored_delta(
+    materializer: Materializer, added: DataFrame, removed: DataFrame
+) -> Change[DataFrame]:
+    """A ``Change`` of ``added`` and ``removed`` rows, materialized and counted in ONE job
     (an epoch has several deltas; a job costs more than these rows): both sides are tagged
     and stored together, each is a projection of that store."""
     tagged = added.withColumn(SIDE, F.lit(True)).unionByName(
@@ -84,15 +66,17 @@ def stored_delta(materializer: Materializer, added: DataFrame, removed: DataFram
         ],
     )
     frame = stored.frame
-    return Delta(
+    return Change(
         frame.where(side).drop(SIDE),
         frame.where(~side).drop(SIDE),
-        int(stored.metric("added")),
-        int(stored.metric("removed")),
+        counts=(int(stored.metric("added")), int(stored.metric("removed"))),
+        stored=True,
     )
 
 
-def changes_between(materializer: Materializer, old: DataFrame, new: DataFrame) -> Delta:
+def changes_between(
+    materializer: Materializer, old: DataFrame, new: DataFrame
+) -> Change[DataFrame]:
     """Rows only in ``new`` (added) and only in ``old`` (removed), materialized: two
     relations' rows, so neither side needs EXCEPT's distinct."""
     return stored_delta(materializer, set_minus(new, old), set_minus(old, new))
@@ -102,7 +86,7 @@ def changes_between(materializer: Materializer, old: DataFrame, new: DataFrame) 
 class Outcome:
     frames: dict[str, DataFrame]
     """New rows of every stratum relation."""
-    deltas: dict[str, Delta]
+    deltas: dict[str, Change[DataFrame]]
     rounds: int = 1
     note: str = ""
     carried: dict[str, MraState] = field(default_factory=dict)
@@ -120,7 +104,7 @@ class UpdateContext(StratumRun):
         self,
         run: StratumRun,
         old: Mapping[str, DataFrame],
-        deltas: Mapping[str, Delta],
+        deltas: Mapping[str, Change[DataFrame]],
         *,
         deadline: float,
         carried: Mapping[str, MraState] | None = None,
@@ -178,13 +162,13 @@ class UpdateContext(StratumRun):
         if info.pending and time.monotonic() > self.deadline:
             raise Abandon("ran past the elastic switch's budget", switched=True)
 
-    def changes(self, old: DataFrame, new: DataFrame) -> Delta:
+    def changes(self, old: DataFrame, new: DataFrame) -> Change[DataFrame]:
         return changes_between(self.materializer, old, new)
 
-    def delta(self, added: DataFrame, removed: DataFrame) -> Delta:
+    def delta(self, added: DataFrame, removed: DataFrame) -> Change[DataFrame]:
         return stored_delta(self.materializer, added, removed)
 
-    def no_change(self, relation: str) -> Delta:
+    def no_change(self, relation: str) -> Change[DataFrame]:
         return self.delta(self.frames.empty(relation), self.frames.empty(relation))
 
     # ------------------------------------------------------------ delta rules

@@ -223,7 +223,7 @@ def live_rdds(frames: Iterable[DataFrame]) -> set[int]:
 def release_frame(frame: DataFrame, keep: set[int]) -> None:
     """Free the blocks of a locally checkpointed frame (every segment of a segmented one)
     nobody reads any more, except RDDs whose id is in ``keep``; released ids join ``keep``
-    (several frames may project one checkpoint, e.g. a ``Delta``'s two sides: it is
+    (several frames may project one checkpoint, e.g. a ``Change``'s two sides: it is
     released once)."""
     for rdd_id, rdd in _checkpoints(frame):
         if rdd_id not in keep:

@@ -13,10 +13,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker.ast import TypeName
+from fixflow.operators.change import Change
 from fixflow.operators.driver.rows import empty_rows, local_rows, to_frame, to_table
 from fixflow.operators.engines.batches import Batch, concat, table_rows
 from fixflow.operators.engines.joins import JoinIndex, anti_join
-from fixflow.operators.epoch import Delta
 from fixflow.operators.materialize import Materializer
 from fixflow.operators.placement import Outgrown
 from fixflow.operators.relation import Relation, deferred
@@ -76,15 +76,15 @@ class DriverCopies:
         self.keep_on(frame, batch)
         return batch
 
-    def after(self, rows: Batch, delta: Delta, types: Sequence[TypeName]) -> Batch:
+    def after(self, rows: Batch, delta: Change[DataFrame], types: Sequence[TypeName]) -> Batch:
         """``rows`` with ``delta`` (net: added rows absent, removed ones present) applied."""
         return _applied(rows, self.side(delta, True, types), self.side(delta, False, types))
 
-    def before(self, rows: Batch, delta: Delta, types: Sequence[TypeName]) -> Batch:
+    def before(self, rows: Batch, delta: Change[DataFrame], types: Sequence[TypeName]) -> Batch:
         """``rows`` with ``delta`` undone."""
         return _applied(rows, self.side(delta, False, types), self.side(delta, True, types))
 
-    def side(self, delta: Delta, added: bool, types: Sequence[TypeName]) -> Batch:
+    def side(self, delta: Change[DataFrame], added: bool, types: Sequence[TypeName]) -> Batch:
         """``delta``'s added (or removed) rows."""
         frame, n = (delta.added, delta.n_added) if added else (delta.removed, delta.n_removed)
         if n == 0:  # nothing to collect
@@ -93,16 +93,16 @@ class DriverCopies:
 
     def delta(
         self, spark: SparkSession, before: Batch, after: Batch, types: Sequence[TypeName]
-    ) -> Delta:
+    ) -> Change[DataFrame]:
         """The change from ``before`` to ``after`` (two sets of rows) as local relations,
         held: no job, and the result commit reads it as Arrow (``_change_tables``)."""
         columns = tuple(before.cols)
         added, removed = anti_join(after, before, columns), anti_join(before, after, columns)
-        return Delta(
+        return Change(
             self.hold(to_frame(spark, added, types), added),
             self.hold(to_frame(spark, removed, types), removed),
-            added.n,
-            removed.n,
+            counts=(added.n, removed.n),
+            stored=True,
         )
 
 

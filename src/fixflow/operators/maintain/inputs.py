@@ -1,5 +1,5 @@
 """The EDB side of maintenance: loading the input relations, turning an epoch's
-insertions and deletions into net changes (``Delta``), and the input relations' rows
+change (``Change``: facts inserted and deleted) into a net one, and the input relations' rows
 after them, made in the driver, lazily, or on Spark, whichever costs fewest jobs."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from fixflow.checker.ast import TypeName
+from fixflow.operators.change import Change
 from fixflow.operators.core import (
     appended,
     compacted,
@@ -24,7 +25,7 @@ from fixflow.operators.driver.copies import ChangedSince
 from fixflow.operators.driver.rows import empty_rows, to_frame
 from fixflow.operators.engines.batches import Batch, table_rows
 from fixflow.operators.engines.kernels import distinct_rows
-from fixflow.operators.epoch import Delta, stored_delta
+from fixflow.operators.epoch import stored_delta
 from fixflow.operators.evaluate import Input
 from fixflow.operators.maintain.elastic import EdbChange
 from fixflow.operators.maintain.setting import Setting
@@ -63,19 +64,18 @@ class Inputs:
         self,
         relation: str,
         rows: DataFrame,
-        inserts: Input | None,
-        deletes: Input | None,
-        net_counts: tuple[int, int] | None,
-    ) -> tuple[DataFrame, Delta] | None:
-        """The relation's rows (now ``rows``) after an epoch's insertions and deletions,
-        and its net change as the strata read it; None when nothing changed."""
-        delta = self._edb_delta(relation, rows, inserts, deletes, net_counts)
+        change: Change[Input | None],
+    ) -> tuple[DataFrame, Change[DataFrame]] | None:
+        """The relation's rows (now ``rows``) after an epoch's ``change`` (facts inserted
+        and deleted), and its net change as the strata read it; None when nothing
+        changed."""
+        delta = self._edb_delta(relation, rows, change)
         if delta.empty:
             return None
         self.facts[relation] += delta.n_added - delta.n_removed
         return self._changed(relation, rows, delta)
 
-    def changes_of(self, changed: Mapping[str, Delta]) -> list[EdbChange]:
+    def changes_of(self, changed: Mapping[str, Change[DataFrame]]) -> list[EdbChange]:
         """(relation, facts changed, facts before the epoch) of each changed EDB input
         (a lower stratum's change is not counted: its size before is not known)."""
         return [
@@ -109,26 +109,25 @@ class Inputs:
         self,
         relation: str,
         current: DataFrame,
-        inserts: Input | None,
-        deletes: Input | None,
-        net_counts: tuple[int, int] | None,
-    ) -> Delta:
-        added = self._positional_input(relation, inserts)
-        if net_counts is not None:  # net already: no job (the caller's rows are local)
-            removed = self._positional_input(relation, deletes)
-            return Delta(added, removed, *net_counts, stored=False)
+        change: Change[Input | None],
+    ) -> Change[DataFrame]:
+        added = self._positional_input(relation, change.added)
+        removed = self._positional_input(relation, change.removed)
+        if change.counts is not None:  # net already: no job (the caller's rows are local)
+            return Change(added, removed, change.counts, stored=False)
         columns = current.columns
         # A batch is small beside the relation: it is broadcast, so finding which of its
         # facts are present streams the relation once and shuffles nothing.
-        if inserts is not None:  # no join with the whole relation for an absent side
+        if change.added is not None:  # no join with the whole relation for an absent side
             present = join_on(current, F.broadcast(added.distinct()), columns, "left_semi")
             added = join_on(added.distinct(), present, columns, "left_anti")
-        removed = self._positional_input(relation, deletes)
-        if deletes is not None:
+        if change.removed is not None:
             removed = join_on(current, F.broadcast(removed.distinct()), columns, "left_semi")
         return stored_delta(self.materializer, added, removed)
 
-    def _changed(self, relation: str, rows: DataFrame, delta: Delta) -> tuple[DataFrame, Delta]:
+    def _changed(
+        self, relation: str, rows: DataFrame, delta: Change[DataFrame]
+    ) -> tuple[DataFrame, Change[DataFrame]]:
         """An input relation's rows after ``delta``, and the delta as the strata read it.
         When the driver holds a copy of the rows (a driver update read them), the change is
         applied to it too, and a small result is handed to Spark as a local relation (no
@@ -149,7 +148,9 @@ class Inputs:
             frame = self.copies.hold(frame, copy)
         return frame, delta
 
-    def _changed_on_spark(self, rows: DataFrame, delta: Delta) -> tuple[DataFrame, Delta]:
+    def _changed_on_spark(
+        self, rows: DataFrame, delta: Change[DataFrame]
+    ) -> tuple[DataFrame, Change[DataFrame]]:
         """Under insertions only, the added rows become a new segment (``core.extended``),
         and the delta's added rows are that segment: stored once, so a rule that only copies
         them needs no job of its own; the caller's net rows are stored by the first job that
@@ -163,7 +164,9 @@ class Inputs:
             return extended(self.materializer, rows, delta.added, stored=delta.stored), delta
         return self.materializer.keep(_with_removals(rows, delta)), delta
 
-    def _changed_later(self, relation: str, rows: DataFrame, delta: Delta, n: int) -> DataFrame:
+    def _changed_later(
+        self, relation: str, rows: DataFrame, delta: Change[DataFrame], n: int
+    ) -> DataFrame:
         """The new rows (``n`` of them) stored by the first job that reads them: the driver
         holds their copy, so a stratum updated there needs no job for them (storing a 1M-row
         relation after a deletion took 1 s of a 2 s epoch), and one on Spark computes them
@@ -177,11 +180,11 @@ class Inputs:
             since = ChangedSince(rows, types)
         since.apply(self.copies.side(delta, True, types), self.copies.side(delta, False, types))
         spark = self.spark
-        net = Delta(
+        net = Change(
             to_frame(spark, since.added, types),
             to_frame(spark, since.removed, types),
-            since.added.n,
-            since.removed.n,
+            counts=(since.added.n, since.removed.n),
+            stored=True,
         )
         if since.rows > CHAIN_ROWS:
             log.info("%s: %d changed rows since it was stored: stored again", relation, since.rows)
@@ -191,7 +194,7 @@ class Inputs:
         return since.latest
 
     def _planned_when_read(
-        self, since: ChangedSince, net: Delta, n: int, types: Sequence[TypeName]
+        self, since: ChangedSince, net: Change[DataFrame], n: int, types: Sequence[TypeName]
     ) -> DataFrame:
         """``since.base`` after ``net`` (``n`` rows), stored by the first job that reads it
         and planned only when Spark first needs it (a ``Relation``): when every stratum
@@ -220,7 +223,7 @@ class Inputs:
         at the first read, once)."""
         return self.materializer.keep(rows) if len(checkpoint_rdds(rows)) > 1 else rows
 
-    def _copy_after(self, relation: str, rows: DataFrame, delta: Delta) -> Batch | None:
+    def _copy_after(self, relation: str, rows: DataFrame, delta: Change[DataFrame]) -> Batch | None:
         """The driver's copy of ``rows`` with ``delta`` applied, when it holds one."""
         copies = self.copies
         held = None if copies is None else copies.held(rows)
@@ -263,7 +266,7 @@ class Inputs:
         return table_rows(table.select([a.name for a in attributes]), [a.type for a in attributes])
 
 
-def _with_removals(rows: DataFrame, delta: Delta) -> DataFrame:
+def _with_removals(rows: DataFrame, delta: Change[DataFrame]) -> DataFrame:
     """``rows`` after ``delta`` (not stored): the removed rows left out by a broadcast anti
     join (no shuffle of the relation), the added ones appended."""
     kept = join_on(rows, F.broadcast(delta.removed), rows.columns, "left_anti")

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker.model import Report
+from fixflow.operators.change import Change
 from fixflow.operators.core import EvalOptions
 from fixflow.operators.driver.copies import DriverCopies
 from fixflow.operators.engines.modes import engine_for
-from fixflow.operators.epoch import Delta
 from fixflow.operators.evaluate import Input
 from fixflow.operators.maintain.carried import CarriedState
 from fixflow.operators.maintain.elastic import ElasticSwitch
@@ -124,22 +124,17 @@ class Maintainer:
         self._track_partial(epoch)  # lists the strata still partial
         return epoch
 
-    def apply(
-        self,
-        inserts: Mapping[str, Input],
-        deletes: Mapping[str, Input],
-        *,
-        net_counts: Mapping[str, tuple[int, int]] | None = None,
-    ) -> Epoch:
-        """One epoch: insertions/deletions per EDB relation. Facts already present (or
-        absent, for deletions) are found and dropped, at the cost of Spark jobs, unless the
-        caller passes ``net_counts``: then the changes are net (inserted facts absent,
-        deleted ones present, no duplicates, as the pipeline's normalization guarantees)
-        with these (inserted, deleted) counts per relation, and are taken as they are.
-        With no change at all it only carries pending deltas on (async consistency)."""
+    def apply(self, changes: Mapping[str, Change[Input | None]]) -> Epoch:
+        """One epoch: per EDB relation, the facts it inserts (``added``) and deletes
+        (``removed``; a side without facts may be None). An uncounted change is made net:
+        facts already present (or absent, for deletions) are found and dropped, at the
+        cost of Spark jobs. A counted one is net already (inserted facts absent, deleted
+        ones present, no duplicates, as the pipeline's normalization guarantees) and is
+        taken as it is. With no change at all it only carries pending deltas on (async
+        consistency)."""
         started = time.monotonic()
         self.garbage.collect([*self.frames.values(), *self.carried.live_frames()])
-        old, deltas = self._changed_inputs(inserts, deletes, net_counts)
+        old, deltas = self._changed_inputs(changes)
         if not deltas and not self.carried.pending:
             unchanged = Epoch(strata=[unchanged_epoch(s) for s in self.report.strata])
             self._track_partial(unchanged)
@@ -163,22 +158,17 @@ class Maintainer:
         return epoch
 
     def _changed_inputs(
-        self,
-        inserts: Mapping[str, Input],
-        deletes: Mapping[str, Input],
-        net_counts: Mapping[str, tuple[int, int]] | None,
-    ) -> tuple[dict[str, DataFrame], dict[str, Delta]]:
+        self, changes: Mapping[str, Change[Input | None]]
+    ) -> tuple[dict[str, DataFrame], dict[str, Change[DataFrame]]]:
         """Install the EDB relations' rows after the epoch's changes: their rows before
         and their deltas, for those that changed."""
-        stored = self.setting.stored
-        inserts, deletes = stored(inserts), stored(deletes)
-        net_counts = None if net_counts is None else stored(net_counts)
         old: dict[str, DataFrame] = {}
-        deltas: dict[str, Delta] = {}
-        for rel in {r for r in (*inserts, *deletes) if r in self.setting.inputs()}:
-            counts = net_counts.get(rel, (0, 0)) if net_counts is not None else None
+        deltas: dict[str, Change[DataFrame]] = {}
+        for rel, change in self.setting.stored(changes).items():
+            if rel not in self.setting.inputs():
+                continue
             rows = self.frames[rel]
-            changed = self.inputs.change(rel, rows, inserts.get(rel), deletes.get(rel), counts)
+            changed = self.inputs.change(rel, rows, change)
             if changed is None:
                 continue
             old[rel] = rows

@@ -10,10 +10,10 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
+from fixflow.operators.change import Change
 from fixflow.operators.driver.rows import arrow_frame, to_table
 from fixflow.operators.engines.batches import Batch
 from fixflow.operators.engines.joins import anti_join
-from fixflow.operators.epoch import Delta
 from fixflow.operators.maintain.setting import Setting
 from fixflow.operators.relation import arrow_table, deferred
 from fixflow.operators.spark_backend import minus
@@ -21,36 +21,35 @@ from fixflow.operators.spark_backend import minus
 
 @dataclass(frozen=True)
 class RelationChange:
-    """How one relation changed in an epoch: ``upserts`` are whole new rows (new keys or
-    changed values), ``deletes`` the keys (``key_columns``) that disappeared."""
+    """How one output relation changed in an epoch, keyed by ``key_columns`` (see
+    ``operators.change``): ``change.added`` are whole new rows (new keys or changed
+    values), ``change.removed`` the keys that disappeared."""
 
     relation: str
     key_columns: tuple[str, ...]
-    upserts: DataFrame
-    deletes: DataFrame
+    change: Change[DataFrame]
     unchanged: bool = False
     """Known to be empty without running a job (the relation's rows are the published
-    ones): the consumer need not collect ``upserts`` and ``deletes``."""
+    ones): the consumer need not collect the change's rows."""
 
     @property
     def tables(self) -> tuple[pa.Table, pa.Table] | None:
-        """``upserts`` and ``deletes`` as Arrow tables (result columns), when the driver
-        made the change (``operators.driver``) and the relations keep the tables they were
-        made of: the consumer need not collect them either."""
-        upserts, deletes = arrow_table(self.upserts), arrow_table(self.deletes)
-        return None if upserts is None or deletes is None else (upserts, deletes)
+        """The change's added rows and removed keys as Arrow tables (result columns), when
+        the driver made the change (``operators.driver``) and its relations keep the
+        tables they were made of: the consumer need not collect them either."""
+        added, removed = arrow_table(self.change.added), arrow_table(self.change.removed)
+        return None if added is None or removed is None else (added, removed)
 
     @classmethod
     def nothing(cls, relation: str, keys: tuple[str, ...], rows: DataFrame) -> RelationChange:
         """No change of ``relation`` (whose current rows are ``rows``)."""
         key_schema = StructType([rows.schema[k] for k in keys])
-        return cls(
-            relation,
-            keys,
+        nothing = Change(
             deferred(rows, lambda f: f.limit(0), rows.schema),
             deferred(rows, lambda f: f.select(*keys).limit(0), key_schema),
-            unchanged=True,
+            counts=(0, 0),
         )
+        return cls(relation, keys, nothing, unchanged=True)
 
     @property
     def new_rows(self) -> bool:
@@ -58,7 +57,7 @@ class RelationChange:
         them: true of a set relation's change (its key is the whole row, and the Maintainer
         never reports a published row as upserted); an aggregate's upserts may replace
         values."""
-        return len(self.key_columns) == len(self.upserts.columns)
+        return len(self.key_columns) == len(self.change.added.columns)
 
 
 class Publisher:
@@ -84,7 +83,7 @@ class Publisher:
         self,
         frames: Mapping[str, DataFrame],
         old: Mapping[str, DataFrame] | None = None,
-        deltas: Mapping[str, Delta] | None = None,
+        deltas: Mapping[str, Change[DataFrame]] | None = None,
     ) -> dict[str, RelationChange]:
         """How every output relation (its rows now in ``frames``) differs from what was
         published, which they then are: nothing when its rows are the published ones, this
@@ -107,7 +106,7 @@ class Publisher:
             self.published[rel], self._published_rows[rel] = current, rows
         return changes
 
-    def _delta_change(self, relation: str, delta: Delta) -> RelationChange:
+    def _delta_change(self, relation: str, delta: Change[DataFrame]) -> RelationChange:
         """The change an epoch's exact ``delta`` makes: its added rows are upserted; its
         removed rows' keys are deleted unless a row was added under them (a new value)."""
         names = [a.name for a in self.catalog[relation].result]
@@ -115,21 +114,24 @@ class Publisher:
         tables = self._change_tables(relation, delta)
         if tables is not None:
             upserts, gone = (arrow_frame(self.spark, t) for t in tables)
-            return RelationChange(relation, keys, upserts, gone)
+            counts = (tables[0].num_rows, tables[1].num_rows)
+            return RelationChange(relation, keys, Change(upserts, gone, counts))
         added, removed = delta.added.toDF(*names), delta.removed.toDF(*names)
         if not delta.n_removed:
             # Insertions only (the counts are exact): the added rows are the upserts as
             # they are (distinct, one per key) and no key goes. Skipping the two EXCEPTs
             # saves their shuffles: four jobs for a one-fact batch.
-            return RelationChange(relation, keys, added, removed.select(*keys))
+            return RelationChange(relation, keys, Change(added, removed.select(*keys)))
         gone = minus(removed.select(*keys), added.select(*keys))
         if len(keys) < len(names):
-            return RelationChange(relation, keys, added, gone)
+            return RelationChange(relation, keys, Change(added, gone))
         # A set relation: a row both removed and added stays, so it is neither appended
         # nor deleted, and what is appended is surely new.
-        return RelationChange(relation, keys, minus(added, removed), gone)
+        return RelationChange(relation, keys, Change(minus(added, removed), gone))
 
-    def _change_tables(self, relation: str, delta: Delta) -> tuple[pa.Table, pa.Table] | None:
+    def _change_tables(
+        self, relation: str, delta: Change[DataFrame]
+    ) -> tuple[pa.Table, pa.Table] | None:
         """``_delta_change``'s upserts and deleted keys as Arrow tables, made in the driver
         when it holds both sides of ``delta`` (no job, no shuffle); None otherwise."""
         copies = self.copies
@@ -169,13 +171,13 @@ class Publisher:
         upserts = self._result_table(relation, held)
         tables = upserts, upserts.select(list(keys)).slice(0, 0)
         upserted, deleted = (arrow_frame(self.spark, t) for t in tables)
-        return RelationChange(relation, keys, upserted, deleted)
+        return RelationChange(relation, keys, Change(upserted, deleted, (upserts.num_rows, 0)))
 
     def _diff(self, relation: str, old: DataFrame | None, new: DataFrame) -> RelationChange:
         keys = self.setting.key_columns(relation)
         if old is None:
             empty = new.select(*keys).limit(0)
-            return RelationChange(relation, keys, new, empty)
+            return RelationChange(relation, keys, Change(new, empty))
         changed_or_new = minus(new, old)
         gone = minus(old.select(*keys), new.select(*keys))
-        return RelationChange(relation, keys, changed_or_new, gone)
+        return RelationChange(relation, keys, Change(changed_or_new, gone))

@@ -12,10 +12,11 @@ from dataclasses import replace
 from pyspark.sql import DataFrame
 
 from fixflow.checker.model import Report, Stratum
+from fixflow.operators.change import Change
 from fixflow.operators.core import Frames, StratumRun
 from fixflow.operators.driver.copies import hand_over
 from fixflow.operators.engines.base import MraState
-from fixflow.operators.epoch import Abandon, Delta, UpdateContext, changes_between
+from fixflow.operators.epoch import Abandon, UpdateContext, changes_between
 from fixflow.operators.evaluate import Bootstrap
 from fixflow.operators.maintain.carried import CarriedState
 from fixflow.operators.maintain.elastic import ElasticSwitch
@@ -60,7 +61,7 @@ class StratumUpdater:
         stratum: Stratum,
         current: dict[str, DataFrame],
         old: dict[str, DataFrame],
-        deltas: dict[str, Delta],
+        deltas: dict[str, Change[DataFrame]],
         number: int,
     ) -> StratumEpoch:
         """The stratum's part of epoch ``number``."""
@@ -115,7 +116,7 @@ class StratumUpdater:
         current: Mapping[str, DataFrame],
         partitions: int,
         old: Mapping[str, DataFrame],
-        changed: dict[str, Delta],
+        changed: dict[str, Change[DataFrame]],
         carried: dict[str, MraState],
         started: float,
     ) -> UpdateContext:
@@ -150,7 +151,7 @@ class StratumUpdater:
         ctx: UpdateContext,
         current: dict[str, DataFrame],
         old: dict[str, DataFrame],
-        deltas: dict[str, Delta],
+        deltas: dict[str, Change[DataFrame]],
     ) -> StratumEpoch | Abandon:
         """Run ``method``: the stratum's epoch, or why it was abandoned."""
         try:
@@ -177,9 +178,9 @@ class StratumUpdater:
         stratum: Stratum,
         current: dict[str, DataFrame],
         frames: dict[str, DataFrame],
-        changes: dict[str, Delta],
+        changes: dict[str, Change[DataFrame]],
         old: dict[str, DataFrame],
-        deltas: dict[str, Delta],
+        deltas: dict[str, Change[DataFrame]],
     ) -> StratumEpoch:
         """Install a stratum's new rows and record its relations' changes for later strata."""
         garbage = self.carried.garbage
@@ -200,7 +201,7 @@ class StratumUpdater:
         stratum: Stratum,
         current: dict[str, DataFrame],
         old: dict[str, DataFrame],
-        deltas: dict[str, Delta],
+        deltas: dict[str, Change[DataFrame]],
         partitions: int,
     ) -> StratumEpoch:
         """Re-evaluate one stratum from its current inputs and diff against its old rows."""
@@ -222,7 +223,7 @@ class StratumUpdater:
         self.elastic.measured(stratum.index, time.monotonic() - started)
         return bootstrap_epoch(stats)
 
-    def _bootstrap_change(self, relation: str, old: DataFrame, new: DataFrame) -> Delta:
+    def _bootstrap_change(self, relation: str, old: DataFrame, new: DataFrame) -> Change[DataFrame]:
         """How a bootstrapped relation's rows differ from its current ones (``old``): in
         the driver when it holds both (no job), else on Spark."""
         copies = self.setting.copies

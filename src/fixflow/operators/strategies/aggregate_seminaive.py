@@ -22,8 +22,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fixflow.checker.catalog import RelationEntry
+from fixflow.operators.change import Change
 from fixflow.operators.core import Bootstrapped, StratumRun
-from fixflow.operators.epoch import Delta, Outcome, UpdateContext
+from fixflow.operators.epoch import Outcome, UpdateContext
 from fixflow.operators.plan import Plan
 from fixflow.operators.rounds import improves
 from fixflow.operators.spark_backend import join_on, minus, positional
@@ -59,7 +60,7 @@ class ImprovingGrowth(SetGrowth):
 
     def changes(
         self, ctx: UpdateContext, relation: str, original: DataFrame, touched: list[DataFrame]
-    ) -> Delta:
+    ) -> Change[DataFrame]:
         if not touched:
             return ctx.no_change(relation)
         keys = _keys(ctx.entry(relation))

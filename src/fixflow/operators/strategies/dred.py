@@ -54,8 +54,9 @@ from pyspark.sql import DataFrame
 
 from fixflow.checker import ast
 from fixflow.checker.catalog import RelationEntry
+from fixflow.operators.change import Change
 from fixflow.operators.core import StratumRun, atoms_over, union_by_name
-from fixflow.operators.epoch import Delta, Outcome, UpdateContext
+from fixflow.operators.epoch import Outcome, UpdateContext
 from fixflow.operators.plan import Col, Plan, Project, Scan, Union
 from fixflow.operators.spark_backend import join_on, minus, positional
 from fixflow.operators.strategies.aggregate_seminaive import (
@@ -199,7 +200,9 @@ def old_reads(ctx: UpdateContext, body: ast.Body, but: int | None = None) -> dic
     return reads
 
 
-def deleted_rows(ctx: UpdateContext, relation: str, removed: Mapping[str, Delta]) -> list[Plan]:
+def deleted_rows(
+    ctx: UpdateContext, relation: str, removed: Mapping[str, Change[DataFrame]]
+) -> list[Plan]:
     """Head rows of the derivations (over the old relations) that used a deleted row."""
     return [
         ctx.rule_rows(
@@ -285,7 +288,9 @@ def update(ctx: UpdateContext) -> Outcome:
     return Outcome(frames, deltas, rounds + grown.rounds, capped=grown.capped)
 
 
-def changes(ctx: UpdateContext, relation: str, old: DataFrame, touched: list[DataFrame]) -> Delta:
+def changes(
+    ctx: UpdateContext, relation: str, old: DataFrame, touched: list[DataFrame]
+) -> Change[DataFrame]:
     """The relation's change: its rows now and before, in the groups the update touched."""
     if not touched:
         return ctx.no_change(relation)

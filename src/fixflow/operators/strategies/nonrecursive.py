@@ -15,8 +15,9 @@ from pyspark.sql import DataFrame
 
 from fixflow.checker import ast
 from fixflow.checker.catalog import RelationEntry
+from fixflow.operators.change import Change
 from fixflow.operators.core import Bootstrapped, StratumRun, appended, atoms_over, extended
-from fixflow.operators.epoch import Delta, Outcome, UpdateContext
+from fixflow.operators.epoch import Outcome, UpdateContext
 from fixflow.operators.plan import Plan, Scan, Union
 from fixflow.operators.spark_backend import join_on, minus, positional
 
@@ -100,7 +101,7 @@ def copied_atom(ctx: UpdateContext, relation: str) -> int | None:
     return index
 
 
-def _copied_delta(ctx: UpdateContext, relation: str, index: int) -> Delta:
+def _copied_delta(ctx: UpdateContext, relation: str, index: int) -> Change[DataFrame]:
     """The head rows of the input's added rows. A body of the atom alone, over distinct
     variables, keeps every row: their count is the input's, and the rows are a map of its
     (stored) rows, so no job runs; a filter (constants, comparisons) is stored and
@@ -115,7 +116,9 @@ def _copied_delta(ctx: UpdateContext, relation: str, index: int) -> Delta:
     )
     names = [a.name for a in atom.args if isinstance(a, ast.Var)]
     if len(body.literals) == 1 and len(names) == len(atom.args) == len(set(names)):
-        return Delta(rows, ctx.frames.empty(relation), source.n_added, 0, stored=source.stored)
+        return Change(
+            rows, ctx.frames.empty(relation), counts=(source.n_added, 0), stored=source.stored
+        )
     return ctx.delta(rows, ctx.frames.empty(relation))
 
 
@@ -192,7 +195,7 @@ def _var_name(arg: ast.HeadArg) -> str:
     return arg.name
 
 
-def _replaced(ctx: UpdateContext, current: DataFrame, delta: Delta) -> DataFrame:
+def _replaced(ctx: UpdateContext, current: DataFrame, delta: Change[DataFrame]) -> DataFrame:
     """``current`` with the delta applied (rows removed, rows added), materialized."""
     if delta.empty:
         return current

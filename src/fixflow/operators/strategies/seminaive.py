@@ -35,6 +35,7 @@ from typing import Protocol, TypeVar
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from fixflow.operators.change import Change
 from fixflow.operators.core import (
     Bootstrapped,
     StratumRun,
@@ -44,7 +45,7 @@ from fixflow.operators.core import (
     union_by_name,
 )
 from fixflow.operators.engines.base import RoundInfo
-from fixflow.operators.epoch import Delta, Outcome, UpdateContext
+from fixflow.operators.epoch import Outcome, UpdateContext
 from fixflow.operators.plan import Plan
 from fixflow.operators.spark_backend import join_on
 
@@ -79,7 +80,7 @@ class Growth(Protocol):
 
     def changes(
         self, ctx: UpdateContext, relation: str, original: DataFrame, touched: list[DataFrame]
-    ) -> Delta:
+    ) -> Change[DataFrame]:
         """An update's change of the relation, from its rows before and its deltas."""
         ...
 
@@ -101,7 +102,7 @@ class SetGrowth:
 
     def changes(
         self, ctx: UpdateContext, relation: str, original: DataFrame, touched: list[DataFrame]
-    ) -> Delta:
+    ) -> Change[DataFrame]:
         if not touched:
             return ctx.no_change(relation)
         return ctx.delta(union_by_name(touched).distinct(), ctx.frames.empty(relation))

@@ -148,7 +148,7 @@ class ResultCommits:
         spark_change = change.tables is None and not change.unchanged
         if not (empty and spark_change and self.report.catalog[relation].result):
             return False
-        upserts = self._table_columns(relation, change.upserts)
+        upserts = self._table_columns(relation, change.change.added)
         if not by_tasks(upserts, self.task_io_rows):
             return False
         path, schema = self.lake.results(relation), self.result_schema(relation)
@@ -233,16 +233,16 @@ UPSERT = "#upsert"
 
 
 def _tagged_union(change: RelationChange) -> DataFrame:
-    """A change's upserts and deletes in one frame, to be collected in ONE job: deleted keys
-    padded with nulls, every row tagged by ``UPSERT``."""
-    upserts = change.upserts
+    """A change's upserts and deleted keys in one frame, to be collected in ONE job: deleted
+    keys padded with nulls, every row tagged by ``UPSERT``."""
+    upserts, deletes = change.change.frames
     types = dict(upserts.dtypes)
     padded = [
         F.col(c) if c in change.key_columns else F.lit(None).cast(types[c]).alias(c)
         for c in upserts.columns
     ]
     return upserts.withColumn(UPSERT, F.lit(True)).unionByName(
-        change.deletes.select(*padded, F.lit(False).alias(UPSERT))
+        deletes.select(*padded, F.lit(False).alias(UPSERT))
     )
 
 

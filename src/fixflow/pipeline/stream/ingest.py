@@ -10,8 +10,8 @@
    offset order); inserting a present fact or deleting an absent one is a no-op, counted;
    presence is checked against the EDB table *as it was before this batch*, so a replay
    (after a crash) computes exactly the same changes as the first run;
-4. returns an ``IngestResult``: per-relation insert and delete sets (Arrow tables with the
-   declared schema), the offsets covered, and ``commit_edb()``.
+4. returns an ``IngestResult``: per relation its net change (``operators.change.Change``
+   of Arrow tables with the declared schema), the offsets covered, and ``commit_edb()``.
 
 The seam for the maintenance engine: it takes ``result.changes``, maintains every stratum,
 writes state and results with ``lakehouse`` helpers and ``result.commit`` (the
@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fixflow.checker.ast import Attribute, Program
+from fixflow.operators.change import Change
 from fixflow.pipeline.kafka.columnar import OP_COLUMN, parse_values
 from fixflow.pipeline.kafka.messages import DeadLetter, Fact, Value, parse_message
 from fixflow.pipeline.lake.delta import arrow_schema
@@ -81,15 +82,15 @@ class Phases:
 
 
 @dataclass(frozen=True, slots=True)
-class RelationChanges:
-    """The net effect of one batch on one EDB relation."""
+class EdbBatch:
+    """One EDB relation's part of a batch, normalized: its net ``change`` and what
+    normalization found on the way."""
 
     relation: str
     attributes: tuple[Attribute, ...]
-    inserts: pa.Table
-    """Facts absent before the batch and present after it (declared schema)."""
-    deletes: pa.Table
-    """Facts present before the batch and absent after it (declared schema)."""
+    change: Change[pa.Table]
+    """Facts absent before the batch and present after it (``added``), facts present
+    before it and absent after it (``removed``): declared schema, net, counted."""
     noop_inserts: int = 0
     noop_deletes: int = 0
     before: pa.Table | None = field(default=None, repr=False, compare=False)
@@ -99,7 +100,7 @@ class RelationChanges:
 
     @property
     def empty(self) -> bool:
-        return self.inserts.num_rows == 0 and self.deletes.num_rows == 0
+        return self.change.empty
 
     def rows_after(self) -> pa.Table | None:
         """The relation's rows after the batch, from ``before`` (None without it): the
@@ -112,7 +113,7 @@ class RelationChanges:
             keep = np.ones(self.before.num_rows, dtype=bool)
             keep[self.deleted_at] = False
             kept = self.before.filter(pa.array(keep))
-        return pa.concat_tables([kept, self.inserts])
+        return pa.concat_tables([kept, self.change.added])
 
 
 @dataclass
@@ -154,7 +155,7 @@ class IngestResult:
     commit: BatchCommit
     """(query id, batch id, offsets): pass it to every Delta commit of this batch."""
     lake: ProgramLake
-    changes: dict[str, RelationChanges]
+    changes: dict[str, EdbBatch]
     """One entry per ``.input`` relation of the program (possibly empty)."""
     records: int
     dead_letters: int
@@ -182,7 +183,7 @@ class IngestResult:
         self.edb_committed.extend(committed)
         return committed
 
-    def _commit(self, change: RelationChanges) -> bool:
+    def _commit(self, change: EdbBatch) -> bool:
         """Deletions rewrite the table from the rows normalization read: a Delta merge
         rewrites every file holding a deleted row (100 random deletions reach nearly every
         file) and scans the table to find them, which cost 0.25 s on a 1M-row EDB where
@@ -190,12 +191,11 @@ class IngestResult:
         edb = self.lake.edb(change.relation)
         names = [a.name for a in change.attributes]
         after = change.rows_after() if names else None
-        if after is not None and change.deletes.num_rows:
+        added, removed = change.change.frames
+        if after is not None and removed.num_rows:
             done = overwrite_rows(edb, after, self.commit)
-        else:  # normalization leaves only facts absent before the batch in ``inserts``
-            merged = merge_changes(
-                edb, names, change.inserts, change.deletes, self.commit, new_rows=True
-            )
+        else:  # normalization leaves only facts absent before the batch in ``added``
+            merged = merge_changes(edb, names, added, removed, self.commit, new_rows=True)
             done = merged is not None
         if self.held is not None:
             self.held.committed(edb, self.commit, after if done else None)
@@ -434,7 +434,7 @@ def normalize(
     attributes: tuple[Attribute, ...],
     facts: pa.Table | None,
     before: pa.Table | None,
-) -> RelationChanges:
+) -> EdbBatch:
     """Net changes of ``facts`` (declared columns and ``op``, in record order; None: no
     facts) against the EDB contents ``before``: per fact its last operation wins."""
     schema = arrow_schema(attributes)
@@ -446,11 +446,11 @@ def normalize(
     existing = _matching(_conform(before, schema), last, schema)
     new_inserts = inserts.join(existing, schema.names, join_type="left anti")
     hits = existing.join(deletes, schema.names, join_type="left semi")
-    return RelationChanges(
+    added, removed = _conform(new_inserts, schema), _conform(hits, schema)
+    return EdbBatch(
         relation,
         attributes,
-        _conform(new_inserts, schema),
-        _conform(hits, schema),
+        Change(added, removed, (added.num_rows, removed.num_rows)),
         noop_inserts=inserts.num_rows - new_inserts.num_rows,
         noop_deletes=deletes.num_rows - hits.num_rows,
         before=every,
@@ -531,9 +531,7 @@ def _conform(table: pa.Table | None, schema: pa.Schema) -> pa.Table:
     )
 
 
-def _is_replay(
-    lake: ProgramLake, changes: Mapping[str, RelationChanges], commit: BatchCommit
-) -> bool:
+def _is_replay(lake: ProgramLake, changes: Mapping[str, EdbBatch], commit: BatchCommit) -> bool:
     changed = [r for r, c in changes.items() if not c.empty]
     return bool(changed) and all(
         already_committed(lake.edb(r), commit.query_id, commit.batch_id) for r in changed
@@ -544,7 +542,7 @@ def _count(
     metrics: Metrics,
     facts: Mapping[str, pa.Table],
     letters: list[Letter],
-    changes: Mapping[str, RelationChanges],
+    changes: Mapping[str, EdbBatch],
     topic_prefix: str,
 ) -> None:
     for relation, relation_facts in facts.items():

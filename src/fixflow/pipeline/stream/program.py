@@ -42,6 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from fixflow.checker import load
 from fixflow.checker.model import Report
+from fixflow.operators.change import Change
 from fixflow.operators.evaluate import Progress
 from fixflow.operators.maintain import Epoch, Maintainer
 from fixflow.operators.memory_model import driver_bytes
@@ -169,17 +170,16 @@ class ProgramStream:
     def maintain(self, result: IngestResult) -> None:
         """``query.Maintain``: one epoch for this batch's changes, results committed."""
         started = time.monotonic()
-        changes = result.changes.items()
-        # Arrow tables: the Maintainer makes them local relations and, when it keeps copies
-        # in the driver (``[engine] local_rows``), holds their rows without collecting.
+        # Arrow tables, net and counted: the Maintainer takes them as they are, makes them
+        # local relations and, when it keeps copies in the driver (``[engine] local_rows``),
+        # holds their rows without collecting.
         self.residuals.clear()
-        inserts = {r: c.inserts for r, c in changes if c.inserts.num_rows}
-        deletes = {r: c.deletes for r, c in changes if c.deletes.num_rows}
+        changes = {r: c.change for r, c in result.changes.items() if not c.empty}
         with result.phases.timed("maintain"):
             loaded = None
             if not self.loaded:
-                loaded, inserts = self._load_before(result, inserts, deletes)
-            epoch = self._epoch(result, loaded, inserts, deletes)
+                loaded, changes = self._load_before(result, changes)
+            epoch = self._epoch(loaded, changes)
         with result.phases.timed("results"):
             changed_rows = (
                 self.results.commit_epoch(epoch, result.commit, self.residuals) if epoch else {}
@@ -190,8 +190,8 @@ class ProgramStream:
             result.batch_id,
             result.records,
             result.dead_letters,
-            {r: c.inserts.num_rows for r, c in changes},
-            {r: c.deletes.num_rows for r, c in changes},
+            {r: c.change.n_added for r, c in result.changes.items()},
+            {r: c.change.n_removed for r, c in result.changes.items()},
             epoch,
             seconds,
             result.replayed,
@@ -200,19 +200,10 @@ class ProgramStream:
         )
         self._record(report)
 
-    def _epoch(
-        self,
-        result: IngestResult,
-        loaded: Epoch | None,
-        inserts: dict[str, pa.Table],
-        deletes: dict[str, pa.Table],
-    ) -> Epoch | None:
-        if inserts or deletes or self.maintainer.provisional:
+    def _epoch(self, loaded: Epoch | None, changes: dict[str, Change[pa.Table]]) -> Epoch | None:
+        if changes or self.maintainer.provisional:
             # (async: a batch of no-ops or dead letters still carries pending deltas on)
-            counts = {
-                r: (c.inserts.num_rows, c.deletes.num_rows) for r, c in result.changes.items()
-            }
-            return self.maintainer.apply(inserts, deletes, net_counts=counts)
+            return self.maintainer.apply(changes)
         if loaded is not None:
             # Nothing changed in this batch (or the load took its facts), but the results
             # may lag the EDB they were loaded with: commit that difference.
@@ -230,12 +221,11 @@ class ProgramStream:
     def _load_before(
         self,
         result: IngestResult,
-        inserts: dict[str, pa.Table],
-        deletes: dict[str, pa.Table],
-    ) -> tuple[Epoch, dict[str, pa.Table]]:
+        changes: dict[str, Change[pa.Table]],
+    ) -> tuple[Epoch, dict[str, Change[pa.Table]]]:
         """Load the EDB and the result tables as they were before this batch and evaluate
         everything once; the batch's epoch then carries any difference to the results.
-        Returns the load's epoch and the insertions still to apply.
+        Returns the load's epoch and the changes still to apply.
 
         Bootstrap = update from empty: when no EDB table held a fact before the batch and
         the batch only inserts, the load takes the batch's facts themselves, so a fresh
@@ -243,9 +233,9 @@ class ProgramStream:
         an update that outgrows it, i.e. a second bootstrap, cost the SSSP stream's first
         batch two evaluations)."""
         edb = self._tables_before(self.lake.edb, self.program.inputs, result)
-        taken = not edb and not deletes
+        taken = not edb and not any(c.n_removed for c in changes.values())
         epoch = self.maintainer.load(
-            inserts if taken else edb,
+            {r: c.added for r, c in changes.items()} if taken else edb,
             self._tables_before(self.lake.results, self.program.outputs, result),
         )
         self.loaded = True
@@ -254,7 +244,7 @@ class ProgramStream:
             "with" if taken else "before",
             result.batch_id,
         )
-        return epoch, {} if taken else inserts
+        return epoch, {} if taken else changes
 
     def _tables_before(
         self, path_of: Callable[[str], str], relations: Sequence[str], result: IngestResult
@@ -297,7 +287,7 @@ class ProgramStream:
                 return None
             started = time.monotonic()
             self.residuals.clear()
-            epoch = self.maintainer.apply({}, {})
+            epoch = self.maintainer.apply({})
             changed_rows = self.results.commit_epoch(epoch, None, self.residuals)
             report = BatchReport(
                 self._last_batch,

@@ -243,8 +243,8 @@ class Demo:
                 say(f"{name}: no change")
                 continue
             for relation, change in last.epoch.changes.items():
-                upserts = [tuple(r) for r in change.upserts.collect()]
-                deletes = [tuple(r) for r in change.deletes.collect()]
+                upserts = [tuple(r) for r in change.change.added.collect()]
+                deletes = [tuple(r) for r in change.change.removed.collect()]
                 say(
                     f"{name}.{relation}: {len(upserts)} row(s) new or changed, "
                     f"{len(deletes)} removed"
