@@ -40,6 +40,15 @@ def test_sssp_results_are_checked_against_dijkstra(tmp_path: Path) -> None:
     assert check_results(work, lake, EdgeSet(edges)) == "0 wrong or missing, 1 extra"
 
 
+def test_parallel_edges_count_with_their_least_weight(tmp_path: Path) -> None:
+    """The random graph has parallel edges of different weights; a sparse matrix would add
+    them up (3.0 + 1.0 here) where a shortest path takes the lighter one."""
+    edges = [(0, 1, 3.0), (0, 1, 1.0), (1, 2, 1.0)]
+    work = Workload("sssp", "tiny", [], 0, edges, undirected=False)
+    lake = _written(Lake(tmp_path), "sssp", {"node": [0, 1, 2], "dist": [0.0, 1.0, 2.0]})
+    assert check_results(work, lake, EdgeSet(edges)) == "exact"
+
+
 def test_cc_results_are_checked_against_the_least_node_of_each_component(tmp_path: Path) -> None:
     edges = [(5, 1), (1, 5), (1, 2), (2, 1), (7, 8), (8, 7)]
     work = Workload("cc", "tiny", [], 0, edges, undirected=True)
