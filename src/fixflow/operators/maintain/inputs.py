@@ -113,7 +113,7 @@ class Inputs:
     ) -> Change[DataFrame]:
         added = self._positional_input(relation, change.added)
         removed = self._positional_input(relation, change.removed)
-        if change.counts is not None:  # net already: no job (the caller's rows are local)
+        if change.counted:  # net already: no job (the caller's rows are local)
             return Change(added, removed, change.counts, stored=False)
         columns = current.columns
         # A batch is small beside the relation: it is broadcast, so finding which of its
