@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -124,6 +125,22 @@ def test_orders_are_permutations_and_beat_hash_on_a_grid() -> None:
         assert sorted(order.tolist()) == list(range(nodes))
         for shards in (2, 8):
             assert cut[method, shards] < cut["hash", shards] / 3  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("key_type", [pa.int32(), pa.int64()])
+def test_integer_keys_get_codes_in_key_order(key_type: pa.DataType) -> None:
+    """The codes the assignment orders nodes by are the keys' ranks (what ``np.unique``
+    gives), whatever the chunking, for negative keys and keys seen on one side only."""
+    rng = np.random.default_rng(3)
+    src = rng.integers(-50, 50, 400)
+    dst = rng.integers(-80, 20, 400)
+    chunked = pa.chunked_array([src[:150], src[150:]], type=key_type)
+    src_codes, dst_codes, keys = sharding.factorize(chunked, pa.array(dst, type=key_type))
+    uniques, codes = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    assert keys.type == key_type
+    assert keys.to_pylist() == uniques.tolist()
+    assert src_codes.tolist() == codes[:400].tolist()
+    assert dst_codes.tolist() == codes[400:].tolist()
 
 
 def test_bfs_order_covers_every_component() -> None:
