@@ -3,9 +3,12 @@ with Spark's null semantics, and joins against prepared (indexed) tables, empty 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from itertools import pairwise
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,10 +17,11 @@ from fixflow.operators.engines import kernels
 from fixflow.operators.engines.batches import Batch, concat
 from fixflow.operators.engines.joins import HeldKeys, anti_join
 from fixflow.operators.engines.kernels import Kernel, evaluate_expr, unsupported
-from fixflow.operators.engines.key_groups import KeyPacking
+from fixflow.operators.engines.key_groups import KeyPacking, grouped_order
 from fixflow.operators.engines.program import MraProgram
 from fixflow.operators.engines.shard_table import _slots
 from fixflow.operators.plan import Aggregate, Arith, Col, Const, Func, Join, Scan
+from fixflow.operators.thresholds import SCIPY_SORT_ROWS
 
 SSSP = """
 .decl edge(src: number, dst: number, w: float)
@@ -208,3 +212,35 @@ def test_an_aggregate_over_integer_keys_is_what_pandas_group_by_gives(
     assert sorted(zip(*(fast.cols[n].tolist() for n in names), strict=True)) == sorted(
         zip(*(slow.cols[n].tolist() for n in names), strict=True)
     )
+
+
+THRESHOLD = SCIPY_SORT_ROWS
+
+
+@pytest.mark.parametrize("rows", [0, 1, 57, THRESHOLD - 1, THRESHOLD, THRESHOLD + 33])
+def test_grouped_order_is_a_stable_sort_by_code_on_both_sides_of_the_scipy_threshold(
+    rows: int,
+) -> None:
+    groups = max(1, rows // 7)
+    codes = np.random.default_rng(rows).integers(0, groups, rows)
+    order, starts = grouped_order(codes, groups)
+    assert starts.dtype == np.int32 and order.dtype == np.int32
+    assert len(starts) == groups + 1 and starts[0] == 0 and starts[-1] == rows
+    for code in range(groups):
+        expected = np.flatnonzero(codes == code)  # every row of the code, in row order
+        assert order[starts[code] : starts[code + 1]].tolist() == expected.tolist()
+
+
+def test_a_small_program_imports_no_scipy() -> None:
+    """SciPy (0.2 s to import) is loaded by a sort of many rows or a graph ordered for
+    shards, not by the engine's modules (``thresholds.SCIPY_SORT_ROWS``)."""
+    probe = (
+        "import sys\n"
+        "import fixflow.operators.engines.async_engine, fixflow.operators.driver.stratum\n"
+        "from fixflow.operators.engines.key_groups import grouped_order\n"
+        "import numpy as np\n"
+        "grouped_order(np.array([2, 0, 2, 1]), 3)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import scipy.sparse
+
+from fixflow.operators.thresholds import SCIPY_SORT_ROWS
 
 
 def distinct_rows(keys: list[np.ndarray]) -> np.ndarray:
@@ -46,8 +47,16 @@ def group_starts(ordered: list[np.ndarray]) -> np.ndarray:
 def grouped_order(codes: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """A stable counting sort of ``codes`` (each in ``0..groups-1``): (order, starts), the
     rows of code ``c`` being ``order[starts[c]:starts[c + 1]]`` in their original order.
-    SciPy's CSR construction is that sort, in C and O(rows + groups)."""
+    SciPy's CSR construction is that sort, in C and O(rows + groups); fewer than
+    ``SCIPY_SORT_ROWS`` rows are sorted by numpy, which gives the same and spares a
+    small program SciPy's import."""
     rows = len(codes)
+    if rows < SCIPY_SORT_ROWS:
+        starts = np.zeros(groups + 1, dtype=np.int32)
+        np.cumsum(np.bincount(codes, minlength=groups), out=starts[1:])
+        return np.argsort(codes, kind="stable").astype(np.int32), starts
+    import scipy.sparse  # here, not at the top: see SCIPY_SORT_ROWS
+
     matrix = scipy.sparse.csr_matrix(
         (np.ones(rows, dtype=np.int8), (codes, np.arange(rows))), shape=(groups, rows)
     )

@@ -53,8 +53,7 @@ Keys the assignment does not know (new keys of incremental updates) go to a dete
 hash shard, ``pmod(xxhash64(key), shards)``: ``hash_shard`` is that Spark Column
 expression and ``hash_shard_numpy`` the same function in numpy (for kernels inside a task).
 Both give the same shard for 64-bit integer (``long``/``number``), 32-bit integer and
-string keys (tested on all three): ``hash_shard_numpy`` reimplements Spark's XXH64 with
-Spark's seed 42.
+string keys (tested on all three): ``hash_shard_numpy`` is Spark's XXH64, seed 42.
 
 Above ``max_links`` links (default ``DEFAULT_MAX_LINKS`` = 50 million) the links are not
 collected to the driver: the assignment is the hash assignment (``method = "hash"``,
@@ -76,12 +75,6 @@ from pyspark import Broadcast
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
-from scipy.sparse import csr_array
-from scipy.sparse.csgraph import (
-    breadth_first_order,
-    connected_components,
-    reverse_cuthill_mckee,
-)
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +217,8 @@ def _xxhash64_bytes(data: bytes, seed: int) -> int:
 def adjacency(src: np.ndarray, dst: np.ndarray, nodes: int) -> object:
     """The symmetric CSR adjacency (structure only) of the links ``src → dst`` over node
     codes ``0..nodes-1``; duplicates merged, self loops dropped."""
+    from scipy.sparse import csr_array  # only shards order a graph: see SCIPY_SORT_ROWS
+
     keep = src != dst
     rows = np.concatenate([src[keep], dst[keep]])
     cols = np.concatenate([dst[keep], src[keep]])
@@ -239,6 +234,8 @@ def node_order(
     """A permutation of the node codes ``0..nodes-1`` that keeps neighbours close:
     ``rcm`` (reverse Cuthill–McKee) or ``bfs`` (breadth-first from the lowest code of every
     connected component, components one after the other)."""
+    from scipy.sparse.csgraph import reverse_cuthill_mckee  # see adjacency
+
     if nodes == 0:
         return np.empty(0, dtype=np.int64)
     matrix = adjacency(src, dst, nodes)
@@ -252,6 +249,9 @@ def node_order(
 def _bfs_order(matrix: object, nodes: int) -> np.ndarray:
     """BFS from a virtual root linked to the first node of every component, then the nodes
     grouped by component (stable, so each component keeps its own BFS order)."""
+    from scipy.sparse import csr_array  # see adjacency
+    from scipy.sparse.csgraph import breadth_first_order, connected_components
+
     count, labels = connected_components(matrix, directed=False)
     roots = np.unique(labels, return_index=True)[1]  # the lowest code of every component
     root = nodes
@@ -305,12 +305,9 @@ def assign_codes(
 def factorize(
     src: pa.ChunkedArray | pa.Array, dst: pa.ChunkedArray | pa.Array
 ) -> tuple[np.ndarray, np.ndarray, pa.Array]:
-    """(src codes, dst codes, distinct keys) of two key columns; integers by value (codes
-    in key order), anything else (strings) by Arrow's dictionary encoding.
-
-    Integers are hashed, then only the distinct keys sorted (``pd.factorize(sort=True)``):
-    the same codes as ``np.unique(return_inverse=True)``, which sorts every row — 0.73
-    against 7.65 s on R-MAT 10M's 20M endpoints, 0.10 against 0.28 s on grid_1m."""
+    """(src codes, dst codes, distinct keys) of two key columns; integers by value (codes in
+    key order: hashed, then the distinct keys sorted, as ``np.unique`` gives them sorting
+    every row — 0.73 against 7.65 s on R-MAT 10M), strings by dictionary encoding."""
     both = pa.chunked_array([*_chunks(src), *_chunks(dst)], type=src.type).combine_chunks()
     n = len(src)
     if pa.types.is_integer(both.type):
